@@ -1,0 +1,1 @@
+"""The PyTorch Lightning backend (DDP), fed by DALI's PyTorch plugin."""

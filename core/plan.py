@@ -1,0 +1,87 @@
+"""The plan of a run: everything both backends must agree on, computed once in core.
+
+global batch = per-replica batch x world size
+effective lr = optim.lr x rule(global batch / optim.ref_batch), rule: linear | sqrt | none
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from core.errors import HydraliError
+from core.seeding import pipeline_seed
+from core.topology import Topology
+
+SCALE_RULES = {
+    "linear": lambda ratio: ratio,
+    "sqrt": math.sqrt,
+    "none": lambda ratio: 1.0,
+}
+
+
+def scaled_lr(base_lr: float, global_batch: int, ref_batch: int, rule: str) -> float:
+    """The learning rate for `global_batch`, given `base_lr` tuned for `ref_batch`."""
+    if rule not in SCALE_RULES:
+        raise HydraliError(f"optim.scale={rule!r} is not a rule; choose one of: {', '.join(SCALE_RULES)}")
+    if ref_batch < 1:
+        raise HydraliError(f"optim.ref_batch={ref_batch}: it must be a positive batch size")
+    return base_lr * SCALE_RULES[rule](global_batch / ref_batch)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a backend receives: ranks, shard, batch sizes, learning rate, seeds, device."""
+    world_size: int
+    global_rank: int
+    local_rank: int
+    node_rank: int
+    shard_id: int
+    num_shards: int
+    per_replica_batch: int
+    global_batch: int
+    base_lr: float
+    effective_lr: float
+    lr_scale_rule: str
+    warmup_epochs: float
+    epochs: int
+    seed: int
+    pipeline_seed: int
+    device: str            # "cpu" or "gpu": where DALI runs and the model trains
+    device_id: int | None  # the local GPU for DALI; None on the CPU
+
+    def params(self) -> dict:
+        """The values logged to MLflow, under `plan/`."""
+        keep = ("world_size", "per_replica_batch", "global_batch", "base_lr", "effective_lr",
+                "lr_scale_rule", "warmup_epochs", "epochs", "seed", "device")
+        return {f"plan/{k}": v for k, v in asdict(self).items() if k in keep}
+
+
+def make_plan(*, topology: Topology, batch_size: int, base_lr: float, ref_batch: int, rule: str,
+              warmup_epochs: float, epochs: int, seed: int, device: str) -> Plan:
+    """Build the plan for this process from its topology and the user's settings."""
+    if batch_size < 1:
+        raise HydraliError(f"data.batch_size={batch_size}: it must be at least 1")
+    if epochs < 1:
+        raise HydraliError(f"epochs={epochs}: it must be at least 1")
+    if warmup_epochs < 0:
+        raise HydraliError(f"optim.warmup_epochs={warmup_epochs}: it cannot be negative")
+    global_batch = batch_size * topology.world_size
+    return Plan(
+        world_size=topology.world_size,
+        global_rank=topology.global_rank,
+        local_rank=topology.local_rank,
+        node_rank=topology.node_rank,
+        shard_id=topology.shard_id,
+        num_shards=topology.num_shards,
+        per_replica_batch=batch_size,
+        global_batch=global_batch,
+        base_lr=base_lr,
+        effective_lr=scaled_lr(base_lr, global_batch, ref_batch, rule),
+        lr_scale_rule=rule,
+        warmup_epochs=warmup_epochs,
+        epochs=epochs,
+        seed=seed,
+        pipeline_seed=pipeline_seed(seed, topology.shard_id),
+        device=device,
+        device_id=None if device == "cpu" else topology.local_rank,
+    )

@@ -1,0 +1,106 @@
+"""One run, start to end: validate -> topology -> plan -> tracking -> backend.fit -> summary."""
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from pathlib import Path
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from core import devices, seeding, topology, tracking
+from core.errors import HydraliError
+from core.plan import Plan, make_plan
+from core.summary import build_summary, format_table, write_summary
+from core.validate import check_config
+
+log = logging.getLogger("hydrali")
+
+
+def load_backend(name: str):
+    """The backend module `backends.<name>.backend` (imported only now: a Keras run never loads torch)."""
+    try:
+        return importlib.import_module(f"backends.{name}.backend")
+    except ModuleNotFoundError as err:
+        if err.name and err.name.startswith(f"backends.{name}"):
+            raise HydraliError(f"backend={name} does not exist: see `hydrali --help` for the backends") from err
+        raise HydraliError(f"backend={name} needs a package that is not installed: {err.name}") from err
+
+
+def _hydra_context() -> tuple[list[str], str | None]:
+    """The command-line overrides of this job and, under -m, its sweep dir (empty outside Hydra)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return [], None
+    hc = HydraConfig.get()
+    sweep_dir = hc.sweep.dir if hc.mode == RunMode.MULTIRUN else None
+    return list(hc.overrides.task), sweep_dir
+
+
+def build_plan(cfg: DictConfig, backend) -> Plan:
+    """The plan of this process: topology from the environment, batch and lr rules, seeds."""
+    device = devices.resolve_device(str(cfg.pipeline.device))
+    per_node, nodes = backend.replicas(cfg.backend, device)
+    topo = topology.detect(per_node, nodes)
+    return make_plan(
+        topology=topo, batch_size=cfg.data.batch_size, base_lr=cfg.optim.lr, ref_batch=cfg.optim.ref_batch,
+        rule=str(cfg.optim.scale), warmup_epochs=cfg.optim.warmup_epochs, epochs=cfg.epochs,
+        seed=seeding.resolve_seed(cfg.seed), device=device)
+
+
+def run(cfg: DictConfig) -> float | None:
+    """Train and evaluate as `cfg` says; return the value of `optimized_metric` (for sweepers)."""
+    started = time.perf_counter()
+    check_config(cfg)
+    output_dir = Path(cfg.paths.output_dir)
+    backend = load_backend(cfg.backend.name)
+    plan = build_plan(cfg, backend)
+    seeding.seed_everything(plan.seed, cfg.deterministic)
+    log.info("plan: %d replica(s) x batch %d = global batch %d; lr %g x %s(%d/%d) = %g; seed %d; device %s",
+             plan.world_size, plan.per_replica_batch, plan.global_batch, plan.base_lr, plan.lr_scale_rule,
+             plan.global_batch, cfg.optim.ref_batch, plan.effective_lr, plan.seed, plan.device)
+
+    task = instantiate(cfg.task)
+    dataset = task.prepare_data(cfg.data)
+
+    overrides, sweep_dir = _hydra_context()
+    tracker = tracking.start_tracking(
+        enabled=cfg.tracking.enabled, is_global_zero=plan.global_rank == 0, uri=cfg.tracking.uri,
+        experiment=cfg.tracking.experiment, artifact_location=cfg.tracking.artifact_location,
+        output_dir=output_dir, run_name=f"{cfg.task.name}-{cfg.backend.name} {output_dir.name}",
+        sweep_dir=sweep_dir, resume=cfg.ckpt_path is not None)
+    status = "FAILED"
+    try:
+        resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+        tracker.log_params({**tracking.flatten(resolved), **plan.params(), **dataset.params()})
+        tracker.log_text(OmegaConf.to_yaml(resolved), "config/config.yaml")
+        tracker.log_text("\n".join(overrides) + "\n", "config/overrides.txt")
+        result = backend.fit(cfg=cfg, task=task, dataset=dataset, plan=plan, tracker=tracker,
+                             output_dir=output_dir)
+        if cfg.tracking.log_checkpoint and result.best_checkpoint:
+            tracker.log_artifact(result.best_checkpoint, "checkpoints")
+        status = "FINISHED"
+    except (KeyboardInterrupt, SystemExit):
+        status = "KILLED"
+        raise
+    finally:
+        tracker.finish(status)
+
+    if plan.global_rank != 0:
+        return None
+    summary = build_summary(
+        result=result, plan=plan, monitor=cfg.task.monitor, mode=str(cfg.task.mode),
+        wall_seconds=time.perf_counter() - started, run_id=tracker.run_id, tracking_uri=tracker.uri,
+        output_dir=output_dir, task=cfg.task.name, backend=cfg.backend.name)
+    write_summary(summary, output_dir)
+    print(format_table(summary), flush=True)
+    return _optimized_value(summary, cfg.optimized_metric)
+
+
+def _optimized_value(summary: dict, metric: str) -> float | None:
+    if metric in summary["best"]:
+        return summary["best"][metric]
+    return summary["final"].get(metric)

@@ -1,0 +1,186 @@
+"""Structured-config schemas: Hydra checks every composed config against these before any work.
+
+An unknown key or a value of the wrong type fails at composition time, naming the key. Each
+group's options pull their schema through their defaults list; the primary config pulls
+`hydrali_schema` for the top-level keys.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+class Choice(str, Enum):
+    """A closed set of string values; composition fails, listing them, on any other value."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Mode(Choice):
+    max = "max"
+    min = "min"
+
+
+class Device(Choice):
+    auto = "auto"
+    cpu = "cpu"
+    gpu = "gpu"
+
+
+class LastBatch(Choice):
+    drop = "drop"
+    partial = "partial"
+    fill = "fill"
+
+
+class Dtype(Choice):
+    float = "float"
+    float16 = "float16"
+
+
+class Optimizer(Choice):
+    sgd = "sgd"
+    adamw = "adamw"
+
+
+class Scale(Choice):
+    linear = "linear"
+    sqrt = "sqrt"
+    none = "none"
+
+
+class Schedule(Choice):
+    cosine = "cosine"
+    constant = "constant"
+
+
+@dataclass
+class TaskConfig:
+    name: str = MISSING
+    _target_: str = MISSING
+    monitor: str = MISSING
+    mode: Mode = Mode.max
+    label_smoothing: float = 0.0
+
+
+@dataclass
+class PipelineConfig:
+    name: str = MISSING
+    task: str = MISSING
+    recipe: str = MISSING
+    device: Device = Device.auto
+    num_threads: int = 2
+    hw_decoder_load: float = 0.65
+    prefetch_queue_depth: int = 2
+    random_area: List[float] = field(default_factory=lambda: [0.08, 1.0])
+    random_aspect_ratio: List[float] = field(default_factory=lambda: [0.75, 1.333])
+    flip_probability: float = 0.5
+    mean: List[float] = field(default_factory=lambda: [0.485, 0.456, 0.406])
+    std: List[float] = field(default_factory=lambda: [0.229, 0.224, 0.225])
+    val_crop_fraction: float = 0.875
+    train_last_batch: LastBatch = LastBatch.drop
+    dtype: Dtype = Dtype.float
+    initial_fill: int = 1024
+
+
+@dataclass
+class DataConfig:
+    name: str = MISSING
+    root: str = MISSING
+    batch_size: int = 64
+    image_size: int = 224
+    num_classes: Optional[int] = None
+    val_fraction: float = 0.0
+    size: int = 0
+
+
+@dataclass
+class OptimConfig:
+    name: Optimizer = Optimizer.sgd
+    lr: float = 0.1
+    ref_batch: int = 256
+    scale: Scale = Scale.linear
+    warmup_epochs: float = 0.0
+    warmup_div: float = 10.0
+    schedule: Schedule = Schedule.cosine
+    weight_decay: float = 0.0
+    momentum: float = 0.9
+    nesterov: bool = False
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+
+
+@dataclass
+class TrackingConfig:
+    enabled: bool = True
+    uri: Optional[str] = None
+    experiment: str = "hydrali"
+    artifact_location: Optional[str] = None
+    log_checkpoint: bool = True
+
+
+@dataclass
+class PathsConfig:
+    root: str = MISSING
+    data_dir: str = MISSING
+    output_dir: str = MISSING
+
+
+@dataclass
+class LightningBackendConfig:
+    name: str = "lightning"
+    accelerator: str = "auto"
+    devices: int = 1
+    num_nodes: int = 1
+    strategy: str = "auto"
+    precision: str = "32-true"
+    channels_last: bool = False
+    save_top_k: int = 1
+    callbacks: Dict[str, Any] = field(default_factory=dict)
+    trainer: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class HydraliConfig:
+    """The top level. Groups are typed Any here: each option brings its own schema.
+
+    `model` has none on purpose: any `_target_` with any arguments may build the network.
+    """
+    task: Any = MISSING
+    pipeline: Any = MISSING
+    data: Any = MISSING
+    model: Any = MISSING
+    backend: Any = MISSING
+    optim: Any = MISSING
+    tracking: Any = MISSING
+    paths: Any = MISSING
+    seed: Optional[int] = 42
+    deterministic: bool = False
+    epochs: int = 10
+    ckpt_path: Optional[str] = None
+    optimized_metric: str = "val/acc"
+
+
+GROUP_SCHEMAS = {
+    "task": TaskConfig,
+    "pipeline": PipelineConfig,
+    "data": DataConfig,
+    "optim": OptimConfig,
+    "tracking": TrackingConfig,
+    "paths": PathsConfig,
+}
+BACKEND_SCHEMAS = {"lightning": LightningBackendConfig}
+
+
+def register_schemas() -> None:
+    """Register every schema in Hydra's ConfigStore (idempotent)."""
+    cs = ConfigStore.instance()
+    cs.store(name="hydrali_schema", node=HydraliConfig)
+    for group, node in GROUP_SCHEMAS.items():
+        cs.store(name=f"{group}_schema", node=node)
+    for name, node in BACKEND_SCHEMAS.items():
+        cs.store(name=f"{name}_backend_schema", node=node)

@@ -1,0 +1,46 @@
+"""Seeds: one global seed for Python, NumPy and torch, and one DALI seed per shard derived from it.
+
+DALI pipeline seed = (seed * 1_000_003 + shard_id) mod 2**31: every shard gets its own stream of
+random crops and flips, and the same (seed, shard) always gets the same stream.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import secrets
+import sys
+
+log = logging.getLogger(__name__)
+
+_DALI_SEED_MULTIPLIER = 1_000_003  # a prime, so that nearby seeds give unrelated shard seeds
+_DALI_SEED_MODULUS = 2**31
+
+
+def resolve_seed(seed: int | None) -> int:
+    """Return `seed`, or a freshly drawn one (logged) when it is None. 0 is a seed like any other."""
+    if seed is None:
+        seed = secrets.randbelow(2**31)
+        log.info("seed=null: drew seed %d (pass seed=%d to repeat this run)", seed, seed)
+    return int(seed)
+
+
+def pipeline_seed(seed: int, shard_id: int) -> int:
+    """The DALI pipeline seed of one shard: f(seed, shard_id), stable across runs and backends."""
+    return (seed * _DALI_SEED_MULTIPLIER + shard_id) % _DALI_SEED_MODULUS
+
+
+def seed_everything(seed: int, deterministic: bool = False) -> None:
+    """Seed Python's and NumPy's generators, and torch's when torch is loaded (never imports it)."""
+    random.seed(seed)
+    os.environ["PYTHONHASHSEED"] = str(seed)
+    import numpy as np
+
+    np.random.seed(seed % 2**32)
+    if "torch" in sys.modules:
+        import torch
+
+        torch.manual_seed(seed)
+        if deterministic:
+            torch.use_deterministic_algorithms(True, warn_only=True)
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")

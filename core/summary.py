@@ -1,0 +1,76 @@
+"""The end of a run: summary.json in the output dir and a table on the console."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from core.plan import Plan
+from core.results import FitResult
+
+
+def best_of(history: list[dict], metric: str, mode: str) -> float | None:
+    """The best value of `metric` over the epochs (max or min), or None if never logged."""
+    values = [row[metric] for row in history if metric in row and not math.isnan(row[metric])]
+    if not values:
+        return None
+    return max(values) if mode == "max" else min(values)
+
+
+def build_summary(*, result: FitResult, plan: Plan, monitor: str, mode: str, wall_seconds: float,
+                  run_id: str | None, tracking_uri: str | None, output_dir: Path, task: str,
+                  backend: str) -> dict:
+    """The summary of a finished run, as written to summary.json."""
+    final = {k: v for k, v in (result.history[-1] if result.history else {}).items() if k != "epoch"}
+    return {
+        "task": task,
+        "backend": backend,
+        "epochs": result.epochs_completed,
+        "first_epoch": result.first_epoch,
+        "monitor": monitor,
+        "best": {monitor: best_of(result.history, monitor, mode)},
+        "final": final,
+        "history": result.history,
+        "wall_seconds": round(wall_seconds, 3),
+        "train_seconds": round(result.train_seconds, 3),
+        "images_per_second": round(result.images_per_second, 1),
+        "world_size": plan.world_size,
+        "per_replica_batch": plan.per_replica_batch,
+        "global_batch": plan.global_batch,
+        "effective_lr": plan.effective_lr,
+        "seed": plan.seed,
+        "device": plan.device,
+        "best_checkpoint": result.best_checkpoint,
+        "mlflow_run_id": run_id,
+        "mlflow_uri": tracking_uri,
+        "output_dir": str(output_dir),
+    }
+
+
+def write_summary(summary: dict, output_dir: Path) -> Path:
+    """Write summary.json into the run's output dir and return its path."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    path = output_dir / "summary.json"
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    return path
+
+
+def format_table(summary: dict) -> str:
+    """The end-of-run table shown on the console."""
+    best = summary["best"][summary["monitor"]]
+    rows = [
+        ("task / backend", f"{summary['task']} / {summary['backend']} ({summary['device']})"),
+        ("epochs", str(summary["epochs"])),
+        (f"best {summary['monitor']}", "n/a" if best is None else f"{best:.4f}"),
+        *((f"final {k}", f"{v:.4f}") for k, v in summary["final"].items()),
+        ("wall time", f"{summary['wall_seconds']:.1f} s"),
+        ("images/s (train)", f"{summary['images_per_second']:.1f}"),
+        ("replicas x batch", f"{summary['world_size']} x {summary['per_replica_batch']} = {summary['global_batch']}"),
+        ("effective lr", f"{summary['effective_lr']:.6g}"),
+        ("MLflow run id", summary["mlflow_run_id"] or "(tracking off)"),
+        ("output dir", summary["output_dir"]),
+    ]
+    width = max(len(k) for k, _ in rows)
+    line = "-" * (width + 3 + max(len(v) for _, v in rows))
+    body = "\n".join(f"{k.ljust(width)} : {v}" for k, v in rows)
+    return f"{line}\nhydrali run summary\n{line}\n{body}\n{line}"

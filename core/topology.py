@@ -1,0 +1,76 @@
+"""Where this process sits in the job: world size, global, local and node rank.
+
+Read from the launcher's environment (torchrun, SLURM, Lightning's own DDP launcher) and checked
+against what the backend was asked for (replicas per node x nodes). A DALI shard is one replica:
+shard_id = global rank, num_shards = world size.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from core.errors import HydraliError
+
+
+@dataclass(frozen=True)
+class Topology:
+    """One process's place in the job."""
+    world_size: int
+    global_rank: int
+    local_rank: int
+    node_rank: int
+    replicas_per_node: int
+
+    @property
+    def shard_id(self) -> int:
+        """The DALI shard this process reads: its global rank (not its local rank)."""
+        return self.global_rank
+
+    @property
+    def num_shards(self) -> int:
+        """How many shards the dataset is split into: one per replica in the whole job."""
+        return self.world_size
+
+    @property
+    def is_global_zero(self) -> bool:
+        """Whether this process logs, tracks and writes the summary."""
+        return self.global_rank == 0
+
+
+def _env_int(env: dict, *names: str) -> int | None:
+    for name in names:
+        if env.get(name, "") != "":
+            return int(env[name])
+    return None
+
+
+def detect(replicas_per_node: int, num_nodes: int, env: dict | None = None) -> Topology:
+    """The topology of this process for a backend running `replicas_per_node` x `num_nodes` replicas.
+
+    Ranks come from torchrun (RANK, LOCAL_RANK, GROUP_RANK/NODE_RANK, WORLD_SIZE), SLURM
+    (SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID, SLURM_NTASKS) or Lightning's launcher
+    (LOCAL_RANK, NODE_RANK); a lone process is rank 0 of a one-node job.
+    """
+    env = dict(os.environ if env is None else env)
+    if replicas_per_node < 1:
+        raise HydraliError(f"the backend asks for {replicas_per_node} replicas per node; it needs at least 1")
+    if num_nodes < 1:
+        raise HydraliError(f"backend.num_nodes={num_nodes}: it needs at least 1")
+    expected_world = replicas_per_node * num_nodes
+
+    local_rank = _env_int(env, "LOCAL_RANK", "SLURM_LOCALID") or 0
+    node_rank = _env_int(env, "NODE_RANK", "GROUP_RANK", "SLURM_NODEID") or 0
+    global_rank = _env_int(env, "RANK", "SLURM_PROCID")
+    if global_rank is None:
+        global_rank = node_rank * replicas_per_node + local_rank
+    world = _env_int(env, "WORLD_SIZE")
+    if world is None and "SLURM_NTASKS" in env and "SLURM_PROCID" in env:
+        world = _env_int(env, "SLURM_NTASKS")
+    if world is not None and world != expected_world:
+        raise HydraliError(
+            f"the launcher started {world} processes but the backend asks for {expected_world} "
+            f"({replicas_per_node} per node x {num_nodes} nodes): set backend.devices and "
+            f"backend.num_nodes to match the launcher")
+    if not 0 <= global_rank < expected_world:
+        raise HydraliError(f"global rank {global_rank} is outside a world of {expected_world} replicas")
+    return Topology(expected_world, global_rank, local_rank, node_rank, replicas_per_node)

@@ -1,0 +1,157 @@
+"""MLflow tracking: one run per job, params from the resolved config and the plan, metrics per epoch.
+
+Only global rank 0 tracks; other ranks get a NullTracker. Under `-m` each job's run is a child of
+one parent run per sweep directory. A resumed job (same output dir) continues its own run.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from core.errors import HydraliError
+
+log = logging.getLogger(__name__)
+
+RUN_ID_FILE = "mlflow_run_id"       # in the run's output dir: lets a resumed job continue its MLflow run
+_PARAM_VALUE_LIMIT = 6000            # MLflow's limit on a param value's length
+_SWEEP_TAG = "hydrali.sweep_dir"
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, str]:
+    """Flatten nested dicts and lists into {"a.b.0": "value"} with string values."""
+    out: dict[str, str] = {}
+    if isinstance(tree, Mapping):
+        items = tree.items()
+    elif isinstance(tree, (list, tuple)):
+        items = ((str(i), v) for i, v in enumerate(tree))
+    else:
+        return {prefix: str(tree)[:_PARAM_VALUE_LIMIT]}
+    for key, value in items:
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, (Mapping, list, tuple)) and len(value) > 0:
+            out.update(flatten(value, name))
+        else:
+            out[name] = str(value)[:_PARAM_VALUE_LIMIT]
+    return out
+
+
+class NullTracker:
+    """Tracking turned off (tracking=none, or a rank other than 0): every call does nothing."""
+    run_id: str | None = None
+    uri: str | None = None
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        """Do nothing."""
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        """Do nothing."""
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        """Do nothing."""
+
+    def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
+        """Do nothing."""
+
+    def finish(self, status: str) -> None:
+        """Do nothing."""
+
+
+class MlflowTracker(NullTracker):
+    """One MLflow run, written through MlflowClient (no global fluent state)."""
+
+    def __init__(self, client, run_id: str, uri: str):
+        self.client = client
+        self.run_id = run_id
+        self.uri = uri
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        """Log params in batches (MLflow takes at most 100 per call); an existing equal value is kept."""
+        from mlflow.entities import Param
+
+        existing = self.client.get_run(self.run_id).data.params
+        fresh = [Param(k, str(v)[:_PARAM_VALUE_LIMIT]) for k, v in params.items() if k not in existing]
+        for i in range(0, len(fresh), 100):
+            self.client.log_batch(self.run_id, params=fresh[i:i + 100])
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        """Log one value per metric at `step` (the epoch index)."""
+        import time
+
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [Metric(k, float(v), now, step) for k, v in metrics.items()]
+        if batch:
+            self.client.log_batch(self.run_id, metrics=batch)
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        """Store `text` as an artifact file of the run."""
+        self.client.log_text(self.run_id, text, artifact_file)
+
+    def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
+        """Upload a file to the run's artifacts."""
+        self.client.log_artifact(self.run_id, str(path), artifact_path)
+
+    def finish(self, status: str) -> None:
+        """End the run with FINISHED, FAILED or KILLED."""
+        self.client.set_terminated(self.run_id, status)
+
+
+def _quiet_mlflow_loggers() -> None:
+    for name in ("alembic", "mlflow.store.db.utils", "mlflow.tracking._tracking_service.utils"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _experiment_id(client, name: str, artifact_location: str | None) -> str:
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    location = Path(artifact_location).resolve().as_uri() if artifact_location else None
+    return client.create_experiment(name, artifact_location=location)
+
+
+def _sweep_parent(client, experiment_id: str, sweep_dir: str) -> str:
+    found = client.search_runs([experiment_id], filter_string=f"tags.`{_SWEEP_TAG}` = '{sweep_dir}'",
+                               max_results=1)
+    if found:
+        return found[0].info.run_id
+    parent = client.create_run(experiment_id, run_name=f"sweep {Path(sweep_dir).name}",
+                               tags={_SWEEP_TAG: sweep_dir})
+    return parent.info.run_id
+
+
+def start_tracking(*, enabled: bool, is_global_zero: bool, uri: str | None, experiment: str,
+                   artifact_location: str | None, output_dir: Path, run_name: str,
+                   sweep_dir: str | None, resume: bool) -> NullTracker:
+    """Open this job's MLflow run (or continue it when resuming in the same output dir)."""
+    if not enabled or not is_global_zero:
+        return NullTracker()
+    if not uri:
+        raise HydraliError("tracking.uri is empty: set tracking.uri=sqlite:///path/mlflow.db or use tracking=none")
+    _quiet_mlflow_loggers()
+    from mlflow.tracking import MlflowClient
+
+    if uri.startswith("sqlite:///"):
+        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        client = MlflowClient(tracking_uri=uri)
+        experiment_id = _experiment_id(client, experiment, artifact_location)
+    except Exception as err:  # a bad URI or an unreadable store
+        raise HydraliError(f"cannot open the MLflow store tracking.uri={uri}: {err}") from err
+
+    id_file = output_dir / RUN_ID_FILE
+    if resume and id_file.exists():
+        run_id = id_file.read_text().strip()
+        client.update_run(run_id, status="RUNNING")
+        log.info("continuing MLflow run %s", run_id)
+        return MlflowTracker(client, run_id, uri)
+
+    tags = {"hydrali.output_dir": str(output_dir)}
+    if sweep_dir:
+        tags["mlflow.parentRunId"] = _sweep_parent(client, experiment_id, sweep_dir)
+    run = client.create_run(experiment_id, run_name=run_name, tags=tags)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    id_file.write_text(run.info.run_id)
+    return MlflowTracker(client, run.info.run_id, uri)

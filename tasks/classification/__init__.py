@@ -1,0 +1,1 @@
+"""Image classification: DALI recipes, dataset preparation, models, loss and metrics."""

@@ -1,0 +1,147 @@
+"""Classification data on disk: the bundled digits written as JPEG files, and any image folder.
+
+Both end in ImageNet's layout, <root>/train/<class>/*.jpg and <root>/val/<class>/*.jpg, which is
+what DALI's file reader reads (labels are the class folders in sorted order).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import HydraliError
+
+# What DALI's file reader picks up by default (lower case).
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".pnm", ".ppm", ".pgm", ".pbm",
+                    ".jp2", ".webp")
+SPLITS = ("train", "val")
+DIGITS_MARKER = "hydrali-digits.json"
+DIGITS_SPLIT_SEED = 0      # the train/val split of digits is fixed: the same files on every machine
+DIGITS_JPEG_QUALITY = 95
+
+
+@dataclass(frozen=True)
+class ImageFolderInfo:
+    """A scanned dataset: its split folders, class names and sizes."""
+    root: Path
+    classes: tuple[str, ...]
+    num_train: int
+    num_val: int
+
+    @property
+    def train_dir(self) -> Path:
+        """The training split's folder."""
+        return self.root / "train"
+
+    @property
+    def val_dir(self) -> Path:
+        """The validation split's folder."""
+        return self.root / "val"
+
+    @property
+    def num_classes(self) -> int:
+        """The number of class folders."""
+        return len(self.classes)
+
+    def params(self) -> dict:
+        """What is logged to MLflow about the data."""
+        return {"dataset/num_classes": self.num_classes, "dataset/num_train": self.num_train,
+                "dataset/num_val": self.num_val}
+
+
+def _images_in(folder: Path) -> list[Path]:
+    return [p for p in sorted(folder.iterdir()) if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS]
+
+
+def scan_image_folder(root: str | os.PathLike) -> ImageFolderInfo:
+    """Check that `root` holds train/ and val/ with the same class folders of images, and count them."""
+    root = Path(root)
+    if not root.is_dir():
+        raise HydraliError(f"data.root={root} does not exist: point data.root at a folder holding train/ and val/")
+    classes_of, counts = {}, {}
+    for split in SPLITS:
+        split_dir = root / split
+        if not split_dir.is_dir():
+            raise HydraliError(f"{split_dir} is missing: data.root must hold train/ and val/, one sub-folder per class")
+        classes = tuple(sorted(d.name for d in split_dir.iterdir() if d.is_dir()))
+        if not classes:
+            raise HydraliError(f"{split_dir} has no class folders: put the images in {split_dir}/<class>/")
+        empty = [c for c in classes if not _images_in(split_dir / c)]
+        if len(empty) == len(classes):
+            raise HydraliError(f"{split_dir} holds no images: expected files like {split_dir}/{classes[0]}/xxx.jpg")
+        if empty:
+            raise HydraliError(f"{split_dir}/{empty[0]} holds no images: add some or remove the folder")
+        classes_of[split], counts[split] = classes, sum(len(_images_in(split_dir / c)) for c in classes)
+    if classes_of["train"] != classes_of["val"]:
+        only = sorted(set(classes_of["train"]) ^ set(classes_of["val"]))
+        raise HydraliError(f"train/ and val/ of {root} have different class folders ({', '.join(only[:5])}): "
+                           f"give both the same classes")
+    return ImageFolderInfo(root, classes_of["train"], counts["train"], counts["val"])
+
+
+def find_undecodable(folders: list[Path], limit: int = 5) -> list[tuple[Path, str]]:
+    """Image files under `folders` that cannot be decoded, with the reason (at most `limit`)."""
+    from PIL import Image
+
+    bad = []
+    for folder in folders:
+        for class_dir in sorted(d for d in folder.iterdir() if d.is_dir()):
+            for path in _images_in(class_dir):
+                try:
+                    with Image.open(path) as img:
+                        img.load()
+                except Exception as err:
+                    bad.append((path, str(err) or type(err).__name__))
+                    if len(bad) >= limit:
+                        return bad
+    return bad
+
+
+def write_digits(root: str | os.PathLike, size: int, val_fraction: float) -> Path:
+    """Write scikit-learn's digits once as size x size JPEG files in train/ and val/ under `root`.
+
+    The split is stratified and fixed. Writing goes to a temporary folder renamed into place, so
+    several processes may call this at once and a half-written dataset is never read.
+    """
+    root = Path(root)
+    settings = {"size": size, "val_fraction": val_fraction, "split_seed": DIGITS_SPLIT_SEED}
+    marker = root / DIGITS_MARKER
+    if marker.exists():
+        written = json.loads(marker.read_text())
+        if written != settings:
+            raise HydraliError(f"{root} holds digits written with {written}, not {settings}: "
+                               f"delete {root} or set data.root to another folder")
+        return root
+    if not 0.0 < val_fraction < 1.0:
+        raise HydraliError(f"data.val_fraction={val_fraction}: it must be between 0 and 1")
+    if size < 8:
+        raise HydraliError(f"data.size={size}: digits are 8x8 scans, write them at 8 pixels or more")
+
+    import numpy as np
+    from PIL import Image
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    indices = np.arange(len(digits.target))
+    train_idx, val_idx = train_test_split(indices, test_size=val_fraction, stratify=digits.target,
+                                          random_state=DIGITS_SPLIT_SEED)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = root.parent / f".{root.name}.tmp-{os.getpid()}"
+    for split, idx in (("train", train_idx), ("val", val_idx)):
+        for i in idx:
+            folder = tmp / split / str(digits.target[i])
+            folder.mkdir(parents=True, exist_ok=True)
+            pixels = (digits.images[i] * (255.0 / 16.0)).round().astype(np.uint8)
+            image = Image.fromarray(pixels, mode="L").resize((size, size), Image.Resampling.BICUBIC)
+            image.save(folder / f"{i:04d}.jpg", quality=DIGITS_JPEG_QUALITY)
+    (tmp / DIGITS_MARKER).write_text(json.dumps(settings))
+    try:
+        os.rename(tmp, root)
+    except OSError:  # another process finished first (or root exists): keep theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not marker.exists():
+            raise HydraliError(f"{root} exists but is not a digits dataset: delete it or set data.root elsewhere")
+    return root

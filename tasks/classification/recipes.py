@@ -1,0 +1,68 @@
+"""DALI recipes for classification. They know nothing of torch or TensorFlow.
+
+Every recipe reads `file_root` (one sub-folder per class) through a sharded file reader named
+"Reader" (so iterators know the epoch length) and returns (images, labels): images normalised,
+in `layout` (NCHW for torch, NHWC for Keras); labels int32. `device="cpu"` uses CPU operators
+only; `device="gpu"` decodes with the mixed (nvJPEG / hardware) decoder and works on the GPU.
+"""
+from __future__ import annotations
+
+import nvidia.dali.fn as fn
+import nvidia.dali.types as types
+from nvidia.dali import pipeline_def
+
+_DTYPES = {"float": types.FLOAT, "float16": types.FLOAT16}
+
+
+def _read(file_root, shard_id, num_shards, is_training, initial_fill):
+    return fn.readers.file(
+        file_root=file_root, shard_id=shard_id, num_shards=num_shards, random_shuffle=is_training,
+        initial_fill=initial_fill, pad_last_batch=True, name="Reader")
+
+
+def _decode(jpegs, device, hw_decoder_load, random_area=None, random_aspect_ratio=None):
+    """Decode to RGB; with random_area, decode only a random-resized crop (ImageNet style)."""
+    gpu = {"device": "mixed", "hw_decoder_load": hw_decoder_load} if device == "gpu" else {"device": "cpu"}
+    if random_area is None:
+        return fn.decoders.image(jpegs, output_type=types.RGB, **gpu)
+    return fn.decoders.image_random_crop(jpegs, output_type=types.RGB, random_area=random_area,
+                                         random_aspect_ratio=random_aspect_ratio, num_attempts=100, **gpu)
+
+
+def _normalize(images, image_size, layout, mean, std, dtype, mirror=None):
+    flip = {} if mirror is None else {"mirror": mirror}
+    return fn.crop_mirror_normalize(
+        images, dtype=_DTYPES[dtype], output_layout=layout, crop=(image_size, image_size),
+        mean=[m * 255 for m in mean], std=[s * 255 for s in std], **flip)
+
+
+def _labels(labels, device):
+    return labels.gpu() if device == "gpu" else labels
+
+
+@pipeline_def
+def standard(file_root, shard_id, num_shards, device, layout, is_training, image_size, random_area,
+             random_aspect_ratio, flip_probability, mean, std, val_crop_fraction, dtype, hw_decoder_load,
+             initial_fill):
+    """Training: random-resized-crop decode, resize, random flip, normalize.
+    Validation: decode, resize the shorter side to image_size / val_crop_fraction, center crop."""
+    jpegs, labels = _read(file_root, shard_id, num_shards, is_training, initial_fill)
+    if is_training:
+        images = _decode(jpegs, device, hw_decoder_load, random_area, random_aspect_ratio)
+        images = fn.resize(images, resize_x=image_size, resize_y=image_size)
+        mirror = fn.random.coin_flip(probability=flip_probability)
+    else:
+        images = _decode(jpegs, device, hw_decoder_load)
+        images = fn.resize(images, resize_shorter=image_size / val_crop_fraction)
+        mirror = None
+    return _normalize(images, image_size, layout, mean, std, dtype, mirror), _labels(labels, device)
+
+
+@pipeline_def
+def light(file_root, shard_id, num_shards, device, layout, is_training, image_size, mean, std, dtype,
+          hw_decoder_load, initial_fill):
+    """Training and validation alike: decode, resize to image_size x image_size, normalize."""
+    jpegs, labels = _read(file_root, shard_id, num_shards, is_training, initial_fill)
+    images = _decode(jpegs, device, hw_decoder_load)
+    images = fn.resize(images, resize_x=image_size, resize_y=image_size)
+    return _normalize(images, image_size, layout, mean, std, dtype), _labels(labels, device)

@@ -1,0 +1,57 @@
+"""The classification task, framework-neutral: its data, its DALI pipelines and its output names.
+
+Framework code lives beside it in torch_task.py / torch_model.py (imported only by the Lightning
+backend), so that choosing a backend decides which framework is loaded.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omegaconf import DictConfig
+
+from core.pipelines import make_pipeline
+from core.plan import Plan
+from tasks.classification.datasets import ImageFolderInfo, scan_image_folder, write_digits
+
+
+@dataclass
+class ClassificationTask:
+    """Image classification over a folder-per-class dataset; top-1 accuracy, cross-entropy loss."""
+    name: str
+    monitor: str
+    mode: str
+    label_smoothing: float = 0.0
+
+    outputs = ("images", "labels")   # what the recipes return, in order
+    package = "tasks.classification"  # where the framework modules (torch_task, ...) live
+
+    def prepare_data(self, data: DictConfig) -> ImageFolderInfo:
+        """Make sure the dataset is on disk (writing the bundled one if needed) and scan it."""
+        if data.name == "digits":
+            write_digits(data.root, size=data.size, val_fraction=data.val_fraction)
+        info = scan_image_folder(data.root)
+        if data.num_classes is not None and data.num_classes != info.num_classes:
+            from core.errors import HydraliError
+            raise HydraliError(f"data.num_classes={data.num_classes} but {data.root}/train has "
+                               f"{info.num_classes} class folders: set data.num_classes=null or fix the data")
+        return info
+
+    def build_pipeline(self, *, pipeline: DictConfig, data: DictConfig, dataset: ImageFolderInfo, plan: Plan,
+                       layout: str, is_training: bool):
+        """The DALI pipeline (not yet built) for this process's shard of one split."""
+        return make_pipeline(
+            pipeline.recipe,
+            batch_size=plan.per_replica_batch, num_threads=pipeline.num_threads, device_id=plan.device_id,
+            seed=plan.pipeline_seed, prefetch_queue_depth=pipeline.prefetch_queue_depth,
+            file_root=str(dataset.train_dir if is_training else dataset.val_dir),
+            shard_id=plan.shard_id, num_shards=plan.num_shards, device=plan.device, layout=layout,
+            is_training=is_training, image_size=data.image_size,
+            random_area=list(pipeline.random_area), random_aspect_ratio=list(pipeline.random_aspect_ratio),
+            flip_probability=pipeline.flip_probability, mean=list(pipeline.mean), std=list(pipeline.std),
+            val_crop_fraction=pipeline.val_crop_fraction, dtype=str(pipeline.dtype),
+            hw_decoder_load=pipeline.hw_decoder_load, initial_fill=pipeline.initial_fill)
+
+    def corrupt_files(self, dataset: ImageFolderInfo) -> list:
+        """Files of the dataset that cannot be decoded (looked for only after a decode error)."""
+        from tasks.classification.datasets import find_undecodable
+        return find_undecodable([dataset.train_dir, dataset.val_dir])

@@ -1,0 +1,45 @@
+"""The classification task on torch: model, loss and metrics, used by the Lightning backend."""
+from __future__ import annotations
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+from torch import nn
+from torchmetrics import MetricCollection
+from torchmetrics.classification import MulticlassAccuracy
+
+
+class TorchClassification(nn.Module):
+    """Holds the network, the cross-entropy loss and the validation metrics of one run."""
+
+    def __init__(self, model: nn.Module, num_classes: int, label_smoothing: float = 0.0):
+        super().__init__()
+        self.model = model
+        self.loss_fn = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+        self.val_metrics = MetricCollection({"acc": MulticlassAccuracy(num_classes, average="micro")},
+                                            prefix="val/")
+
+    @staticmethod
+    def unpack(batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """(images, labels as int64 class indices) from a batch of the recipe's outputs."""
+        return batch["images"], batch["labels"].reshape(-1).long()
+
+    def training_loss(self, batch: dict) -> tuple[torch.Tensor, int]:
+        """The loss of one training batch and the number of samples in it."""
+        images, labels = self.unpack(batch)
+        return self.loss_fn(self.model(images), labels), labels.numel()
+
+    def validation_step(self, batch: dict) -> tuple[torch.Tensor, int]:
+        """Update the validation metrics with one batch; return its loss and size."""
+        images, labels = self.unpack(batch)
+        logits = self.model(images)
+        self.val_metrics.update(logits, labels)
+        return self.loss_fn(logits, labels), labels.numel()
+
+
+def build(task, model_cfg: DictConfig, num_classes: int) -> TorchClassification:
+    """The torch side of `task` with the network described by `model_cfg` (any _target_ returning an nn.Module)."""
+    model = instantiate(model_cfg, num_classes=num_classes)
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model._target_={model_cfg._target_} returned {type(model).__name__}, not an nn.Module")
+    return TorchClassification(model, num_classes, task.label_smoothing)
