@@ -14,7 +14,8 @@ from nvidia.dali import pipeline_def
 _DTYPES = {"float": types.FLOAT, "float16": types.FLOAT16}
 
 
-def _read(file_root, shard_id, num_shards, is_training, initial_fill):
+def read_files(file_root, shard_id, num_shards, is_training, initial_fill):
+    """The sharded file reader every recipe starts with: (encoded images, labels), named "Reader"."""
     return fn.readers.file(
         file_root=file_root, shard_id=shard_id, num_shards=num_shards, random_shuffle=is_training,
         initial_fill=initial_fill, pad_last_batch=True, name="Reader")
@@ -46,7 +47,7 @@ def standard(file_root, shard_id, num_shards, device, layout, is_training, image
              initial_fill):
     """Training: random-resized-crop decode, resize, random flip, normalize.
     Validation: decode, resize the shorter side to image_size / val_crop_fraction, center crop."""
-    jpegs, labels = _read(file_root, shard_id, num_shards, is_training, initial_fill)
+    jpegs, labels = read_files(file_root, shard_id, num_shards, is_training, initial_fill)
     if is_training:
         images = _decode(jpegs, device, hw_decoder_load, random_area, random_aspect_ratio)
         images = fn.resize(images, resize_x=image_size, resize_y=image_size)
@@ -62,7 +63,7 @@ def standard(file_root, shard_id, num_shards, device, layout, is_training, image
 def light(file_root, shard_id, num_shards, device, layout, is_training, image_size, mean, std, dtype,
           hw_decoder_load, initial_fill):
     """Training and validation alike: decode, resize to image_size x image_size, normalize."""
-    jpegs, labels = _read(file_root, shard_id, num_shards, is_training, initial_fill)
+    jpegs, labels = read_files(file_root, shard_id, num_shards, is_training, initial_fill)
     images = _decode(jpegs, device, hw_decoder_load)
     images = fn.resize(images, resize_x=image_size, resize_y=image_size)
     return _normalize(images, image_size, layout, mean, std, dtype), _labels(labels, device)

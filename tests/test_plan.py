@@ -1,0 +1,75 @@
+"""The plan: lr scaling rules, global batch, seeds and topology, the same for every backend."""
+import math
+
+import pytest
+
+from core.errors import HydraliError
+from core.plan import make_plan, scaled_lr
+from core.schedule import lr_factor
+from core.seeding import pipeline_seed, resolve_seed
+from core.topology import detect
+
+
+@pytest.mark.parametrize("rule, expected", [("linear", 0.4), ("sqrt", 0.2), ("none", 0.1)])
+def test_each_lr_rule_scales_the_base_lr_by_global_over_ref_batch(rule, expected):
+    assert scaled_lr(0.1, global_batch=1024, ref_batch=256, rule=rule) == pytest.approx(expected)
+
+
+def test_lr_rules_agree_at_the_reference_batch():
+    assert [scaled_lr(0.3, 256, 256, r) for r in ("linear", "sqrt", "none")] == pytest.approx([0.3] * 3)
+
+
+def test_an_unknown_rule_is_an_error_naming_the_choices():
+    with pytest.raises(HydraliError, match="linear, sqrt, none"):
+        scaled_lr(0.1, 64, 256, "cubic")
+
+
+def test_plan_global_batch_and_effective_lr_follow_the_world_size():
+    topo = detect(replicas_per_node=4, num_nodes=2, env={"RANK": "5", "LOCAL_RANK": "1", "NODE_RANK": "1"})
+    plan = make_plan(topology=topo, batch_size=32, base_lr=0.1, ref_batch=256, rule="linear",
+                     warmup_epochs=1, epochs=3, seed=0, device="gpu")
+    assert (plan.world_size, plan.global_batch) == (8, 256)
+    assert plan.effective_lr == pytest.approx(0.1)
+    assert (plan.shard_id, plan.num_shards, plan.device_id) == (5, 8, 1)
+    assert plan.params()["plan/effective_lr"] == plan.effective_lr
+
+
+def test_shard_id_is_the_global_rank_not_the_local_rank():
+    # second node, first GPU: Lightning's launcher gives only LOCAL_RANK and NODE_RANK
+    topo = detect(replicas_per_node=2, num_nodes=2, env={"LOCAL_RANK": "0", "NODE_RANK": "1"})
+    assert (topo.shard_id, topo.local_rank, topo.num_shards) == (2, 0, 4)
+
+
+def test_slurm_ranks_are_read():
+    env = {"SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NODEID": "1", "SLURM_NTASKS": "4"}
+    topo = detect(replicas_per_node=2, num_nodes=2, env=env)
+    assert (topo.global_rank, topo.local_rank, topo.node_rank, topo.world_size) == (3, 1, 1, 4)
+
+
+def test_a_launcher_world_that_disagrees_with_the_config_is_an_error():
+    with pytest.raises(HydraliError, match="backend.devices"):
+        detect(replicas_per_node=1, num_nodes=1, env={"WORLD_SIZE": "4", "RANK": "0"})
+
+
+def test_seed_zero_is_a_seed_and_null_draws_one():
+    assert resolve_seed(0) == 0
+    drawn = resolve_seed(None)
+    assert isinstance(drawn, int) and 0 <= drawn < 2**31
+
+
+def test_pipeline_seed_differs_per_shard_and_is_stable():
+    seeds = {pipeline_seed(0, shard) for shard in range(8)}
+    assert len(seeds) == 8
+    assert pipeline_seed(42, 3) == pipeline_seed(42, 3)
+    assert pipeline_seed(42, 0) != pipeline_seed(43, 0)
+
+
+def test_schedule_warms_up_linearly_then_decays_to_zero():
+    kw = dict(steps_per_epoch=10, epochs=5, warmup_epochs=1, warmup_div=10.0, schedule="cosine")
+    assert lr_factor(0, **kw) == pytest.approx(0.1)
+    assert lr_factor(5, **kw) == pytest.approx(0.55)
+    assert lr_factor(10, **kw) == pytest.approx(1.0)
+    assert lr_factor(30, **kw) == pytest.approx(0.5)
+    assert lr_factor(50, **kw) == pytest.approx(0.0, abs=1e-12)
+    assert lr_factor(25, **{**kw, "schedule": "constant"}) == 1.0
+    assert math.isclose(lr_factor(3, **{**kw, "warmup_epochs": 0}), 0.5 * (1 + math.cos(math.pi * 3 / 50)))
