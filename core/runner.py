@@ -56,15 +56,14 @@ def run(cfg: DictConfig) -> float | None:
     started = time.perf_counter()
     check_config(cfg)
     output_dir = Path(cfg.paths.output_dir)
+    task = instantiate(cfg.task)
+    dataset = task.prepare_data(cfg.data)  # before the backend loads: bad data fails in a second
     backend = load_backend(cfg.backend.name)
     plan = build_plan(cfg, backend)
     seeding.seed_everything(plan.seed, cfg.deterministic)
     log.info("plan: %d replica(s) x batch %d = global batch %d; lr %g x %s(%d/%d) = %g; seed %d; device %s",
              plan.world_size, plan.per_replica_batch, plan.global_batch, plan.base_lr, plan.lr_scale_rule,
              plan.global_batch, cfg.optim.ref_batch, plan.effective_lr, plan.seed, plan.device)
-
-    task = instantiate(cfg.task)
-    dataset = task.prepare_data(cfg.data)
 
     overrides, sweep_dir = _hydra_context()
     tracker = tracking.start_tracking(

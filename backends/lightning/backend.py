@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import warnings
 from pathlib import Path
 
 import lightning as L
@@ -19,6 +20,8 @@ from core.plan import Plan
 from core.results import FitResult
 
 log = logging.getLogger("hydrali")
+# Noise from inside Lightning that a user can do nothing about.
+warnings.filterwarnings("ignore", message=".*isinstance\(treespec, LeafSpec\).*")
 CHECKPOINT_DIR = "checkpoints"
 LAST = "last.ckpt"
 

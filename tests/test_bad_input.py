@@ -1,0 +1,71 @@
+"""Mistakes a user can make end non-zero with one clear line naming the fix, and no traceback."""
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tasks.classification.datasets import write_digits
+from tests.conftest import run_cli
+
+
+def _fails_with(out, *needles: str) -> None:
+    assert out.returncode != 0, out.stdout[-2000:]
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    for needle in needles:
+        assert needle in out.stderr, out.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def digits_copy(tmp_path_factory, data_dir) -> Path:
+    """A private copy of the digits dataset that tests may damage."""
+    source = write_digits(data_dir / "digits", size=32, val_fraction=0.2)
+    copy = tmp_path_factory.mktemp("damaged") / "digits"
+    shutil.copytree(source, copy)
+    return copy
+
+
+def test_an_unknown_key_names_the_key(tmp_path):
+    _fails_with(run_cli("optim.lrr=0.1", cwd=tmp_path), "optim.lrr")
+
+
+def test_a_wrong_value_type_names_the_key_and_the_type(tmp_path):
+    _fails_with(run_cli("data.batch_size=large", cwd=tmp_path), "data.batch_size", "Integer")
+
+
+def test_a_value_outside_its_choices_lists_them(tmp_path):
+    _fails_with(run_cli("pipeline.device=tpu", cwd=tmp_path), "pipeline.device", "auto, cpu, gpu")
+
+
+def test_a_missing_data_root_says_how_to_set_it(tmp_path):
+    _fails_with(run_cli("data=imagefolder", cwd=tmp_path), "data.root is required", "data.root=/path")
+
+
+def test_a_data_root_that_does_not_exist_is_named(tmp_path):
+    _fails_with(run_cli("data=imagefolder", f"data.root={tmp_path / 'nowhere'}", cwd=tmp_path),
+                f"data.root={tmp_path / 'nowhere'} does not exist")
+
+
+def test_a_dataset_folder_with_no_images_is_named(tmp_path):
+    for split in ("train", "val"):
+        (tmp_path / "ds" / split / "cat").mkdir(parents=True)
+        (tmp_path / "ds" / split / "cat" / "notes.txt").write_text("not an image")
+    _fails_with(run_cli("data=imagefolder", f"data.root={tmp_path / 'ds'}", cwd=tmp_path),
+                f"{tmp_path / 'ds' / 'train'} holds no images")
+
+
+def test_a_pipeline_that_does_not_fit_the_task_names_the_choices(tmp_path):
+    # a user's own recipe config, written for another task, found through hydra.searchpath
+    (tmp_path / "myconf" / "pipeline").mkdir(parents=True)
+    standard = (Path(__file__).parents[1] / "conf" / "pipeline" / "standard.yaml").read_text()
+    (tmp_path / "myconf" / "pipeline" / "ssd.yaml").write_text(
+        standard.replace("name: standard", "name: ssd").replace("task: classification", "task: detection"))
+    out = run_cli(f"hydra.searchpath=[file://{tmp_path / 'myconf'}]", "pipeline=ssd", cwd=tmp_path)
+    _fails_with(out, "pipeline=ssd is a detection recipe", "task=classification", "light, standard")
+
+
+def test_a_corrupt_jpeg_is_named(tmp_path, digits_copy):
+    victim = sorted((digits_copy / "train" / "3").glob("*.jpg"))[5]
+    victim.write_bytes(b"\xff\xd8\xff\xe0" + b"not really a jpeg" * 20)
+    out = run_cli("data=imagefolder", f"data.root={digits_copy}", "data.image_size=32", "epochs=1",
+                  "tracking=none", "backend.trainer.enable_progress_bar=false", cwd=tmp_path)
+    _fails_with(out, f"cannot decode {victim}", "Remove or replace the file")
