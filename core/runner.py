@@ -61,9 +61,10 @@ def run(cfg: DictConfig) -> float | None:
     backend = load_backend(cfg.backend.name)
     plan = build_plan(cfg, backend)
     seeding.seed_everything(plan.seed, cfg.deterministic)
-    log.info("plan: %d replica(s) x batch %d = global batch %d; lr %g x %s(%d/%d) = %g; seed %d; device %s",
-             plan.world_size, plan.per_replica_batch, plan.global_batch, plan.base_lr, plan.lr_scale_rule,
-             plan.global_batch, cfg.optim.ref_batch, plan.effective_lr, plan.seed, plan.device)
+    log.info("plan: %d replica(s) x batch %d = global batch %d; lr %g x %s(%d/%d) = %g; seed %d; "
+             "rank %d reads shard %d/%d on %s", plan.world_size, plan.per_replica_batch, plan.global_batch,
+             plan.base_lr, plan.lr_scale_rule, plan.global_batch, cfg.optim.ref_batch, plan.effective_lr,
+             plan.seed, plan.global_rank, plan.shard_id, plan.num_shards, plan.device)
 
     overrides, sweep_dir = _hydra_context()
     tracker = tracking.start_tracking(

@@ -122,6 +122,19 @@ def _sweep_parent(client, experiment_id: str, sweep_dir: str) -> str:
     return parent.info.run_id
 
 
+def close_sweep_parent(*, uri: str, experiment: str, sweep_dir: str) -> None:
+    """Mark the parent run of the sweep in `sweep_dir` FINISHED (nothing if there is none)."""
+    _quiet_mlflow_loggers()
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return
+    for run in client.search_runs([exp.experiment_id], filter_string=f"tags.`{_SWEEP_TAG}` = '{sweep_dir}'"):
+        client.set_terminated(run.info.run_id, "FINISHED")
+
+
 def start_tracking(*, enabled: bool, is_global_zero: bool, uri: str | None, experiment: str,
                    artifact_location: str | None, output_dir: Path, run_name: str,
                    sweep_dir: str | None, resume: bool) -> NullTracker:

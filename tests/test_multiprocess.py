@@ -1,0 +1,42 @@
+"""Several processes through the real launchers: Lightning DDP (CPU, gloo) and a Hydra -m sweep."""
+import re
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import read_summary, run_cli
+
+pytestmark = pytest.mark.slow
+QUIET = ["backend.trainer.enable_progress_bar=false", "backend.trainer.enable_model_summary=false"]
+
+
+def test_ddp_with_two_processes_reads_two_shards_and_doubles_the_global_batch(tmp_path, data_dir):
+    out = tmp_path / "ddp"
+    res = run_cli("backend.accelerator=cpu", "backend.devices=2", "backend.strategy=ddp", "epochs=1",
+                  f"paths.data_dir={data_dir}", f"hydra.run.dir={out}", *QUIET, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = read_summary(out)
+    assert (summary["world_size"], summary["global_batch"]) == (2, 128)
+    logs = "".join(p.read_text() for p in out.glob("*.log"))
+    shards = set(re.findall(r"rank (\d) reads shard (\d)/2", logs))
+    assert shards == {("0", "0"), ("1", "1")}, logs[-2000:]
+    run_ = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").get_run(summary["mlflow_run_id"])
+    assert run_.data.params["plan/world_size"] == "2"
+    assert float(run_.data.params["plan/effective_lr"]) == pytest.approx(0.1 * 128 / 32)
+
+
+def test_a_sweep_makes_one_child_run_per_job_under_one_parent(tmp_path, data_dir):
+    res = run_cli("-m", "optim.lr=0.05,0.2", "epochs=1", f"paths.data_dir={data_dir}",
+                  f"hydra.sweep.dir={tmp_path / 'sweep'}", *QUIET, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "raised" not in res.stderr, res.stderr[-3000:]  # Hydra only warns when a callback fails
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("hydrali").experiment_id])
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    parents = {r.data.tags["mlflow.parentRunId"] for r in children}
+    assert len(children) == 2 and len(parents) == 1
+    assert sorted(r.data.params["optim.lr"] for r in children) == ["0.05", "0.2"]
+    assert all(r.info.status == "FINISHED" for r in children)
+    assert client.get_run(parents.pop()).info.status == "FINISHED", "the parent run is closed at the end"
+    for job in ("0", "1"):
+        assert read_summary(tmp_path / "sweep" / job)["epochs"] == 1
