@@ -97,6 +97,7 @@ class DataConfig:
     num_classes: Optional[int] = None
     val_fraction: float = 0.0
     size: int = 0
+    verify: bool = True
 
 
 @dataclass

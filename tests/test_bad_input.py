@@ -10,16 +10,17 @@ from tests.conftest import run_cli
 
 def _fails_with(out, *needles: str) -> None:
     assert out.returncode != 0, out.stdout[-2000:]
+    assert out.returncode > 0, f"killed by signal {-out.returncode}: {out.stderr[-2000:]}"
     assert "Traceback" not in out.stderr, out.stderr[-3000:]
     for needle in needles:
         assert needle in out.stderr, out.stderr[-3000:]
 
 
-@pytest.fixture(scope="module")
-def digits_copy(tmp_path_factory, data_dir) -> Path:
-    """A private copy of the digits dataset that tests may damage."""
+@pytest.fixture
+def digits_copy(tmp_path, data_dir) -> Path:
+    """A private copy of the digits dataset that the test may damage."""
     source = write_digits(data_dir / "digits", size=32, val_fraction=0.2)
-    copy = tmp_path_factory.mktemp("damaged") / "digits"
+    copy = tmp_path / "damaged"
     shutil.copytree(source, copy)
     return copy
 
@@ -63,9 +64,20 @@ def test_a_pipeline_that_does_not_fit_the_task_names_the_choices(tmp_path):
     _fails_with(out, "pipeline=ssd is a detection recipe", "task=classification", "light, standard")
 
 
-def test_a_corrupt_jpeg_is_named(tmp_path, digits_copy):
+def test_a_corrupt_jpeg_is_named_before_training(tmp_path, digits_copy):
     victim = sorted((digits_copy / "train" / "3").glob("*.jpg"))[5]
     victim.write_bytes(b"\xff\xd8\xff\xe0" + b"not really a jpeg" * 20)
     out = run_cli("data=imagefolder", f"data.root={digits_copy}", "data.image_size=32", "epochs=1",
                   "tracking=none", "backend.trainer.enable_progress_bar=false", cwd=tmp_path)
     _fails_with(out, f"cannot decode {victim}", "Remove or replace the file")
+    assert not list(tmp_path.glob("outputs/*/*/checkpoints")), "it stops before any training"
+
+
+def test_a_truncated_jpeg_found_after_training_started_is_named_by_the_decoder_path(tmp_path, digits_copy):
+    # data.verify=false: the file reaches DALI, and the decode error is traced back to the file.
+    # A JPEG cut short keeps its start, so DALI fails cleanly on it (a garbage one can crash DALI 2.4).
+    victim = sorted((digits_copy / "val" / "7").glob("*.jpg"))[2]
+    victim.write_bytes(victim.read_bytes()[:200])
+    out = run_cli("data=imagefolder", f"data.root={digits_copy}", "data.image_size=32", "data.verify=false",
+                  "epochs=1", "tracking=none", "backend.trainer.enable_progress_bar=false", cwd=tmp_path)
+    _fails_with(out, "cannot decode", str(victim))

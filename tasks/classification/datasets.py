@@ -20,6 +20,10 @@ SPLITS = ("train", "val")
 DIGITS_MARKER = "hydrali-digits.json"
 DIGITS_SPLIT_SEED = 0      # the train/val split of digits is fixed: the same files on every machine
 DIGITS_JPEG_QUALITY = 95
+JPEG_START, JPEG_END = b"\xff\xd8\xff", b"\xff\xd9"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+TAIL_BYTES = 4096          # a JPEG's end marker may be followed by padding: look for it this far back
+VERIFY_WORKERS = 8         # threads reading file heads and tails (I/O bound)
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,40 @@ def scan_image_folder(root: str | os.PathLike) -> ImageFolderInfo:
         raise HydraliError(f"train/ and val/ of {root} have different class folders ({', '.join(only[:5])}): "
                            f"give both the same classes")
     return ImageFolderInfo(root, classes_of["train"], counts["train"], counts["val"])
+
+
+def structural_problem(path: Path) -> str | None:
+    """Why `path` cannot be a whole JPEG or PNG file (empty, wrong signature, no end marker), or None.
+
+    Reads at most a few KiB per file: a cheap check that catches truncated and foreign files
+    before they reach a decoder.
+    """
+    suffix = path.suffix.lower()
+    with open(path, "rb") as fh:
+        head = fh.read(len(PNG_SIGNATURE))
+        if not head:
+            return "the file is empty"
+        if suffix in (".jpg", ".jpeg"):
+            if not head.startswith(JPEG_START):
+                return "it does not start like a JPEG file"
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - TAIL_BYTES))
+            if JPEG_END not in fh.read():
+                return "it is truncated (no JPEG end marker)"
+        elif suffix == ".png" and head != PNG_SIGNATURE:
+            return "it does not start like a PNG file"
+    return None
+
+
+def verify_image_files(info: "ImageFolderInfo", limit: int = 5) -> list[tuple[Path, str]]:
+    """Image files of both splits that fail `structural_problem`, with the reason (at most `limit`)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    paths = [p for split in (info.train_dir, info.val_dir) for c in info.classes for p in _images_in(split / c)]
+    with ThreadPoolExecutor(VERIFY_WORKERS) as pool:
+        problems = pool.map(structural_problem, paths, chunksize=256)
+        bad = [(p, why) for p, why in zip(paths, problems) if why]
+    return bad[:limit]
 
 
 def find_undecodable(folders: list[Path], limit: int = 5) -> list[tuple[Path, str]]:

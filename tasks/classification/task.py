@@ -11,7 +11,8 @@ from omegaconf import DictConfig
 
 from core.pipelines import make_pipeline
 from core.plan import Plan
-from tasks.classification.datasets import ImageFolderInfo, scan_image_folder, write_digits
+from core.errors import HydraliError
+from tasks.classification.datasets import ImageFolderInfo, scan_image_folder, verify_image_files, write_digits
 
 
 @dataclass
@@ -31,9 +32,15 @@ class ClassificationTask:
             write_digits(data.root, size=data.size, val_fraction=data.val_fraction)
         info = scan_image_folder(data.root)
         if data.num_classes is not None and data.num_classes != info.num_classes:
-            from core.errors import HydraliError
             raise HydraliError(f"data.num_classes={data.num_classes} but {data.root}/train has "
                                f"{info.num_classes} class folders: set data.num_classes=null or fix the data")
+        if data.verify:
+            bad = verify_image_files(info)
+            if bad:
+                path, why = bad[0]
+                more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+                raise HydraliError(f"cannot decode {path}{more}: {why}. Remove or replace the file "
+                                   f"(data.verify=false skips this check)")
         return info
 
     def build_pipeline(self, *, pipeline: DictConfig, data: DictConfig, dataset: ImageFolderInfo, plan: Plan,
