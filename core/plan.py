@@ -29,13 +29,21 @@ def scaled_lr(base_lr: float, global_batch: int, ref_batch: int, rule: str) -> f
 
 
 @dataclass(frozen=True)
+class Shard:
+    """One replica's input: which DALI shard it reads, on which device, with which seed."""
+    shard_id: int
+    device_id: int | None  # the node-local GPU; None on the CPU
+    pipeline_seed: int
+
+
+@dataclass(frozen=True)
 class Plan:
     """What a backend receives: ranks, shard, batch sizes, learning rate, seeds, device."""
-    world_size: int
-    global_rank: int
+    world_size: int        # replicas in the whole job
+    global_rank: int       # this process's rank (0 tracks and writes the summary)
     local_rank: int
     node_rank: int
-    shard_id: int
+    shards: tuple[Shard, ...]  # one per replica this process drives
     num_shards: int
     per_replica_batch: int
     global_batch: int
@@ -45,9 +53,19 @@ class Plan:
     warmup_epochs: float
     epochs: int
     seed: int
-    pipeline_seed: int
     device: str            # "cpu" or "gpu": where DALI runs and the model trains
-    device_id: int | None  # the local GPU for DALI; None on the CPU
+
+    @property
+    def shard(self) -> Shard:
+        """The shard of a one-replica process (Lightning DDP)."""
+        if len(self.shards) != 1:
+            raise ValueError(f"this process drives {len(self.shards)} replicas; pick one of plan.shards")
+        return self.shards[0]
+
+    @property
+    def shard_id(self) -> int:
+        """The shard of a one-replica process."""
+        return self.shard.shard_id
 
     def params(self) -> dict:
         """The values logged to MLflow, under `plan/`."""
@@ -71,7 +89,8 @@ def make_plan(*, topology: Topology, batch_size: int, base_lr: float, ref_batch:
         global_rank=topology.global_rank,
         local_rank=topology.local_rank,
         node_rank=topology.node_rank,
-        shard_id=topology.shard_id,
+        shards=tuple(Shard(shard_id, None if device == "cpu" else local, pipeline_seed(seed, shard_id))
+                     for shard_id, local in zip(topology.shard_ids, topology.local_replicas)),
         num_shards=topology.num_shards,
         per_replica_batch=batch_size,
         global_batch=global_batch,
@@ -81,7 +100,5 @@ def make_plan(*, topology: Topology, batch_size: int, base_lr: float, ref_batch:
         warmup_epochs=warmup_epochs,
         epochs=epochs,
         seed=seed,
-        pipeline_seed=pipeline_seed(seed, topology.shard_id),
         device=device,
-        device_id=None if device == "cpu" else topology.local_rank,
     )

@@ -43,8 +43,8 @@ def _hydra_context() -> tuple[list[str], str | None]:
 def build_plan(cfg: DictConfig, backend) -> Plan:
     """The plan of this process: topology from the environment, batch and lr rules, seeds."""
     device = devices.resolve_device(str(cfg.pipeline.device))
-    per_node, nodes = backend.replicas(cfg.backend, device)
-    topo = topology.detect(per_node, nodes)
+    per_node, nodes, per_process = backend.replicas(cfg.backend, device)
+    topo = topology.detect(per_node, nodes, replicas_per_process=per_process)
     return make_plan(
         topology=topo, batch_size=cfg.data.batch_size, base_lr=cfg.optim.lr, ref_batch=cfg.optim.ref_batch,
         rule=str(cfg.optim.scale), warmup_epochs=cfg.optim.warmup_epochs, epochs=cfg.epochs,
@@ -62,9 +62,10 @@ def run(cfg: DictConfig) -> float | None:
     plan = build_plan(cfg, backend)
     seeding.seed_everything(plan.seed, cfg.deterministic)
     log.info("plan: %d replica(s) x batch %d = global batch %d; lr %g x %s(%d/%d) = %g; seed %d; "
-             "rank %d reads shard %d/%d on %s", plan.world_size, plan.per_replica_batch, plan.global_batch,
+             "rank %d reads shard %s/%d on %s", plan.world_size, plan.per_replica_batch, plan.global_batch,
              plan.base_lr, plan.lr_scale_rule, plan.global_batch, cfg.optim.ref_batch, plan.effective_lr,
-             plan.seed, plan.global_rank, plan.shard_id, plan.num_shards, plan.device)
+             plan.seed, plan.global_rank, ",".join(str(s.shard_id) for s in plan.shards), plan.num_shards,
+             plan.device)
 
     overrides, sweep_dir = _hydra_context()
     tracker = tracking.start_tracking(

@@ -146,6 +146,16 @@ class LightningBackendConfig:
 
 
 @dataclass
+class KerasBackendConfig:
+    name: str = "keras"
+    replicas: Optional[int] = None
+    validation_freq: int = 1
+    verbose: Any = "auto"
+    jit_compile: bool = False
+    callbacks: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class HydraliConfig:
     """The top level. Groups are typed Any here: each option brings its own schema.
 
@@ -174,7 +184,7 @@ GROUP_SCHEMAS = {
     "tracking": TrackingConfig,
     "paths": PathsConfig,
 }
-BACKEND_SCHEMAS = {"lightning": LightningBackendConfig}
+BACKEND_SCHEMAS = {"lightning": LightningBackendConfig, "keras": KerasBackendConfig}
 
 
 def register_schemas() -> None:

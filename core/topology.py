@@ -1,8 +1,9 @@
-"""Where this process sits in the job: world size, global, local and node rank.
+"""Where this process sits in the job: world size, global, local and node rank, and its shards.
 
 Read from the launcher's environment (torchrun, SLURM, Lightning's own DDP launcher) and checked
-against what the backend was asked for (replicas per node x nodes). A DALI shard is one replica:
-shard_id = global rank, num_shards = world size.
+against what the backend was asked for (replicas per node x nodes). A DALI shard is one replica.
+A process drives one replica (Lightning DDP) or several (Keras MirroredStrategy); process rank r
+with k replicas reads shards r*k .. r*k+k-1 of num_shards = world size (all replicas of the job).
 """
 from __future__ import annotations
 
@@ -14,17 +15,30 @@ from core.errors import HydraliError
 
 @dataclass(frozen=True)
 class Topology:
-    """One process's place in the job."""
+    """One process's place in the job. Ranks count processes; world_size counts replicas."""
     world_size: int
     global_rank: int
     local_rank: int
     node_rank: int
     replicas_per_node: int
+    replicas_per_process: int = 1
+
+    @property
+    def shard_ids(self) -> tuple[int, ...]:
+        """The DALI shards this process reads, one per replica it drives (by global, not local, rank)."""
+        first = self.global_rank * self.replicas_per_process
+        return tuple(range(first, first + self.replicas_per_process))
+
+    @property
+    def local_replicas(self) -> tuple[int, ...]:
+        """The node-local index of each replica this process drives (its GPU when on GPUs)."""
+        first = self.local_rank * self.replicas_per_process
+        return tuple(range(first, first + self.replicas_per_process))
 
     @property
     def shard_id(self) -> int:
-        """The DALI shard this process reads: its global rank (not its local rank)."""
-        return self.global_rank
+        """The first (for one-replica processes, the only) shard this process reads."""
+        return self.shard_ids[0]
 
     @property
     def num_shards(self) -> int:
@@ -44,8 +58,10 @@ def _env_int(env: dict, *names: str) -> int | None:
     return None
 
 
-def detect(replicas_per_node: int, num_nodes: int, env: dict | None = None) -> Topology:
-    """The topology of this process for a backend running `replicas_per_node` x `num_nodes` replicas.
+def detect(replicas_per_node: int, num_nodes: int, env: dict | None = None,
+           replicas_per_process: int = 1) -> Topology:
+    """The topology of this process for a backend running `replicas_per_node` x `num_nodes` replicas,
+    `replicas_per_process` of them in each process.
 
     Ranks come from torchrun (RANK, LOCAL_RANK, GROUP_RANK/NODE_RANK, WORLD_SIZE), SLURM
     (SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID, SLURM_NTASKS) or Lightning's launcher
@@ -56,21 +72,26 @@ def detect(replicas_per_node: int, num_nodes: int, env: dict | None = None) -> T
         raise HydraliError(f"the backend asks for {replicas_per_node} replicas per node; it needs at least 1")
     if num_nodes < 1:
         raise HydraliError(f"backend.num_nodes={num_nodes}: it needs at least 1")
-    expected_world = replicas_per_node * num_nodes
+    if replicas_per_node % replicas_per_process:
+        raise HydraliError(f"{replicas_per_node} replicas per node cannot be split into processes of "
+                           f"{replicas_per_process}")
+    processes_per_node = replicas_per_node // replicas_per_process
+    expected_world = processes_per_node * num_nodes  # processes, checked against the launcher
 
     local_rank = _env_int(env, "LOCAL_RANK", "SLURM_LOCALID") or 0
     node_rank = _env_int(env, "NODE_RANK", "GROUP_RANK", "SLURM_NODEID") or 0
     global_rank = _env_int(env, "RANK", "SLURM_PROCID")
     if global_rank is None:
-        global_rank = node_rank * replicas_per_node + local_rank
+        global_rank = node_rank * processes_per_node + local_rank
     world = _env_int(env, "WORLD_SIZE")
     if world is None and "SLURM_NTASKS" in env and "SLURM_PROCID" in env:
         world = _env_int(env, "SLURM_NTASKS")
     if world is not None and world != expected_world:
         raise HydraliError(
             f"the launcher started {world} processes but the backend asks for {expected_world} "
-            f"({replicas_per_node} per node x {num_nodes} nodes): set backend.devices and "
+            f"({processes_per_node} per node x {num_nodes} nodes): set backend.devices and "
             f"backend.num_nodes to match the launcher")
     if not 0 <= global_rank < expected_world:
-        raise HydraliError(f"global rank {global_rank} is outside a world of {expected_world} replicas")
-    return Topology(expected_world, global_rank, local_rank, node_rank, replicas_per_node)
+        raise HydraliError(f"global rank {global_rank} is outside a world of {expected_world} processes")
+    return Topology(replicas_per_node * num_nodes, global_rank, local_rank, node_rank, replicas_per_node,
+                    replicas_per_process)

@@ -1,13 +1,40 @@
 """Callbacks the tests plug in through backend.callbacks (as a user plugs in their own)."""
-import lightning as L
 
 
-class InterruptAtEpoch(L.Callback):
-    """Press Ctrl+C (raise KeyboardInterrupt) when epoch `epoch` (0-based) starts."""
+class InterruptAtEpoch:
+    """Press Ctrl+C (raise KeyboardInterrupt) when epoch `epoch` (0-based) starts, on Lightning."""
 
-    def __init__(self, epoch: int):
-        self.epoch = epoch
+    def __new__(cls, epoch: int):
+        import lightning as L
 
-    def on_train_epoch_start(self, trainer, pl_module) -> None:
-        if trainer.current_epoch == self.epoch:
-            raise KeyboardInterrupt
+        class _Interrupt(L.Callback):
+            def on_train_epoch_start(self, trainer, pl_module) -> None:
+                if trainer.current_epoch == epoch:
+                    raise KeyboardInterrupt
+
+        return _Interrupt()
+
+
+class KerasInterruptAtEpoch:
+    """Press Ctrl+C (raise KeyboardInterrupt) when epoch `epoch` (0-based) starts, on Keras."""
+
+    def __new__(cls, epoch: int):
+        import keras
+
+        class _Interrupt(keras.callbacks.Callback):
+            def on_epoch_begin(self, current: int, logs=None) -> None:
+                if current == epoch:
+                    raise KeyboardInterrupt
+
+        return _Interrupt()
+
+
+def keras_model_without_batchnorm(num_classes: int, image_size: int, **unused):
+    """A small conv net with no BatchNorm: its gradients do not depend on how a batch is split."""
+    import keras
+
+    inputs = keras.Input((image_size, image_size, 3))
+    x = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(inputs)
+    x = keras.layers.Conv2D(16, 3, strides=2, padding="same", activation="relu")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, keras.layers.Dense(num_classes)(x))

@@ -30,7 +30,7 @@ def test_plan_global_batch_and_effective_lr_follow_the_world_size():
                      warmup_epochs=1, epochs=3, seed=0, device="gpu")
     assert (plan.world_size, plan.global_batch) == (8, 256)
     assert plan.effective_lr == pytest.approx(0.1)
-    assert (plan.shard_id, plan.num_shards, plan.device_id) == (5, 8, 1)
+    assert (plan.shard_id, plan.num_shards, plan.shard.device_id) == (5, 8, 1)
     assert plan.params()["plan/effective_lr"] == plan.effective_lr
 
 
@@ -38,6 +38,17 @@ def test_shard_id_is_the_global_rank_not_the_local_rank():
     # second node, first GPU: Lightning's launcher gives only LOCAL_RANK and NODE_RANK
     topo = detect(replicas_per_node=2, num_nodes=2, env={"LOCAL_RANK": "0", "NODE_RANK": "1"})
     assert (topo.shard_id, topo.local_rank, topo.num_shards) == (2, 0, 4)
+
+
+def test_a_process_of_several_replicas_reads_consecutive_shards_by_global_rank():
+    # Keras-style: 2 nodes, one process per node driving 4 replicas; this is the second node
+    topo = detect(replicas_per_node=4, num_nodes=2, env={"NODE_RANK": "1"}, replicas_per_process=4)
+    plan = make_plan(topology=topo, batch_size=16, base_lr=0.1, ref_batch=256, rule="linear",
+                     warmup_epochs=0, epochs=1, seed=3, device="gpu")
+    assert [s.shard_id for s in plan.shards] == [4, 5, 6, 7]
+    assert [s.device_id for s in plan.shards] == [0, 1, 2, 3]
+    assert len({s.pipeline_seed for s in plan.shards}) == 4
+    assert (plan.world_size, plan.num_shards, plan.global_batch) == (8, 8, 128)
 
 
 def test_slurm_ranks_are_read():

@@ -26,12 +26,12 @@ CHECKPOINT_DIR = "checkpoints"
 LAST = "last.ckpt"
 
 
-def replicas(backend: DictConfig, device: str) -> tuple[int, int]:
-    """Replicas per node and nodes: backend.devices processes on each of backend.num_nodes nodes."""
+def replicas(backend: DictConfig, device: str) -> tuple[int, int, int]:
+    """Replicas per node, nodes, replicas per process: backend.devices one-replica processes per node."""
     if device == "cpu" and backend.devices > 1 and backend.accelerator != "cpu":
         raise HydraliError(f"backend.devices={backend.devices} needs {backend.devices} GPUs but the pipeline runs "
                            f"on the CPU: set backend.devices=1 (or backend.accelerator=cpu for CPU processes)")
-    return backend.devices, backend.num_nodes
+    return backend.devices, backend.num_nodes, 1
 
 
 def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dir: Path) -> str | None:

@@ -61,7 +61,8 @@ class DaliDataModule(L.LightningDataModule):
 
     def _loader(self, is_training: bool) -> DaliLoader:
         pipe = self.task.build_pipeline(pipeline=self.cfg.pipeline, data=self.cfg.data, dataset=self.dataset,
-                                        plan=self.plan, layout="CHW", is_training=is_training)
+                                        plan=self.plan, shard=self.plan.shard, layout="CHW",
+                                        is_training=is_training)
         policy = LAST_BATCH[str(self.cfg.pipeline.train_last_batch)] if is_training else LastBatchPolicy.PARTIAL
         try:
             pipe.build()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from omegaconf import DictConfig
 
 from core.pipelines import make_pipeline
-from core.plan import Plan
+from core.plan import Plan, Shard
 from core.errors import HydraliError
 from tasks.classification.datasets import ImageFolderInfo, scan_image_folder, verify_image_files, write_digits
 
@@ -44,14 +44,14 @@ class ClassificationTask:
         return info
 
     def build_pipeline(self, *, pipeline: DictConfig, data: DictConfig, dataset: ImageFolderInfo, plan: Plan,
-                       layout: str, is_training: bool):
-        """The DALI pipeline (not yet built) for this process's shard of one split."""
+                       shard: Shard, layout: str, is_training: bool):
+        """The DALI pipeline (not yet built) of one replica's shard of one split."""
         return make_pipeline(
             pipeline.recipe,
-            batch_size=plan.per_replica_batch, num_threads=pipeline.num_threads, device_id=plan.device_id,
-            seed=plan.pipeline_seed, prefetch_queue_depth=pipeline.prefetch_queue_depth,
+            batch_size=plan.per_replica_batch, num_threads=pipeline.num_threads, device_id=shard.device_id,
+            seed=shard.pipeline_seed, prefetch_queue_depth=pipeline.prefetch_queue_depth,
             file_root=str(dataset.train_dir if is_training else dataset.val_dir),
-            shard_id=plan.shard_id, num_shards=plan.num_shards, device=plan.device, layout=layout,
+            shard_id=shard.shard_id, num_shards=plan.num_shards, device=plan.device, layout=layout,
             is_training=is_training, image_size=data.image_size,
             random_area=list(pipeline.random_area), random_aspect_ratio=list(pipeline.random_aspect_ratio),
             flip_probability=pipeline.flip_probability, mean=list(pipeline.mean), std=list(pipeline.std),

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 from torch import nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
@@ -39,7 +39,10 @@ class TorchClassification(nn.Module):
 
 def build(task, model_cfg: DictConfig, num_classes: int) -> TorchClassification:
     """The torch side of `task` with the network described by `model_cfg` (any _target_ returning an nn.Module)."""
-    model = instantiate(model_cfg, num_classes=num_classes)
+    spec = model_cfg.copy()
+    with open_dict(spec):
+        spec.pop("keras_target", None)  # the Keras side's builder of the same network
+    model = instantiate(spec, num_classes=num_classes)
     if not isinstance(model, nn.Module):
         raise TypeError(f"model._target_={model_cfg._target_} returned {type(model).__name__}, not an nn.Module")
     return TorchClassification(model, num_classes, task.label_smoothing)

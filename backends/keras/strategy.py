@@ -1,0 +1,44 @@
+"""The devices Keras trains on and the tf.distribute strategy over them.
+
+GPUs: MirroredStrategy over the first `replicas` visible GPUs. CPU: the CPU is split into
+`replicas` logical devices, so that N replicas really run (and really all-reduce) on one CPU.
+One replica: TensorFlow's default strategy. Several workers (MultiWorkerMirroredStrategy) would
+plug in here, with the worker index offsetting the shards (see core.topology).
+"""
+from __future__ import annotations
+
+import tensorflow as tf
+
+from core.errors import HydraliError
+
+
+def visible_gpus() -> int:
+    """The number of GPUs TensorFlow can see."""
+    return len(tf.config.list_physical_devices("GPU"))
+
+
+def configure_devices(replicas: int, device: str) -> list[str]:
+    """Make `replicas` devices of kind `device` ("cpu" or "gpu") available; return their names.
+
+    On the CPU this must run before TensorFlow starts its runtime: logical devices cannot be
+    added later. A runtime already split into at least `replicas` CPUs is accepted as it is.
+    """
+    if device == "gpu":
+        return [f"/gpu:{i}" for i in range(replicas)]
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        if replicas > 1:
+            tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
+    except RuntimeError as err:  # the runtime was already started (e.g. an earlier run in this process)
+        if len(tf.config.list_logical_devices("CPU")) < replicas:
+            raise HydraliError(f"backend.replicas={replicas} needs {replicas} logical CPUs but TensorFlow already "
+                               f"started with fewer in this process: run hydrali in a new process") from err
+    return [f"/cpu:{i}" for i in range(replicas)]
+
+
+def make_strategy(devices: list[str]) -> tf.distribute.Strategy:
+    """MirroredStrategy over `devices`, or the default strategy for a single replica."""
+    if len(devices) == 1:
+        return tf.distribute.get_strategy()
+    cross_device_ops = None if devices[0].startswith("/gpu") else tf.distribute.ReductionToOneDevice()
+    return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=cross_device_ops)

@@ -1,0 +1,66 @@
+"""ResNets in Keras 3: the same architectures as torch_model.py, and keras.applications' ResNet50."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import keras
+from keras import layers as kl
+
+BN = {"momentum": 0.9, "epsilon": 1e-5}  # torch's BatchNorm2d defaults, in Keras' terms
+
+
+def _conv_bn(x, filters: int, kernel: int, stride: int = 1, zero_gamma: bool = False):
+    x = kl.Conv2D(filters, kernel, stride, padding="same", use_bias=False,
+                      kernel_initializer=keras.initializers.HeNormal())(x)
+    return kl.BatchNormalization(gamma_initializer="zeros" if zero_gamma else "ones", **BN)(x)
+
+
+def _block(x, width: int, stride: int, bottleneck: bool):
+    expansion = 4 if bottleneck else 1
+    cin, cout = x.shape[-1], width * expansion
+    if bottleneck:
+        y = kl.ReLU()(_conv_bn(x, width, 1))
+        y = kl.ReLU()(_conv_bn(y, width, 3, stride))
+        y = _conv_bn(y, cout, 1, zero_gamma=True)
+    else:
+        y = kl.ReLU()(_conv_bn(x, width, 3, stride))
+        y = _conv_bn(y, cout, 3, zero_gamma=True)
+    shortcut = _conv_bn(x, cout, 1, stride) if stride != 1 or cin != cout else x
+    return kl.ReLU()(kl.Add()([y, shortcut]))
+
+
+def ResNet(num_classes: int, image_size: int, block: str = "basic", layers: Sequence[int] = (2, 2, 2, 2),
+           widths: Sequence[int] = (64, 128, 256, 512), stem: str = "imagenet") -> keras.Model:
+    """A ResNet as a functional Keras model, taking NHWC images of image_size x image_size.
+
+    Same arguments as tasks.classification.torch_model.ResNet.
+    """
+    depths = layers
+    if block not in ("basic", "bottleneck"):
+        raise ValueError(f"model.block={block!r}: choose basic or bottleneck")
+    if len(depths) != len(widths):
+        raise ValueError(f"model.layers ({len(depths)} stages) and model.widths ({len(widths)}) differ in length")
+    inputs = keras.Input((image_size, image_size, 3))
+    if stem == "imagenet":
+        x = kl.ReLU()(_conv_bn(inputs, widths[0], 7, 2))
+        x = kl.MaxPooling2D(3, 2, padding="same")(x)
+    elif stem == "small":
+        x = kl.ReLU()(_conv_bn(inputs, widths[0], 3))
+    else:
+        raise ValueError(f"model.stem={stem!r}: choose imagenet or small")
+    for i, (depth, width) in enumerate(zip(depths, widths)):
+        for j in range(depth):
+            x = _block(x, width, 2 if (j == 0 and i > 0) else 1, block == "bottleneck")
+    x = kl.GlobalAveragePooling2D()(x)
+    outputs = kl.Dense(num_classes)(x)  # logits, as on torch
+    return keras.Model(inputs, outputs, name="resnet")
+
+
+def ResNet50(num_classes: int, image_size: int, **architecture) -> keras.Model:
+    """keras.applications.ResNet50, randomly initialised, with a logits head of num_classes.
+
+    `architecture` (block, layers, widths, stem from conf/model/resnet50.yaml) describes this same
+    network for the torch side and is not needed here.
+    """
+    return keras.applications.ResNet50(weights=None, input_shape=(image_size, image_size, 3),
+                                       classes=num_classes, classifier_activation=None)

@@ -1,0 +1,131 @@
+"""The Keras backend: the same tasks, recipes, plan and tracking as Lightning, on MirroredStrategy."""
+import numpy as np
+import pytest
+from mlflow.tracking import MlflowClient
+
+from core.runner import run
+from tests.conftest import compose_config, read_summary
+from tests.helpers import keras_model_without_batchnorm
+
+pytestmark = pytest.mark.slow
+QUIET = ["backend=keras", "backend.verbose=0"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def two_logical_cpus():
+    """TensorFlow splits the CPU into logical devices only before it starts: do it first, for every test here."""
+    from backends.keras.strategy import configure_devices
+    configure_devices(2, "cpu")
+
+
+@pytest.fixture(scope="module")
+def keras_run(tmp_path_factory, data_dir):
+    """The default experiment on Keras, shortened to 6 epochs, tracked in MLflow."""
+    root = tmp_path_factory.mktemp("keras")
+    cfg = compose_config(["epochs=6", *QUIET], root, data_dir)
+    run(cfg)
+    return cfg, read_summary(cfg.paths.output_dir)
+
+
+def test_keras_learns_digits(keras_run):
+    cfg, summary = keras_run
+    assert summary["backend"] == "keras"
+    assert summary["best"]["val/acc"] >= 0.8
+    assert summary["history"][-1]["train/loss"] < summary["history"][0]["train/loss"]
+    assert summary["best_checkpoint"].endswith("epoch" + "%03d" % (summary["history"].index(
+        max(summary["history"], key=lambda r: r["val/acc"])) + 1) + ".weights.h5")
+
+
+def test_two_replicas_show_in_mlflow_and_summary_and_read_their_own_shards(make_cfg, tmp_path, monkeypatch):
+    from tasks.classification.task import ClassificationTask
+
+    built = []
+    original = ClassificationTask.build_pipeline
+
+    def recording(self, **kwargs):
+        built.append((kwargs["is_training"], kwargs["shard"].shard_id, kwargs["plan"].num_shards))
+        return original(self, **kwargs)
+
+    monkeypatch.setattr(ClassificationTask, "build_pipeline", recording)
+    cfg = make_cfg("epochs=1", "backend.replicas=2", *QUIET)
+    run(cfg)
+    summary = read_summary(cfg.paths.output_dir)
+    assert (summary["world_size"], summary["per_replica_batch"], summary["global_batch"]) == (2, 64, 128)
+    params = MlflowClient(cfg.tracking.uri).get_run(summary["mlflow_run_id"]).data.params
+    assert (params["plan/world_size"], params["plan/global_batch"]) == ("2", "128")
+    # one pipeline per replica and split, on shards 0 and 1 of 2 (the reader keeps shards disjoint:
+    # tests/test_sharding.py)
+    assert sorted(built) == [(False, 0, 2), (False, 1, 2), (True, 0, 2), (True, 1, 2)]
+
+
+def test_one_sgd_step_on_two_replicas_equals_one_on_one_replica_with_twice_the_batch(make_cfg):
+    import keras
+    import tensorflow as tf
+
+    from backends.keras.data import distribute
+    from backends.keras.strategy import configure_devices, make_strategy
+    from backends.keras.training import compile_model
+    from core.plan import make_plan
+    from core.topology import detect
+    from tasks.classification import keras_task
+
+    cfg = make_cfg("backend=keras", "optim.warmup_epochs=0")
+    half, size, classes = 8, 16, 10
+    rng = np.random.default_rng(0)
+    images = rng.normal(size=(2 * half, size, size, 3)).astype("float32")
+    labels = rng.integers(0, classes, size=(2 * half, 1)).astype("int32")
+
+    def one_step(replicas: int):
+        plan = make_plan(topology=detect(replicas, 1, env={}, replicas_per_process=replicas),
+                         batch_size=2 * half // replicas, base_lr=cfg.optim.lr, ref_batch=cfg.optim.ref_batch,
+                         rule=str(cfg.optim.scale), warmup_epochs=0, epochs=1, seed=0, device="cpu")
+        devices = configure_devices(replicas, "cpu")
+        strategy = make_strategy(devices)
+        keras.utils.set_random_seed(0)
+        model = compile_model(strategy=strategy, build_network=lambda: keras_model_without_batchnorm(classes, size),
+                              loss=keras_task.loss(None), metrics=keras_task.metrics(None), optim=cfg.optim,
+                              plan=plan, steps_per_epoch=1)
+        before = [keras.ops.convert_to_numpy(w) for w in model.weights]
+        per = plan.per_replica_batch
+        data = distribute(strategy, devices, lambda i: tf.data.Dataset.from_tensors(
+            (images[i * per:(i + 1) * per], labels[i * per:(i + 1) * per])).repeat())
+        model.fit(data, epochs=1, steps_per_epoch=1, verbose=0, shuffle=False)
+        return plan, before, [keras.ops.convert_to_numpy(w) for w in model.weights]
+
+    plan1, init1, one = one_step(1)
+    plan2, init2, two = one_step(2)
+    assert plan1.global_batch == plan2.global_batch == 2 * half
+    assert plan1.effective_lr == plan2.effective_lr
+    for a, b in zip(init1, init2):
+        np.testing.assert_array_equal(a, b)
+    assert any(not np.allclose(a, b) for a, b in zip(init1, one)), "the step changed the weights"
+    for a, b in zip(one, two):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+
+
+def test_the_same_seed_gives_the_same_losses_on_keras(make_cfg, tmp_path):
+    def losses(name):
+        out = tmp_path / name
+        run(make_cfg("seed=5", "epochs=2", "tracking=none", *QUIET, output_dir=out))
+        return [row["train/loss"] for row in read_summary(out)["history"]]
+
+    first, again = losses("a"), losses("b")
+    assert len(first) == 2 and first == again
+
+
+def test_an_interrupted_keras_run_resumes_at_the_next_epoch(make_cfg, tmp_path):
+    out = tmp_path / "run"
+    stop = "+backend.callbacks.interrupt={_target_: tests.helpers.KerasInterruptAtEpoch, epoch: 1}"
+    with pytest.raises(KeyboardInterrupt):
+        run(make_cfg("epochs=3", stop, *QUIET, output_dir=out))
+    assert (out / "checkpoints" / "epoch001.weights.h5").is_file()
+    interrupted_run = (out / "mlflow_run_id").read_text()
+
+    run(make_cfg("epochs=3", "ckpt_path=last", *QUIET, output_dir=out))
+    summary = read_summary(out)
+    assert summary["first_epoch"] == 1
+    assert [row["epoch"] for row in summary["history"]] == [1, 2]
+    assert summary["epochs"] == 3
+    assert summary["mlflow_run_id"] == interrupted_run
+    client = MlflowClient(make_cfg().tracking.uri)
+    assert [m.step for m in client.get_metric_history(interrupted_run, "val/acc")] == [0, 1, 2]
