@@ -14,7 +14,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q "$(TORCH_SPEC)"
-	$(VENV)/bin/pip install -q -e ".[test]"
+	$(VENV)/bin/pip install -q -e ".[test,keras]"
+	# DALI's TensorFlow plugin builds against the installed TensorFlow: after it, without isolation
+	$(VENV)/bin/pip install -q --no-build-isolation nvidia-dali-tf-plugin-cuda120
 	touch $@
 
 setup: $(VENV)/.installed

@@ -81,3 +81,23 @@ def test_a_truncated_jpeg_found_after_training_started_is_named_by_the_decoder_p
     out = run_cli("data=imagefolder", f"data.root={digits_copy}", "data.image_size=32", "data.verify=false",
                   "epochs=1", "tracking=none", "backend.trainer.enable_progress_bar=false", cwd=tmp_path)
     _fails_with(out, "cannot decode", str(victim))
+
+
+def test_zero_keras_replicas_is_refused(tmp_path):
+    _fails_with(run_cli("backend=keras", "backend.replicas=0", cwd=tmp_path), "backend.replicas=0", "at least 1")
+
+
+def test_a_replica_count_the_data_cannot_be_split_over_is_refused(tmp_path):
+    # digits' 360 validation images over 8 replicas: 45 per shard, fewer than a batch of 64
+    _fails_with(run_cli("backend=keras", "backend.replicas=8", cwd=tmp_path),
+                "over 8 replicas a shard holds 45", "lower backend.replicas or data.batch_size")
+
+
+def test_a_checkpoint_of_the_other_backend_is_refused(tmp_path):
+    keras_ckpt = tmp_path / "epoch003.weights.h5"
+    keras_ckpt.write_bytes(b"\x89HDF\r\n\x1a\n")
+    _fails_with(run_cli(f"ckpt_path={keras_ckpt}", cwd=tmp_path), "not a Lightning checkpoint")
+    lightning_ckpt = tmp_path / "last.ckpt"
+    lightning_ckpt.write_bytes(b"PK")
+    _fails_with(run_cli("backend=keras", f"ckpt_path={lightning_ckpt}", cwd=tmp_path),
+                "not a hydrali Keras checkpoint")
