@@ -17,6 +17,13 @@ def test_command_line_choices_win_over_the_task_defaults(make_cfg):
     assert (cfg.pipeline.name, cfg.model.layers, cfg.data.batch_size) == ("light", [2, 2, 2, 2], 16)
 
 
+def test_backend_keras_composes_with_the_same_task_pipeline_and_data(make_cfg):
+    cfg = make_cfg("backend=keras")
+    assert (cfg.backend.name, cfg.pipeline.name, cfg.data.name, cfg.backend.replicas) == (
+        "keras", "standard", "digits", None)
+    assert cfg.model.keras_target.endswith("keras_model.ResNet")
+
+
 def test_seed_zero_survives_composition(make_cfg):
     assert make_cfg("seed=0").seed == 0
 
@@ -24,7 +31,7 @@ def test_seed_zero_survives_composition(make_cfg):
 def test_help_lists_the_groups_and_their_options(tmp_path):
     out = run_cli("--help", cwd=tmp_path)
     assert out.returncode == 0
-    for line in ("pipeline: light, standard", "data: digits, imagefolder", "backend: lightning",
+    for line in ("pipeline: light, standard", "data: digits, imagefolder", "backend: keras, lightning",
                  "model: resnet18, resnet50, small_resnet", "tracking: mlflow, none"):
         assert line in out.stdout
     assert "schema" not in out.stdout.split("== Config groups")[1].split("==")[0]
