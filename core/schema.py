@@ -152,6 +152,7 @@ class KerasBackendConfig:
     validation_freq: int = 1
     verbose: Any = "auto"
     jit_compile: bool = False
+    keep_checkpoints: int = 3
     callbacks: Dict[str, Any] = field(default_factory=dict)
 
 

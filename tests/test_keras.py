@@ -1,4 +1,6 @@
 """The Keras backend: the same tasks, recipes, plan and tracking as Lightning, on MirroredStrategy."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
@@ -32,8 +34,10 @@ def test_keras_learns_digits(keras_run):
     assert summary["backend"] == "keras"
     assert summary["best"]["val/acc"] >= 0.8
     assert summary["history"][-1]["train/loss"] < summary["history"][0]["train/loss"]
-    assert summary["best_checkpoint"].endswith("epoch" + "%03d" % (summary["history"].index(
-        max(summary["history"], key=lambda r: r["val/acc"])) + 1) + ".weights.h5")
+    best_epochs = 1 + max(summary["history"], key=lambda r: r["val/acc"])["epoch"]
+    assert summary["best_checkpoint"].endswith(f"epoch{best_epochs:03d}.weights.h5")
+    kept = {p.name for p in (Path(cfg.paths.output_dir) / "checkpoints").glob("*.h5")}
+    assert kept == {f"epoch{n:03d}.weights.h5" for n in {4, 5, 6, best_epochs}}, "the newest 3 and the best"
 
 
 def test_two_replicas_show_in_mlflow_and_summary_and_read_their_own_shards(make_cfg, tmp_path, monkeypatch):

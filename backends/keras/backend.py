@@ -87,6 +87,7 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, tracker, output_dir: Path
     recorder, throughput = EpochRecorder(tracker), Throughput(plan.global_batch)
     callbacks = [
         keras.callbacks.ModelCheckpoint(str(checkpoint_dir / checkpoints.PATTERN), save_weights_only=True),
+        checkpoints.PruneCheckpoints(checkpoint_dir, cfg.backend.keep_checkpoints, cfg.task.monitor, str(cfg.task.mode)),
         keras.callbacks.TensorBoard(log_dir=str(output_dir / "tensorboard")),
         recorder, throughput, *(instantiate(spec) for spec in cfg.backend.callbacks.values()),
     ]

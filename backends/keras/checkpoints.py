@@ -4,6 +4,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import keras
+
+from backends.keras.callbacks import metric_name
 from core.errors import HydraliError
 
 CHECKPOINT_DIR = "checkpoints"
@@ -35,3 +38,26 @@ def resolve(ckpt_path: str | None, checkpoint_dir: Path) -> Path | None:
         raise HydraliError(f"ckpt_path={ckpt_path} is not a file: pass an existing checkpoint or ckpt_path=last")
     epochs_done(path)
     return path
+
+
+class PruneCheckpoints(keras.callbacks.Callback):
+    """After each epoch's checkpoint is written, keep only the newest `keep` files and the best one."""
+
+    def __init__(self, checkpoint_dir: Path, keep: int, monitor: str, mode: str):
+        super().__init__()
+        self.checkpoint_dir, self.keep, self.monitor, self.mode = checkpoint_dir, keep, monitor, mode
+        self.best: tuple[float, int] | None = None  # (value, epochs done)
+
+    def on_epoch_end(self, epoch: int, logs=None) -> None:
+        value = {metric_name(k): v for k, v in (logs or {}).items()}.get(self.monitor)
+        if value is not None:
+            better = (self.best is None or (value > self.best[0] if self.mode == "max" else value < self.best[0]))
+            if better:
+                self.best = (float(value), epoch + 1)
+        if self.keep <= 0:
+            return
+        files = sorted(self.checkpoint_dir.glob("epoch*.weights.h5"), key=epochs_done)
+        protected = {self.best[1]} if self.best else set()
+        for path in files[:-self.keep]:
+            if epochs_done(path) not in protected:
+                path.unlink()

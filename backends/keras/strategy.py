@@ -24,6 +24,11 @@ def configure_devices(replicas: int, device: str) -> list[str]:
     added later. A runtime already split into at least `replicas` CPUs is accepted as it is.
     """
     if device == "gpu":
+        for gpu in tf.config.list_physical_devices("GPU"):
+            try:  # take GPU memory as needed: DALI allocates on the same GPUs
+                tf.config.experimental.set_memory_growth(gpu, True)
+            except RuntimeError:  # the runtime already started; its setting stands
+                pass
         return [f"/gpu:{i}" for i in range(replicas)]
     cpu = tf.config.list_physical_devices("CPU")[0]
     try:
