@@ -101,3 +101,9 @@ def test_a_checkpoint_of_the_other_backend_is_refused(tmp_path):
     lightning_ckpt.write_bytes(b"PK")
     _fails_with(run_cli("backend=keras", f"ckpt_path={lightning_ckpt}", cwd=tmp_path),
                 "not a hydrali Keras checkpoint")
+
+
+def test_a_sweep_over_lightning_ddp_processes_is_refused(tmp_path):
+    out = run_cli("-m", "optim.lr=0.1,0.2", "backend.accelerator=cpu", "backend.devices=2", "backend.strategy=ddp",
+                  cwd=tmp_path)
+    _fails_with(out, "-m with backend.devices=2 is not supported", "torchrun")

@@ -26,8 +26,7 @@ def test_ddp_with_two_processes_reads_two_shards_and_doubles_the_global_batch(tm
 
 
 def test_a_sweep_makes_one_child_run_per_job_under_one_parent(tmp_path, data_dir):
-    res = run_cli("-m", "optim.lr=0.05,0.2", "epochs=1", f"paths.data_dir={data_dir}",
-                  f"hydra.sweep.dir={tmp_path / 'sweep'}", *QUIET, cwd=tmp_path)
+    res = run_cli("-m", "optim.lr=0.05,0.2", "epochs=1", f"paths.data_dir={data_dir}", *QUIET, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "raised" not in res.stderr, res.stderr[-3000:]  # Hydra only warns when a callback fails
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
@@ -38,5 +37,6 @@ def test_a_sweep_makes_one_child_run_per_job_under_one_parent(tmp_path, data_dir
     assert sorted(r.data.params["optim.lr"] for r in children) == ["0.05", "0.2"]
     assert all(r.info.status == "FINISHED" for r in children)
     assert client.get_run(parents.pop()).info.status == "FINISHED", "the parent run is closed at the end"
+    (sweep_dir,) = tmp_path.glob("multirun/*/*")  # the default sweep dir, under the launch dir
     for job in ("0", "1"):
-        assert read_summary(tmp_path / "sweep" / job)["epochs"] == 1
+        assert read_summary(sweep_dir / job)["epochs"] == 1

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import warnings
 from pathlib import Path
 
@@ -31,7 +32,24 @@ def replicas(backend: DictConfig, device: str) -> tuple[int, int, int]:
     if device == "cpu" and backend.devices > 1 and backend.accelerator != "cpu":
         raise HydraliError(f"backend.devices={backend.devices} needs {backend.devices} GPUs but the pipeline runs "
                            f"on the CPU: set backend.devices=1 (or backend.accelerator=cpu for CPU processes)")
+    if backend.devices > 1 and _in_sweep() and not _launched_externally():
+        raise HydraliError(
+            f"-m with backend.devices={backend.devices} is not supported: Lightning's launcher would restart "
+            f"the whole sweep in every process (Lightning issue 11300). Run the jobs one by one, or start "
+            f"the processes with torchrun or srun")
     return backend.devices, backend.num_nodes, 1
+
+
+def _in_sweep() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def _launched_externally() -> bool:
+    """Whether torchrun or SLURM started this process (then Lightning starts no processes itself)."""
+    return any(k in os.environ for k in ("TORCHELASTIC_RUN_ID", "SLURM_PROCID", "LOCAL_RANK"))
 
 
 def resolve_ckpt_path(ckpt_path: str | None, checkpoint_dir: Path) -> str | None:
