@@ -16,7 +16,8 @@ from omegaconf import DictConfig  # noqa: E402
 
 from backends.keras import checkpoints  # noqa: E402
 from backends.keras.callbacks import EpochRecorder, Throughput  # noqa: E402
-from backends.keras.data import check_shards_hold_a_batch, dali_dataset, distribute, steps_per_epoch  # noqa: E402
+from backends.keras.data import (  # noqa: E402
+    check_shards_hold_a_batch, dali_dataset, distribute, reader_epoch_size, steps_per_epoch)
 from backends.keras.strategy import configure_devices, make_strategy, visible_gpus  # noqa: E402
 from backends.keras.training import compile_model  # noqa: E402
 from core.errors import HydraliError  # noqa: E402
@@ -56,10 +57,12 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, tracker, output_dir: Path
     devices = configure_devices(len(plan.shards), plan.device)
     strategy = make_strategy(devices)
     framework = _keras_task(task)
-    for split, count in (("train", dataset.num_train), ("val", dataset.num_val)):
+    sizes = {split: reader_epoch_size(task=task, cfg=cfg, dataset=dataset, plan=plan, is_training=split == "train")
+             for split in ("train", "val")}
+    for split, count in sizes.items():
         check_shards_hold_a_batch(count, plan, split)
-    train_steps = steps_per_epoch(dataset.num_train, plan.num_shards, plan.per_replica_batch)
-    val_steps = steps_per_epoch(dataset.num_val, plan.num_shards, plan.per_replica_batch)
+    train_steps = steps_per_epoch(sizes["train"], plan.num_shards, plan.per_replica_batch)
+    val_steps = steps_per_epoch(sizes["val"], plan.num_shards, plan.per_replica_batch)
 
     def datasets(is_training: bool):
         return distribute(strategy, devices, lambda replica: dali_dataset(

@@ -1,6 +1,7 @@
 """DALI pipelines as Keras input: one DALIDataset per replica, distributed PER_REPLICA."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Callable
 
@@ -8,7 +9,7 @@ import nvidia.dali.plugin.tf as dali_tf
 import tensorflow as tf
 
 from core.errors import HydraliError
-from core.plan import Plan
+from core.plan import Plan, Shard
 
 _TF_DTYPES = {"float": tf.float32, "float16": tf.float16}
 
@@ -17,6 +18,15 @@ def steps_per_epoch(num_samples: int, num_shards: int, batch_size: int) -> int:
     """Batches in one epoch of a shard: the reader pads every shard to ceil(N / shards) samples
     (pad_last_batch) and to whole batches, so every replica takes the same number of steps."""
     return math.ceil(math.ceil(num_samples / num_shards) / batch_size)
+
+
+def reader_epoch_size(*, task, cfg, dataset, plan: Plan, is_training: bool) -> int:
+    """The number of files DALI's reader finds for a split (built once on the CPU, never run)."""
+    cpu_plan = dataclasses.replace(plan, device="cpu")
+    pipe = task.build_pipeline(pipeline=cfg.pipeline, data=cfg.data, dataset=dataset, plan=cpu_plan,
+                               shard=Shard(0, None, 0), layout="HWC", is_training=is_training)
+    pipe.build()
+    return int(pipe.epoch_size("Reader"))
 
 
 def check_shards_hold_a_batch(num_samples: int, plan: Plan, split: str) -> None:
