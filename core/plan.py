@@ -62,11 +62,6 @@ class Plan:
             raise ValueError(f"this process drives {len(self.shards)} replicas; pick one of plan.shards")
         return self.shards[0]
 
-    @property
-    def shard_id(self) -> int:
-        """The shard of a one-replica process."""
-        return self.shard.shard_id
-
     def params(self) -> dict:
         """The values logged to MLflow, under `plan/`."""
         keep = ("world_size", "per_replica_batch", "global_batch", "base_lr", "effective_lr",

@@ -30,7 +30,7 @@ def test_plan_global_batch_and_effective_lr_follow_the_world_size():
                      warmup_epochs=1, epochs=3, seed=0, device="gpu")
     assert (plan.world_size, plan.global_batch) == (8, 256)
     assert plan.effective_lr == pytest.approx(0.1)
-    assert (plan.shard_id, plan.num_shards, plan.shard.device_id) == (5, 8, 1)
+    assert (plan.shard.shard_id, plan.num_shards, plan.shard.device_id) == (5, 8, 1)
     assert plan.params()["plan/effective_lr"] == plan.effective_lr
 
 

@@ -78,12 +78,8 @@ class DaliDataModule(L.LightningDataModule):
         return DaliLoader(iterator, self._decode_error)
 
     def _decode_error(self, err: RuntimeError) -> Exception:
-        bad = self.task.corrupt_files(self.dataset)
-        if not bad:
-            return err
-        path, why = bad[0]
-        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        return HydraliError(f"cannot decode {path}{more}: {why}. Remove or replace the file")
+        explained = self.task.explain_decode_error(self.dataset)
+        return HydraliError(explained) if explained else err
 
     def setup(self, stage: str) -> None:
         if not self.loaders:

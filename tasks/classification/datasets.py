@@ -119,6 +119,13 @@ def verify_image_files(info: "ImageFolderInfo", limit: int = 5) -> list[tuple[Pa
     return bad[:limit]
 
 
+def bad_files_message(bad: list[tuple[Path, str]], hint: str = "") -> str:
+    """One line naming the first bad file, why, how many more, and what to do."""
+    path, why = bad[0]
+    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+    return f"cannot decode {path}{more}: {why}. Remove or replace the file{hint}"
+
+
 def find_undecodable(folders: list[Path], limit: int = 5) -> list[tuple[Path, str]]:
     """Image files under `folders` that cannot be decoded, with the reason (at most `limit`)."""
     from PIL import Image

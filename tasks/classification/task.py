@@ -9,10 +9,11 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
+from core.errors import HydraliError
 from core.pipelines import make_pipeline
 from core.plan import Plan, Shard
-from core.errors import HydraliError
-from tasks.classification.datasets import ImageFolderInfo, scan_image_folder, verify_image_files, write_digits
+from tasks.classification.datasets import (ImageFolderInfo, bad_files_message, find_undecodable,
+                                           scan_image_folder, verify_image_files, write_digits)
 
 
 @dataclass
@@ -37,10 +38,7 @@ class ClassificationTask:
         if data.verify:
             bad = verify_image_files(info)
             if bad:
-                path, why = bad[0]
-                more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-                raise HydraliError(f"cannot decode {path}{more}: {why}. Remove or replace the file "
-                                   f"(data.verify=false skips this check)")
+                raise HydraliError(bad_files_message(bad, " (data.verify=false skips this check)"))
         return info
 
     def build_pipeline(self, *, pipeline: DictConfig, data: DictConfig, dataset: ImageFolderInfo, plan: Plan,
@@ -58,7 +56,7 @@ class ClassificationTask:
             val_crop_fraction=pipeline.val_crop_fraction, dtype=str(pipeline.dtype),
             hw_decoder_load=pipeline.hw_decoder_load, initial_fill=pipeline.initial_fill)
 
-    def corrupt_files(self, dataset: ImageFolderInfo) -> list:
-        """Files of the dataset that cannot be decoded (looked for only after a decode error)."""
-        from tasks.classification.datasets import find_undecodable
-        return find_undecodable([dataset.train_dir, dataset.val_dir])
+    def explain_decode_error(self, dataset: ImageFolderInfo) -> str | None:
+        """After a decoder failed: one line naming the files of the dataset that cannot be decoded, if any."""
+        bad = find_undecodable([dataset.train_dir, dataset.val_dir])
+        return bad_files_message(bad) if bad else None
