@@ -41,25 +41,26 @@ def test_keras_learns_digits(keras_run):
 
 
 def test_two_replicas_show_in_mlflow_and_summary_and_read_their_own_shards(make_cfg, tmp_path, monkeypatch):
-    from tasks.classification.task import ClassificationTask
+    import backends.keras.backend as keras_backend
 
     built = []
-    original = ClassificationTask.build_pipeline
+    original = keras_backend.dali_dataset
 
-    def recording(self, **kwargs):
-        built.append((kwargs["is_training"], kwargs["shard"].shard_id, kwargs["plan"].num_shards))
-        return original(self, **kwargs)
+    def recording(**kwargs):
+        shard = kwargs["plan"].shards[kwargs["replica"]]
+        built.append((kwargs["is_training"], kwargs["replica"], shard.shard_id, kwargs["plan"].num_shards))
+        return original(**kwargs)
 
-    monkeypatch.setattr(ClassificationTask, "build_pipeline", recording)
+    monkeypatch.setattr(keras_backend, "dali_dataset", recording)
     cfg = make_cfg("epochs=1", "backend.replicas=2", *QUIET)
     run(cfg)
     summary = read_summary(cfg.paths.output_dir)
     assert (summary["world_size"], summary["per_replica_batch"], summary["global_batch"]) == (2, 64, 128)
     params = MlflowClient(cfg.tracking.uri).get_run(summary["mlflow_run_id"]).data.params
     assert (params["plan/world_size"], params["plan/global_batch"]) == ("2", "128")
-    # one pipeline per replica and split, on shards 0 and 1 of 2 (the reader keeps shards disjoint:
+    # one DALIDataset per replica and split, replica i on shard i of 2 (the reader keeps shards disjoint:
     # tests/test_sharding.py)
-    assert sorted(built) == [(False, 0, 2), (False, 1, 2), (True, 0, 2), (True, 1, 2)]
+    assert sorted(built) == [(False, 0, 0, 2), (False, 1, 1, 2), (True, 0, 0, 2), (True, 1, 1, 2)]
 
 
 def test_one_sgd_step_on_two_replicas_equals_one_on_one_replica_with_twice_the_batch(make_cfg):

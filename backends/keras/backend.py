@@ -18,7 +18,7 @@ from backends.keras import checkpoints  # noqa: E402
 from backends.keras.callbacks import EpochRecorder, Throughput  # noqa: E402
 from backends.keras.data import (  # noqa: E402
     check_shards_hold_a_batch, dali_dataset, distribute, reader_epoch_size, steps_per_epoch)
-from backends.keras.strategy import configure_devices, make_strategy, visible_gpus  # noqa: E402
+from backends.keras.strategy import configure_devices, make_strategy, placement, visible_gpus  # noqa: E402
 from backends.keras.training import compile_model  # noqa: E402
 from core.errors import HydraliError  # noqa: E402
 from core.plan import Plan  # noqa: E402
@@ -69,41 +69,42 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, tracker, output_dir: Path
             task=task, cfg=cfg, dataset=dataset, plan=plan, replica=replica, is_training=is_training,
             labels_shape=framework.labels_shape()))
 
-    try:
-        model = compile_model(
-            strategy=strategy,
-            build_network=lambda: framework.build_model(cfg.model, dataset.num_classes, cfg.data.image_size),
-            loss=framework.loss(task), metrics=framework.metrics(task), optim=cfg.optim, plan=plan,
-            steps_per_epoch=train_steps, jit_compile=cfg.backend.jit_compile)
-    except (InstantiationException, TypeError, ValueError) as err:
-        raise HydraliError(f"model={cfg.model.get('_target_')} cannot be built on Keras: {err}") from err
-
-    initial_epoch = 0
-    if resume_from is not None:
+    with placement(devices):  # one replica: the model sits where its dataset is
         try:
-            model.load_weights(resume_from)
-        except Exception as err:
-            raise HydraliError(f"ckpt_path={resume_from} does not fit this model and optimizer: {err}") from err
-        initial_epoch = checkpoints.epochs_done(resume_from)
-        log.info("resuming from %s at epoch %d", resume_from, initial_epoch + 1)
+            model = compile_model(
+                strategy=strategy,
+                build_network=lambda: framework.build_model(cfg.model, dataset.num_classes, cfg.data.image_size),
+                loss=framework.loss(task), metrics=framework.metrics(task), optim=cfg.optim, plan=plan,
+                steps_per_epoch=train_steps, jit_compile=cfg.backend.jit_compile)
+        except (InstantiationException, TypeError, ValueError) as err:
+            raise HydraliError(f"model={cfg.model.get('_target_')} cannot be built on Keras: {err}") from err
 
-    recorder, throughput = EpochRecorder(tracker), Throughput(plan.global_batch)
-    callbacks = [
-        keras.callbacks.ModelCheckpoint(str(checkpoint_dir / checkpoints.PATTERN), save_weights_only=True),
-        checkpoints.PruneCheckpoints(checkpoint_dir, cfg.backend.keep_checkpoints, cfg.task.monitor, str(cfg.task.mode)),
-        keras.callbacks.TensorBoard(log_dir=str(output_dir / "tensorboard")),
-        recorder, throughput, *(instantiate(spec) for spec in cfg.backend.callbacks.values()),
-    ]
-    model.fit(datasets(True), epochs=cfg.epochs, initial_epoch=initial_epoch, steps_per_epoch=train_steps,
-              validation_data=datasets(False), validation_steps=val_steps,
-              validation_freq=cfg.backend.validation_freq, callbacks=callbacks, verbose=cfg.backend.verbose,
-              shuffle=False)  # DALI shuffles
+        initial_epoch = 0
+        if resume_from is not None:
+            try:
+                model.load_weights(resume_from)
+            except Exception as err:
+                raise HydraliError(f"ckpt_path={resume_from} does not fit this model and optimizer: {err}") from err
+            initial_epoch = checkpoints.epochs_done(resume_from)
+            log.info("resuming from %s at epoch %d", resume_from, initial_epoch + 1)
 
-    best = _best_checkpoint(recorder.history, cfg.task.monitor, str(cfg.task.mode), checkpoint_dir)
-    return FitResult(history=recorder.history, best_checkpoint=best,
-                     first_epoch=recorder.first_epoch if recorder.first_epoch is not None else initial_epoch,
-                     epochs_completed=initial_epoch + len(recorder.history),
-                     train_images=throughput.images, train_seconds=throughput.seconds)
+        recorder, throughput = EpochRecorder(tracker), Throughput(plan.global_batch)
+        callbacks = [
+            keras.callbacks.ModelCheckpoint(str(checkpoint_dir / checkpoints.PATTERN), save_weights_only=True),
+            checkpoints.PruneCheckpoints(checkpoint_dir, cfg.backend.keep_checkpoints, cfg.task.monitor, str(cfg.task.mode)),
+            keras.callbacks.TensorBoard(log_dir=str(output_dir / "tensorboard")),
+            recorder, throughput, *(instantiate(spec) for spec in cfg.backend.callbacks.values()),
+        ]
+        model.fit(datasets(True), epochs=cfg.epochs, initial_epoch=initial_epoch, steps_per_epoch=train_steps,
+                  validation_data=datasets(False), validation_steps=val_steps,
+                  validation_freq=cfg.backend.validation_freq, callbacks=callbacks, verbose=cfg.backend.verbose,
+                  shuffle=False)  # DALI shuffles
+
+        best = _best_checkpoint(recorder.history, cfg.task.monitor, str(cfg.task.mode), checkpoint_dir)
+        return FitResult(history=recorder.history, best_checkpoint=best,
+                         first_epoch=recorder.first_epoch if recorder.first_epoch is not None else initial_epoch,
+                         epochs_completed=initial_epoch + len(recorder.history),
+                         train_images=throughput.images, train_seconds=throughput.seconds)
 
 
 def _best_checkpoint(history: list[dict], monitor: str, mode: str, checkpoint_dir: Path) -> str | None:

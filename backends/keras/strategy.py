@@ -7,6 +7,8 @@ plug in here, with the worker index offsetting the shards (see core.topology).
 """
 from __future__ import annotations
 
+import contextlib
+
 import tensorflow as tf
 
 from core.errors import HydraliError
@@ -47,3 +49,9 @@ def make_strategy(devices: list[str]) -> tf.distribute.Strategy:
         return tf.distribute.get_strategy()
     cross_device_ops = None if devices[0].startswith("/gpu") else tf.distribute.ReductionToOneDevice()
     return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=cross_device_ops)
+
+
+def placement(devices: list[str]):
+    """Where the model is built and fitted: a single replica sits on its device, as its dataset does
+    (a DALIDataset on a GPU is iterated there); several replicas are placed by the strategy."""
+    return tf.device(devices[0]) if len(devices) == 1 else contextlib.nullcontext()
