@@ -22,45 +22,54 @@ class Choice(str, Enum):
 
 
 class Mode(Choice):
+    """Whether a larger monitored metric is better."""
     max = "max"
     min = "min"
 
 
 class Device(Choice):
+    """Where DALI runs: auto, cpu or gpu."""
     auto = "auto"
     cpu = "cpu"
     gpu = "gpu"
 
 
 class LastBatch(Choice):
+    """What happens to an epoch's last, partial batch."""
     drop = "drop"
     partial = "partial"
     fill = "fill"
 
 
 class Dtype(Choice):
+    """The type of the images a recipe outputs."""
     float = "float"
     float16 = "float16"
 
 
 class Optimizer(Choice):
+    """The optimizers both backends build."""
     sgd = "sgd"
     adamw = "adamw"
 
 
 class Scale(Choice):
+    """How the lr follows the global batch."""
     linear = "linear"
     sqrt = "sqrt"
     none = "none"
 
 
 class Schedule(Choice):
+    """The lr schedule after warmup."""
     cosine = "cosine"
     constant = "constant"
 
 
 @dataclass
 class TaskConfig:
+    """conf/task/*.yaml: what is learned and which metric picks the best checkpoint."""
+
     name: str = MISSING
     _target_: str = MISSING
     monitor: str = MISSING
@@ -70,6 +79,8 @@ class TaskConfig:
 
 @dataclass
 class PipelineConfig:
+    """conf/pipeline/*.yaml: a DALI recipe and its knobs (documented in the YAML files)."""
+
     name: str = MISSING
     task: str = MISSING
     recipe: str = MISSING
@@ -90,6 +101,8 @@ class PipelineConfig:
 
 @dataclass
 class DataConfig:
+    """conf/data/*.yaml: where the dataset is and how it is batched."""
+
     name: str = MISSING
     root: str = MISSING
     batch_size: int = 64
@@ -102,6 +115,8 @@ class DataConfig:
 
 @dataclass
 class OptimConfig:
+    """conf/optim/*.yaml: optimizer, base lr and the rule that scales it."""
+
     name: Optimizer = Optimizer.sgd
     lr: float = 0.1
     ref_batch: int = 256
@@ -117,6 +132,8 @@ class OptimConfig:
 
 @dataclass
 class TrackingConfig:
+    """conf/tracking/*.yaml: the MLflow store and experiment."""
+
     enabled: bool = True
     uri: Optional[str] = None
     experiment: str = "hydrali"
@@ -126,6 +143,8 @@ class TrackingConfig:
 
 @dataclass
 class PathsConfig:
+    """conf/paths/*.yaml: where data, outputs and the MLflow store live."""
+
     root: str = MISSING
     data_dir: str = MISSING
     output_dir: str = MISSING
@@ -133,6 +152,8 @@ class PathsConfig:
 
 @dataclass
 class LightningBackendConfig:
+    """conf/backend/lightning.yaml: devices, nodes, strategy and Trainer options."""
+
     name: str = "lightning"
     accelerator: str = "auto"
     devices: int = 1
@@ -147,6 +168,8 @@ class LightningBackendConfig:
 
 @dataclass
 class KerasBackendConfig:
+    """conf/backend/keras.yaml: replicas and Keras fit options."""
+
     name: str = "keras"
     replicas: Optional[int] = None
     validation_freq: int = 1
