@@ -1,4 +1,4 @@
-"""Callbacks the tests plug in through backend.callbacks (as a user plugs in their own)."""
+"""What the tests plug into hydrali as a user would: callbacks (backend.callbacks) and a model builder."""
 
 
 class InterruptAtEpoch:

@@ -9,9 +9,9 @@ import lightning as L
 class EpochRecorder(L.Callback):
     """After each epoch (validation included), record its metrics and log them to the tracker (step = epoch)."""
 
-    def __init__(self, tracker, metric_names_prefixes=("train/", "val/")):
+    def __init__(self, tracker, prefixes=("train/", "val/")):
         self.tracker = tracker
-        self.prefixes = metric_names_prefixes
+        self.prefixes = prefixes
         self.history: list[dict] = []
         self.first_epoch: int | None = None
 
