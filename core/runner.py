@@ -57,7 +57,8 @@ def run(cfg: DictConfig) -> float | None:
     check_config(cfg)
     output_dir = Path(cfg.paths.output_dir)
     task = instantiate(cfg.task)
-    dataset = task.prepare_data(cfg.data)  # before the backend loads: bad data fails in a second
+    # before the backend loads, so that bad data fails in a second; files are checked by one process only
+    dataset = task.prepare_data(cfg.data, verify=cfg.data.verify and topology.is_first_process())
     backend = load_backend(cfg.backend.name)
     plan = build_plan(cfg, backend)
     seeding.seed_everything(plan.seed, cfg.deterministic)

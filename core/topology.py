@@ -58,6 +58,14 @@ def _env_int(env: dict, *names: str) -> int | None:
     return None
 
 
+def is_first_process(env: dict | None = None) -> bool:
+    """Whether this is the job's first process (rank 0 on node 0), known before the backend is: the
+    one that does job-wide work once, such as checking the dataset's files."""
+    env = dict(os.environ if env is None else env)
+    ranks = ("RANK", "SLURM_PROCID", "LOCAL_RANK", "SLURM_LOCALID", "NODE_RANK", "GROUP_RANK", "SLURM_NODEID")
+    return all((_env_int(env, name) or 0) == 0 for name in ranks)
+
+
 def detect(replicas_per_node: int, num_nodes: int, env: dict | None = None,
            replicas_per_process: int = 1) -> Topology:
     """The topology of this process for a backend running `replicas_per_node` x `num_nodes` replicas,

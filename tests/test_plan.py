@@ -7,7 +7,7 @@ from core.errors import HydraliError
 from core.plan import make_plan, scaled_lr
 from core.schedule import lr_factor
 from core.seeding import pipeline_seed, resolve_seed
-from core.topology import detect
+from core.topology import detect, is_first_process
 
 
 @pytest.mark.parametrize("rule, expected", [("linear", 0.4), ("sqrt", 0.2), ("none", 0.1)])
@@ -49,6 +49,14 @@ def test_a_process_of_several_replicas_reads_consecutive_shards_by_global_rank()
     assert [s.device_id for s in plan.shards] == [0, 1, 2, 3]
     assert len({s.pipeline_seed for s in plan.shards}) == 4
     assert (plan.world_size, plan.num_shards, plan.global_batch) == (8, 8, 128)
+
+
+def test_only_the_first_process_of_a_job_does_job_wide_work():
+    assert is_first_process({})
+    assert is_first_process({"RANK": "0", "LOCAL_RANK": "0", "NODE_RANK": "0"})
+    assert not is_first_process({"LOCAL_RANK": "1"})                      # Lightning's second process
+    assert not is_first_process({"LOCAL_RANK": "0", "NODE_RANK": "1"})    # first process of the second node
+    assert not is_first_process({"SLURM_PROCID": "5", "SLURM_LOCALID": "1"})
 
 
 def test_slurm_ranks_are_read():

@@ -27,15 +27,16 @@ class ClassificationTask:
     outputs = ("images", "labels")   # what the recipes return, in order
     package = "tasks.classification"  # where the framework modules (torch_task, ...) live
 
-    def prepare_data(self, data: DictConfig) -> ImageFolderInfo:
-        """Make sure the dataset is on disk (writing the bundled one if needed) and scan it."""
+    def prepare_data(self, data: DictConfig, verify: bool) -> ImageFolderInfo:
+        """Make sure the dataset is on disk (writing the bundled one if needed) and scan it; with
+        `verify`, also check that every image file is whole."""
         if data.name == "digits":
             write_digits(data.root, size=data.size, val_fraction=data.val_fraction)
         info = scan_image_folder(data.root)
         if data.num_classes is not None and data.num_classes != info.num_classes:
             raise HydraliError(f"data.num_classes={data.num_classes} but {data.root}/train has "
                                f"{info.num_classes} class folders: set data.num_classes=null or fix the data")
-        if data.verify:
+        if verify:
             bad = verify_image_files(info)
             if bad:
                 raise HydraliError(bad_files_message(bad, " (data.verify=false skips this check)"))
