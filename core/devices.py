@@ -1,26 +1,48 @@
-"""Where DALI and the model run: `pipeline.device` auto | cpu | gpu, resolved without importing torch."""
+"""Where DALI runs: `pipeline.device` auto | cpu | gpu, resolved without importing torch or TensorFlow.
+
+The training device is the backend's (Lightning's accelerator, the GPUs TensorFlow sees): a DALI
+pipeline on the CPU may feed a model on a GPU. `auto` puts DALI on the GPU when DALI sees one;
+when the framework sees a GPU that DALI does not (a driver or CUDA library mismatch), it says so.
+"""
 from __future__ import annotations
+
+import logging
 
 from core.errors import HydraliError
 
+log = logging.getLogger(__name__)
 DEVICES = ("auto", "cpu", "gpu")
+
+
+def dali_cuda_devices() -> tuple[int, str]:
+    """The number of CUDA devices DALI can see, and why it sees none (empty when it sees some)."""
+    try:
+        from nvidia.dali.backend import GetCUDADeviceCount
+        count = int(GetCUDADeviceCount())
+    except Exception as err:  # no driver, no libcuda, a CUDA version DALI was not built for
+        return 0, f"DALI cannot use CUDA: {err}".strip()
+    return count, "" if count else "DALI finds no CUDA device (no NVIDIA GPU or driver on this machine)"
 
 
 def cuda_device_count() -> int:
     """The number of CUDA devices DALI can see (0 on a machine with no GPU or no driver)."""
-    try:
-        from nvidia.dali.backend import GetCUDADeviceCount
-        return int(GetCUDADeviceCount())
-    except Exception:  # no driver, no libcuda: a CPU machine
-        return 0
+    return dali_cuda_devices()[0]
 
 
-def resolve_device(requested: str) -> str:
-    """Turn pipeline.device into "cpu" or "gpu"; asking for gpu on a machine without one is an error."""
+def resolve_device(requested: str, framework_gpus: int = 0, framework: str = "the framework") -> str:
+    """Turn pipeline.device into "cpu" or "gpu", given how many GPUs the training framework sees."""
     if requested not in DEVICES:
         raise HydraliError(f"pipeline.device={requested!r}: choose one of {', '.join(DEVICES)}")
-    if requested == "auto":
-        return "gpu" if cuda_device_count() > 0 else "cpu"
-    if requested == "gpu" and cuda_device_count() == 0:
-        raise HydraliError("pipeline.device=gpu but no CUDA device is visible: use pipeline.device=cpu (or auto)")
-    return requested
+    if requested == "cpu":
+        return "cpu"
+    count, why_none = dali_cuda_devices()
+    if count > 0:
+        return "gpu"
+    if requested == "gpu":
+        raise HydraliError(f"pipeline.device=gpu but {why_none}: use pipeline.device=cpu, or install the "
+                           f"nvidia-dali-cudaXXX package that matches the driver")
+    if framework_gpus > 0:
+        log.warning("pipeline.device=auto: %s sees %d GPU(s) but %s, so DALI runs on the CPU (training stays on "
+                    "the GPU); install the nvidia-dali-cudaXXX package that matches the driver to decode on the GPU",
+                    framework, framework_gpus, why_none)
+    return "cpu"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from core.epoch import EpochContract
 from core.errors import HydraliError
 from core.seeding import pipeline_seed
 from core.topology import Topology
@@ -53,7 +54,8 @@ class Plan:
     warmup_epochs: float
     epochs: int
     seed: int
-    device: str            # "cpu" or "gpu": where DALI runs and the model trains
+    device: str            # "cpu" or "gpu": where DALI runs (the backend decides where the model trains)
+    epoch: EpochContract | None = None   # steps and counted samples per epoch (core.epoch), set by the runner
 
     @property
     def shard(self) -> Shard:
@@ -66,7 +68,8 @@ class Plan:
         """The values logged to MLflow, under `plan/`."""
         keep = ("world_size", "per_replica_batch", "global_batch", "base_lr", "effective_lr",
                 "lr_scale_rule", "warmup_epochs", "epochs", "seed", "device")
-        return {f"plan/{k}": v for k, v in asdict(self).items() if k in keep}
+        params = {f"plan/{k}": v for k, v in asdict(self).items() if k in keep}
+        return {**params, **(self.epoch.params() if self.epoch else {})}
 
 
 def make_plan(*, topology: Topology, batch_size: int, base_lr: float, ref_batch: int, rule: str,

@@ -1,13 +1,12 @@
 """What a backend hands back to core after training: the contract of `backend.fit`."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass
 class FitResult:
-    """The outcome of one backend's fit: per-epoch metrics, the best checkpoint and throughput."""
-    history: list[dict] = field(default_factory=list)   # one dict per epoch run: {"epoch": i, "train/loss": ...}
+    """The outcome of one backend's fit (its per-epoch metrics went to the run record): best checkpoint, throughput."""
     best_checkpoint: str | None = None
     first_epoch: int = 0            # 0-based index of the first epoch this invocation trained (>0 when resumed)
     epochs_completed: int = 0       # epochs done in total, resumed ones included

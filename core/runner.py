@@ -1,6 +1,7 @@
-"""One run, start to end: validate -> topology -> plan -> tracking -> backend.fit -> summary."""
+"""One run, start to end: validate -> topology -> plan -> checkpoint -> tracking -> backend.fit -> summary."""
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import time
@@ -10,8 +11,11 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from core import devices, seeding, topology, tracking
+from core.checkpoints import resolve_checkpoint
+from core.epoch import make_contract
 from core.errors import HydraliError
 from core.plan import Plan, make_plan
+from core.record import RunRecord
 from core.summary import build_summary, format_table, write_summary
 from core.validate import check_config
 
@@ -40,15 +44,19 @@ def _hydra_context() -> tuple[list[str], str | None]:
     return list(hc.overrides.task), sweep_dir
 
 
-def build_plan(cfg: DictConfig, backend) -> Plan:
-    """The plan of this process: topology from the environment, batch and lr rules, seeds."""
-    device = devices.resolve_device(str(cfg.pipeline.device))
+def build_plan(cfg: DictConfig, backend, dataset) -> Plan:
+    """The plan of this process: topology from the environment, batch and lr rules, seeds, epoch contract."""
+    device = devices.resolve_device(str(cfg.pipeline.device), backend.visible_gpus(), backend.FRAMEWORK)
     per_node, nodes, per_process = backend.replicas(cfg.backend, device)
     topo = topology.detect(per_node, nodes, replicas_per_process=per_process)
-    return make_plan(
+    plan = make_plan(
         topology=topo, batch_size=cfg.data.batch_size, base_lr=cfg.optim.lr, ref_batch=cfg.optim.ref_batch,
         rule=str(cfg.optim.scale), warmup_epochs=cfg.optim.warmup_epochs, epochs=cfg.epochs,
         seed=seeding.resolve_seed(cfg.seed), device=device)
+    contract = make_contract(train_samples=dataset.num_train, val_samples=dataset.num_val,
+                             num_shards=plan.num_shards, batch=plan.per_replica_batch,
+                             last_batch=str(cfg.pipeline.train_last_batch))
+    return dataclasses.replace(plan, epoch=contract)
 
 
 def run(cfg: DictConfig) -> float | None:
@@ -60,28 +68,30 @@ def run(cfg: DictConfig) -> float | None:
     # before the backend loads, so that bad data fails in a second; files are checked by one process only
     dataset = task.prepare_data(cfg.data, verify=cfg.data.verify and topology.is_first_process())
     backend = load_backend(cfg.backend.name)
-    plan = build_plan(cfg, backend)
+    plan = build_plan(cfg, backend, dataset)
+    resume_from = resolve_checkpoint(cfg.ckpt_path, output_dir, cfg.backend.name, backend.newest_checkpoint)
     seeding.seed_everything(plan.seed, cfg.deterministic)
     log.info("plan: %d replica(s) x batch %d = global batch %d; lr %g x %s(%d/%d) = %g; seed %d; "
-             "rank %d reads shard %s/%d on %s", plan.world_size, plan.per_replica_batch, plan.global_batch,
-             plan.base_lr, plan.lr_scale_rule, plan.global_batch, cfg.optim.ref_batch, plan.effective_lr,
-             plan.seed, plan.global_rank, ",".join(str(s.shard_id) for s in plan.shards), plan.num_shards,
-             plan.device)
+             "rank %d reads shard %s/%d, DALI on %s; %d steps per epoch", plan.world_size, plan.per_replica_batch,
+             plan.global_batch, plan.base_lr, plan.lr_scale_rule, plan.global_batch, cfg.optim.ref_batch,
+             plan.effective_lr, plan.seed, plan.global_rank, ",".join(str(s.shard_id) for s in plan.shards),
+             plan.num_shards, plan.device, plan.epoch.train_steps)
 
     overrides, sweep_dir = _hydra_context()
     tracker = tracking.start_tracking(
         enabled=cfg.tracking.enabled, is_global_zero=plan.global_rank == 0, uri=cfg.tracking.uri,
         experiment=cfg.tracking.experiment, artifact_location=cfg.tracking.artifact_location,
         output_dir=output_dir, run_name=f"{cfg.task.name}-{cfg.backend.name} {output_dir.name}",
-        sweep_dir=sweep_dir, resume=cfg.ckpt_path is not None)
+        sweep_dir=sweep_dir, resume=resume_from is not None)
+    record = RunRecord.open(output_dir, tracker, resume=resume_from is not None, writer=plan.global_rank == 0)
     status = "FAILED"
     try:
         resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
         tracker.log_params({**tracking.flatten(resolved), **plan.params(), **dataset.params()})
         tracker.log_text(OmegaConf.to_yaml(resolved), "config/config.yaml")
         tracker.log_text("\n".join(overrides) + "\n", "config/overrides.txt")
-        result = backend.fit(cfg=cfg, task=task, dataset=dataset, plan=plan, tracker=tracker,
-                             output_dir=output_dir)
+        result = backend.fit(cfg=cfg, task=task, dataset=dataset, plan=plan, record=record,
+                             resume_from=resume_from, output_dir=output_dir)
         if cfg.tracking.log_checkpoint and result.best_checkpoint:
             tracker.log_artifact(result.best_checkpoint, "checkpoints")
         status = "FINISHED"
@@ -94,7 +104,7 @@ def run(cfg: DictConfig) -> float | None:
     if plan.global_rank != 0:
         return None
     summary = build_summary(
-        result=result, plan=plan, monitor=cfg.task.monitor, mode=str(cfg.task.mode),
+        result=result, record=record, plan=plan, monitor=cfg.task.monitor, mode=str(cfg.task.mode),
         wall_seconds=time.perf_counter() - started, run_id=tracker.run_id, tracking_uri=tracker.uri,
         output_dir=output_dir, task=cfg.task.name, backend=cfg.backend.name)
     write_summary(summary, output_dir)
@@ -103,6 +113,6 @@ def run(cfg: DictConfig) -> float | None:
 
 
 def _optimized_value(summary: dict, metric: str) -> float | None:
-    if metric in summary["best"]:
+    if summary["best"].get(metric) is not None:
         return summary["best"][metric]
     return summary["final"].get(metric)

@@ -13,6 +13,8 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from core.optimizer import PRECISIONS
+
 
 class Choice(str, Enum):
     """A closed set of string values; composition fails, listing them, on any other value."""
@@ -35,10 +37,14 @@ class Device(Choice):
 
 
 class LastBatch(Choice):
-    """What happens to an epoch's last, partial batch."""
+    """What happens to an epoch's last, partial training batch (see core.epoch)."""
     drop = "drop"
-    partial = "partial"
     fill = "fill"
+
+
+# Numeric precision of training, the same names on every backend (see core.optimizer). Built with
+# the functional API: the names (what a user types) are not Python identifiers.
+Precision = Choice("Precision", {name: name for name in PRECISIONS})
 
 
 class Dtype(Choice):
@@ -72,6 +78,8 @@ class TaskConfig:
 
     name: str = MISSING
     _target_: str = MISSING
+    torch_target: str = MISSING
+    keras_target: str = MISSING
     monitor: str = MISSING
     mode: Mode = Mode.max
     label_smoothing: float = 0.0
@@ -88,15 +96,9 @@ class PipelineConfig:
     num_threads: int = 2
     hw_decoder_load: float = 0.65
     prefetch_queue_depth: int = 2
-    random_area: List[float] = field(default_factory=lambda: [0.08, 1.0])
-    random_aspect_ratio: List[float] = field(default_factory=lambda: [0.75, 1.333])
-    flip_probability: float = 0.5
-    mean: List[float] = field(default_factory=lambda: [0.485, 0.456, 0.406])
-    std: List[float] = field(default_factory=lambda: [0.229, 0.224, 0.225])
-    val_crop_fraction: float = 0.875
     train_last_batch: LastBatch = LastBatch.drop
     dtype: Dtype = Dtype.float
-    initial_fill: int = 1024
+    options: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -159,7 +161,7 @@ class LightningBackendConfig:
     devices: int = 1
     num_nodes: int = 1
     strategy: str = "auto"
-    precision: str = "32-true"
+    precision: Precision = Precision["32-true"]
     channels_last: bool = False
     save_top_k: int = 1
     callbacks: Dict[str, Any] = field(default_factory=dict)
@@ -172,6 +174,7 @@ class KerasBackendConfig:
 
     name: str = "keras"
     replicas: Optional[int] = None
+    precision: Precision = Precision["32-true"]
     validation_freq: int = 1
     verbose: Any = "auto"
     jit_compile: bool = False

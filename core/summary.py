@@ -2,35 +2,34 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 from core.plan import Plan
+from core.record import RunRecord
 from core.results import FitResult
 
 
-def best_of(history: list[dict], metric: str, mode: str) -> float | None:
-    """The best value of `metric` over the epochs (max or min), or None if never logged."""
-    values = [row[metric] for row in history if metric in row and not math.isnan(row[metric])]
-    if not values:
-        return None
-    return max(values) if mode == "max" else min(values)
-
-
-def build_summary(*, result: FitResult, plan: Plan, monitor: str, mode: str, wall_seconds: float,
-                  run_id: str | None, tracking_uri: str | None, output_dir: Path, task: str,
+def build_summary(*, result: FitResult, record: RunRecord, plan: Plan, monitor: str, mode: str,
+                  wall_seconds: float, run_id: str | None, tracking_uri: str | None, output_dir: Path, task: str,
                   backend: str) -> dict:
-    """The summary of a finished run, as written to summary.json."""
-    final = {k: v for k, v in (result.history[-1] if result.history else {}).items() if k != "epoch"}
+    """The summary of a finished run, as written to summary.json, from the whole run record (resumed epochs too)."""
+    rows = record.rows
+    keys = list(dict.fromkeys(k for row in rows for k in row if k != "epoch"))
+    final = {k: record.final(k) for k in keys}
+    best = record.best(monitor, mode)
     return {
         "task": task,
         "backend": backend,
         "epochs": result.epochs_completed,
         "first_epoch": result.first_epoch,
         "monitor": monitor,
-        "best": {monitor: best_of(result.history, monitor, mode)},
+        "best": {monitor: best[monitor] if best else None},
+        "best_epoch": best["epoch"] if best else None,
         "final": final,
-        "history": result.history,
+        "history": rows,
+        "steps_per_epoch": plan.epoch.train_steps,
+        "train_images": int(sum(row.get("train/images", 0) for row in rows)),
+        "val_images": int(final["val/images"]) if final.get("val/images") is not None else 0,
         "wall_seconds": round(wall_seconds, 3),
         "train_seconds": round(result.train_seconds, 3),
         "images_per_second": round(result.images_per_second, 1),
@@ -62,9 +61,12 @@ def format_table(summary: dict) -> str:
         ("task / backend", f"{summary['task']} / {summary['backend']} ({summary['device']})"),
         ("epochs", str(summary["epochs"])),
         (f"best {summary['monitor']}", "n/a" if best is None else f"{best:.4f}"),
-        *((f"final {k}", f"{v:.4f}") for k, v in summary["final"].items()),
+        *((f"final {k}", f"{v:.4g}") for k, v in summary["final"].items() if not k.endswith("/images")),
+        ("images per epoch", f"{summary['history'][-1].get('train/images', 0):.0f} trained, "
+                             f"{summary['val_images']} scored" if summary["history"] else "n/a"),
         ("wall time", f"{summary['wall_seconds']:.1f} s"),
         ("images/s (train)", f"{summary['images_per_second']:.1f}"),
+        ("steps per epoch", str(summary["steps_per_epoch"])),
         ("replicas x batch", f"{summary['world_size']} x {summary['per_replica_batch']} = {summary['global_batch']}"),
         ("effective lr", f"{summary['effective_lr']:.6g}"),
         ("MLflow run id", summary["mlflow_run_id"] or "(tracking off)"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -17,6 +18,7 @@ log = logging.getLogger(__name__)
 RUN_ID_FILE = "mlflow_run_id"       # in the run's output dir: lets a resumed job continue its MLflow run
 _PARAM_VALUE_LIMIT = 6000            # MLflow's limit on a param value's length
 _SWEEP_TAG = "hydrali.sweep_dir"
+_EXPECTED_ON_RESUME = {"ckpt_path"}  # changes on every resume: logged, not announced
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, str]:
@@ -67,13 +69,25 @@ class MlflowTracker(NullTracker):
         self.uri = uri
 
     def log_params(self, params: Mapping[str, Any]) -> None:
-        """Log params in batches (MLflow takes at most 100 per call); an existing equal value is kept."""
+        """Log params in batches (MLflow takes at most 100 per call). In a continued run, an equal value is
+        kept and a changed one is logged as `resume<N>/<key>` (N counts the resumes) and shown in the log."""
         from mlflow.entities import Param
 
         existing = self.client.get_run(self.run_id).data.params
-        fresh = [Param(k, str(v)[:_PARAM_VALUE_LIMIT]) for k, v in params.items() if k not in existing]
-        for i in range(0, len(fresh), 100):
-            self.client.log_batch(self.run_id, params=fresh[i:i + 100])
+        values = {k: str(v)[:_PARAM_VALUE_LIMIT] for k, v in params.items()}
+        fresh = {k: v for k, v in values.items() if k not in existing}
+        changed = {k: v for k, v in values.items() if k in existing and existing[k] != v}
+        if changed:
+            previous = [int(m.group(1)) for k in existing if (m := re.match(r"resume(\d+)/", k))]
+            prefix = f"resume{max(previous, default=0) + 1}/"
+            fresh.update({prefix + k: v for k, v in changed.items()})
+            shown = {k: v for k, v in changed.items() if k not in _EXPECTED_ON_RESUME}
+            if shown:
+                log.warning("resumed with changed settings (MLflow params %s*): %s", prefix,
+                            "; ".join(f"{k} {existing[k]} -> {v}" for k, v in sorted(shown.items())))
+        batch = [Param(k, v) for k, v in fresh.items()]
+        for i in range(0, len(batch), 100):
+            self.client.log_batch(self.run_id, params=batch[i:i + 100])
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         """Log one value per metric at `step` (the epoch index)."""

@@ -7,6 +7,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from core.errors import HydraliError
+from core.pipelines import check_options
 
 _HINTS = {
     "data.root": "data.root=/path/to/dataset (a folder holding train/ and val/, one sub-folder per class)",
@@ -47,3 +48,4 @@ def check_config(cfg: DictConfig) -> None:
     """Every cross-group check, in order; the first failure ends the run with its message."""
     check_missing(cfg)
     check_pipeline_fits_task(cfg)
+    check_options(cfg.pipeline.recipe, OmegaConf.to_container(cfg.pipeline.options, resolve=True))

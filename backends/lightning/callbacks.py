@@ -1,32 +1,48 @@
-"""Lightning callbacks of hydrali: per-epoch metrics to the tracker, and training throughput."""
+"""Lightning callbacks of hydrali: each epoch's metrics into core's run record, and training throughput."""
 from __future__ import annotations
 
 import time
 
 import lightning as L
 
+from core.record import RunRecord
+
 
 class EpochRecorder(L.Callback):
-    """After each epoch (validation included), record its metrics and log them to the tracker (step = epoch)."""
+    """After each epoch, hand its metrics to the run record: train/loss, train/images, lr/first, lr/last,
+    and the val/ metrics only when validation ran in this epoch."""
 
-    def __init__(self, tracker, prefixes=("train/", "val/")):
-        self.tracker = tracker
-        self.prefixes = prefixes
-        self.history: list[dict] = []
+    def __init__(self, record: RunRecord):
+        self.record = record
         self.first_epoch: int | None = None
+        self._validated = False
+        self._images = 0
+        self._lrs: list[float] = []
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         if self.first_epoch is None:
             self.first_epoch = trainer.current_epoch
+            self.record.start(trainer.current_epoch)
+        self._validated, self._images, self._lrs = False, 0, []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._lrs.append(float(trainer.optimizers[0].param_groups[0]["lr"]))  # the lr this step uses
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._images += int(next(iter(batch.values())).shape[0]) * trainer.world_size
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            self._validated = True
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
-        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()
-                   if k.startswith(self.prefixes) and not k.endswith("_step")}
-        metrics = {k.removesuffix("_epoch"): v for k, v in metrics.items()}
-        metrics["lr"] = float(trainer.optimizers[0].param_groups[0]["lr"])
-        if trainer.is_global_zero:
-            self.tracker.log_metrics(metrics, step=trainer.current_epoch)
-        self.history.append({"epoch": trainer.current_epoch, **metrics})
+        prefixes = ("train/", "val/") if self._validated else ("train/",)
+        metrics = {k.removesuffix("_epoch"): float(v) for k, v in trainer.callback_metrics.items()
+                   if k.startswith(prefixes) and not k.endswith("_step")}
+        metrics["train/images"] = self._images
+        if self._lrs:
+            metrics["lr/first"], metrics["lr/last"] = self._lrs[0], self._lrs[-1]
+        self.record.add(trainer.current_epoch, metrics)
 
 
 class Throughput(L.Callback):
@@ -41,8 +57,7 @@ class Throughput(L.Callback):
         self._epoch_start = time.perf_counter()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        first_output = next(iter(batch.values()))
-        self.images += int(first_output.shape[0]) * trainer.world_size
+        self.images += int(next(iter(batch.values())).shape[0]) * trainer.world_size
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self._close_epoch()

@@ -1,53 +1,46 @@
-"""DALI pipelines as Lightning data: one sharded iterator per split, wrapped so Lightning knows the epoch."""
+"""DALI pipelines as Lightning data: one iterator per split of this process's shard, cut into epochs by core.epoch."""
 from __future__ import annotations
 
 import lightning as L
-from nvidia.dali.plugin.base_iterator import LastBatchPolicy
 from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
-from core.errors import HydraliError
-
-LAST_BATCH = {"drop": LastBatchPolicy.DROP, "partial": LastBatchPolicy.PARTIAL, "fill": LastBatchPolicy.FILL}
+from core.dali_errors import explain_dali_error
+from core.epoch import EpochContract
 
 
 class DaliLoader:
-    """A DALIGenericIterator as Lightning wants a loader: len() is the shard's batches, iter() one epoch.
+    """An endless DALIGenericIterator as Lightning wants a loader: len() and iter() give one epoch of the
+    contract. Validation batches are trimmed to their real samples (the shard's padding is dropped), and a
+    validation that stopped early is finished first, so that every validation starts at its shard's start."""
 
-    A DALI failure (e.g. a corrupt JPEG) becomes a HydraliError naming the files that cannot be
-    decoded, looked up only when it happens.
-    """
-
-    def __init__(self, iterator: DALIGenericIterator, on_error):
+    def __init__(self, iterator: DALIGenericIterator, steps: int, on_error, valid=None):
         self.iterator = iterator
+        self.steps = steps
         self.on_error = on_error
-        self._started = False
+        self.valid = valid              # valid(step) -> real samples in batch `step`; None: all (training)
+        self._position = 0              # batches taken in the current epoch
 
     def __len__(self) -> int:
-        return len(self.iterator)
+        return self.steps
 
     def _next(self) -> dict:
         try:
             return next(self.iterator)[0]
-        except StopIteration:
-            raise
         except RuntimeError as err:
             raise self.on_error(err) from err
 
     def __iter__(self):
-        # Lightning stops after len() batches without asking for one more, so DALI has not yet
-        # seen the end of the epoch: finish it here (auto_reset then rewinds the reader).
-        if self._started:
-            try:
-                while True:
-                    self._next()
-            except StopIteration:
-                pass
-        self._started = True
-        while True:
-            try:
-                batch = self._next()
-            except StopIteration:
-                return
+        if self.valid is not None:
+            while self._position % self.steps:   # an interrupted validation: skip to the shard's start
+                self._next()
+                self._position += 1
+        self._position = 0
+        for step in range(self.steps):
+            batch = self._next()
+            self._position = step + 1
+            if self.valid is not None:
+                keep = self.valid(step)
+                batch = {k: v[:keep] for k, v in batch.items()}
             yield batch
 
 
@@ -60,26 +53,22 @@ class DaliDataModule(L.LightningDataModule):
         self.loaders: dict[str, DaliLoader] = {}
 
     def _loader(self, is_training: bool) -> DaliLoader:
+        contract: EpochContract = self.plan.epoch
+        shard = self.plan.shard
         pipe = self.task.build_pipeline(pipeline=self.cfg.pipeline, data=self.cfg.data, dataset=self.dataset,
-                                        plan=self.plan, shard=self.plan.shard, layout="CHW",
-                                        is_training=is_training)
-        policy = LAST_BATCH[str(self.cfg.pipeline.train_last_batch)] if is_training else LastBatchPolicy.PARTIAL
+                                        plan=self.plan, shard=shard, layout="CHW", is_training=is_training)
         try:
             pipe.build()
-            iterator = DALIGenericIterator([pipe], list(self.task.outputs), reader_name="Reader",
-                                           last_batch_policy=policy, auto_reset=True)
+            iterator = DALIGenericIterator([pipe], list(self.task.outputs))  # endless: the contract counts steps
         except RuntimeError as err:
-            raise self._decode_error(err) from err
-        if len(iterator) == 0:
-            split = "train" if is_training else "val"
-            raise HydraliError(f"the {split} shard has fewer images than one batch (data.batch_size="
-                               f"{self.plan.per_replica_batch}): lower data.batch_size or use "
-                               f"pipeline.train_last_batch=partial")
-        return DaliLoader(iterator, self._decode_error)
+            raise self._explain(err) from err
+        if is_training:
+            return DaliLoader(iterator, contract.train_steps, self._explain)
+        return DaliLoader(iterator, contract.val_steps, self._explain,
+                          valid=lambda step: contract.val_valid(shard.shard_id, step))
 
-    def _decode_error(self, err: RuntimeError) -> Exception:
-        explained = self.task.explain_decode_error(self.dataset)
-        return HydraliError(explained) if explained else err
+    def _explain(self, err: RuntimeError) -> Exception:
+        return explain_dali_error(err, lambda: self.task.explain_decode_error(self.dataset))
 
     def setup(self, stage: str) -> None:
         if not self.loaders:

@@ -5,8 +5,20 @@ import lightning as L
 import torch
 from omegaconf import DictConfig
 
+from core.optimizer import ADAM_EPSILON, decays
 from core.plan import Plan
 from core.schedule import lr_factor
+
+
+def make_optimizer(parameters, optim: DictConfig, lr: float) -> torch.optim.Optimizer:
+    """SGD (torch's coupled weight decay) or AdamW (decoupled), decaying only what core.optimizer.decays says."""
+    decay, no_decay = [], []
+    for p in parameters:
+        (decay if decays(p.shape) else no_decay).append(p)
+    groups = [{"params": decay, "weight_decay": optim.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if str(optim.name) == "sgd":
+        return torch.optim.SGD(groups, lr=lr, momentum=optim.momentum, nesterov=optim.nesterov)
+    return torch.optim.AdamW(groups, lr=lr, betas=tuple(optim.betas), eps=ADAM_EPSILON)
 
 
 class HydraliModule(L.LightningModule):
@@ -30,18 +42,12 @@ class HydraliModule(L.LightningModule):
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         loss, n = self.torch_task.validation_step(batch)
         self.log("val/loss", loss, on_epoch=True, prog_bar=True, batch_size=n, sync_dist=True)
+        self.log("val/images", float(n), on_epoch=True, reduce_fx="sum", sync_dist=True, batch_size=1)
         self.log_dict(self.torch_task.val_metrics, on_epoch=True, prog_bar=True)
 
     def configure_optimizers(self):
         o = self.optim
-        decay, no_decay = [], []
-        for p in self.torch_task.parameters():
-            (no_decay if p.ndim <= 1 else decay).append(p)  # no weight decay on norms and biases
-        groups = [{"params": decay, "weight_decay": o.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-        if str(o.name) == "sgd":
-            opt = torch.optim.SGD(groups, lr=self.plan.effective_lr, momentum=o.momentum, nesterov=o.nesterov)
-        else:
-            opt = torch.optim.AdamW(groups, lr=self.plan.effective_lr, betas=tuple(o.betas))
+        opt = make_optimizer(self.torch_task.parameters(), o, self.plan.effective_lr)
         schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_factor(
             step, steps_per_epoch=self.steps_per_epoch, epochs=self.plan.epochs,
             warmup_epochs=o.warmup_epochs, warmup_div=o.warmup_div, schedule=str(o.schedule)))

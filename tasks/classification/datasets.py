@@ -126,22 +126,35 @@ def bad_files_message(bad: list[tuple[Path, str]], hint: str = "") -> str:
     return f"cannot decode {path}{more}: {why}. Remove or replace the file{hint}"
 
 
-def find_undecodable(folders: list[Path], limit: int = 5) -> list[tuple[Path, str]]:
-    """Image files under `folders` that cannot be decoded, with the reason (at most `limit`)."""
+def _decode_problem(path: Path) -> str | None:
+    """Why PIL cannot decode `path`, or None when it can."""
     from PIL import Image
 
-    bad = []
-    for folder in folders:
-        for class_dir in sorted(d for d in folder.iterdir() if d.is_dir()):
-            for path in _images_in(class_dir):
-                try:
-                    with Image.open(path) as img:
-                        img.load()
-                except Exception as err:
-                    bad.append((path, str(err) or type(err).__name__))
-                    if len(bad) >= limit:
-                        return bad
-    return bad
+    try:
+        with Image.open(path) as img:
+            img.load()
+    except Exception as err:
+        return str(err) or type(err).__name__
+    return None
+
+
+def find_undecodable(folders: list[Path], limit: int = 3, chunk: int = 512) -> list[tuple[Path, str]]:
+    """Image files under `folders` that cannot be decoded, with the reason: the first `limit` found.
+
+    Run only after a decoder failed; decodes in threads, a chunk at a time, and stops as soon as
+    `limit` bad files are known.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    paths = [p for folder in folders for d in sorted(x for x in folder.iterdir() if x.is_dir()) for p in _images_in(d)]
+    bad: list[tuple[Path, str]] = []
+    with ThreadPoolExecutor(VERIFY_WORKERS) as pool:
+        for i in range(0, len(paths), chunk):
+            part = paths[i:i + chunk]
+            bad += [(p, why) for p, why in zip(part, pool.map(_decode_problem, part)) if why]
+            if len(bad) >= limit:
+                break
+    return bad[:limit]
 
 
 def write_digits(root: str | os.PathLike, size: int, val_fraction: float) -> Path:

@@ -1,9 +1,10 @@
 """DALI recipes for classification. They know nothing of torch or TensorFlow.
 
-Every recipe reads `file_root` (one sub-folder per class) through a sharded file reader named
-"Reader" (so iterators know the epoch length) and returns (images, labels): images normalised,
-in `layout` (NCHW for torch, NHWC for Keras); labels int32. `device="cpu"` uses CPU operators
-only; `device="gpu"` decodes with the mixed (nvJPEG / hardware) decoder and works on the GPU.
+Every recipe reads its `source` (core.pipelines.Source: a folder with one sub-folder per class and
+this replica's shard of it) through a file reader named "Reader" and returns (images, labels):
+images normalised, in `layout` (CHW for torch, HWC for Keras); labels int32. `device="cpu"` uses
+CPU operators only; `device="gpu"` decodes with the mixed (nvJPEG / hardware) decoder and works on
+the GPU. A recipe's own options are its keyword-only parameters, set in `pipeline.options`.
 """
 from __future__ import annotations
 
@@ -14,11 +15,9 @@ from nvidia.dali import pipeline_def
 _DTYPES = {"float": types.FLOAT, "float16": types.FLOAT16}
 
 
-def read_files(file_root, shard_id, num_shards, is_training, initial_fill):
+def read_files(source, initial_fill):
     """The sharded file reader every recipe starts with: (encoded images, labels), named "Reader"."""
-    return fn.readers.file(
-        file_root=file_root, shard_id=shard_id, num_shards=num_shards, random_shuffle=is_training,
-        initial_fill=initial_fill, pad_last_batch=True, name="Reader")
+    return fn.readers.file(file_root=source.root, initial_fill=initial_fill, **source.reader_args())
 
 
 def _decode(jpegs, device, hw_decoder_load, random_area=None, random_aspect_ratio=None):
@@ -42,13 +41,12 @@ def _labels(labels, device):
 
 
 @pipeline_def
-def standard(file_root, shard_id, num_shards, device, layout, is_training, image_size, random_area,
-             random_aspect_ratio, flip_probability, mean, std, val_crop_fraction, dtype, hw_decoder_load,
-             initial_fill):
+def standard(source, device, layout, image_size, dtype, hw_decoder_load, *, random_area, random_aspect_ratio,
+             flip_probability, mean, std, val_crop_fraction, initial_fill):
     """Training: random-resized-crop decode, resize, random flip, normalize.
     Validation: decode, resize the shorter side to image_size / val_crop_fraction, center crop."""
-    jpegs, labels = read_files(file_root, shard_id, num_shards, is_training, initial_fill)
-    if is_training:
+    jpegs, labels = read_files(source, initial_fill)
+    if source.is_training:
         images = _decode(jpegs, device, hw_decoder_load, random_area, random_aspect_ratio)
         images = fn.resize(images, resize_x=image_size, resize_y=image_size)
         mirror = fn.random.coin_flip(probability=flip_probability)
@@ -60,10 +58,11 @@ def standard(file_root, shard_id, num_shards, device, layout, is_training, image
 
 
 @pipeline_def
-def light(file_root, shard_id, num_shards, device, layout, is_training, image_size, mean, std, dtype,
-          hw_decoder_load, initial_fill):
-    """Training and validation alike: decode, resize to image_size x image_size, normalize."""
-    jpegs, labels = read_files(file_root, shard_id, num_shards, is_training, initial_fill)
+def light(source, device, layout, image_size, dtype, hw_decoder_load, *, mean, std, initial_fill,
+          flip_probability=0.0):
+    """Decode, resize to image_size x image_size, normalize; in training, a random flip if flip_probability > 0."""
+    jpegs, labels = read_files(source, initial_fill)
     images = _decode(jpegs, device, hw_decoder_load)
     images = fn.resize(images, resize_x=image_size, resize_y=image_size)
-    return _normalize(images, image_size, layout, mean, std, dtype), _labels(labels, device)
+    mirror = fn.random.coin_flip(probability=flip_probability) if source.is_training and flip_probability else None
+    return _normalize(images, image_size, layout, mean, std, dtype, mirror), _labels(labels, device)

@@ -1,16 +1,17 @@
 """The classification task, framework-neutral: its data, its DALI pipelines and its output names.
 
-Framework code lives beside it in torch_task.py / torch_model.py (imported only by the Lightning
-backend), so that choosing a backend decides which framework is loaded.
+Framework code lives beside it in torch_*.py and keras_*.py, named by the task's config
+(`torch_target`, `keras_target`) and imported only by the backend that uses it, so that choosing a
+backend decides which framework is loaded.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from core.errors import HydraliError
-from core.pipelines import make_pipeline
+from core.pipelines import Source, make_pipeline
 from core.plan import Plan, Shard
 from tasks.classification.datasets import (ImageFolderInfo, bad_files_message, find_undecodable,
                                            scan_image_folder, verify_image_files, write_digits)
@@ -22,10 +23,11 @@ class ClassificationTask:
     name: str
     monitor: str
     mode: str
+    torch_target: str = ""     # the callable building the torch side (backend=lightning)
+    keras_target: str = ""     # the callable building the Keras side (backend=keras)
     label_smoothing: float = 0.0
 
     outputs = ("images", "labels")   # what the recipes return, in order
-    package = "tasks.classification"  # where the framework modules (torch_task, ...) live
 
     def prepare_data(self, data: DictConfig, verify: bool) -> ImageFolderInfo:
         """Make sure the dataset is on disk (writing the bundled one if needed) and scan it; with
@@ -45,17 +47,14 @@ class ClassificationTask:
     def build_pipeline(self, *, pipeline: DictConfig, data: DictConfig, dataset: ImageFolderInfo, plan: Plan,
                        shard: Shard, layout: str, is_training: bool):
         """The DALI pipeline (not yet built) of one replica's shard of one split."""
+        source = Source(str(dataset.train_dir if is_training else dataset.val_dir), shard.shard_id,
+                        plan.num_shards, is_training)
         return make_pipeline(
-            pipeline.recipe,
+            pipeline.recipe, OmegaConf.to_container(pipeline.options, resolve=True),
             batch_size=plan.per_replica_batch, num_threads=pipeline.num_threads, device_id=shard.device_id,
             seed=shard.pipeline_seed, prefetch_queue_depth=pipeline.prefetch_queue_depth,
-            file_root=str(dataset.train_dir if is_training else dataset.val_dir),
-            shard_id=shard.shard_id, num_shards=plan.num_shards, device=plan.device, layout=layout,
-            is_training=is_training, image_size=data.image_size,
-            random_area=list(pipeline.random_area), random_aspect_ratio=list(pipeline.random_aspect_ratio),
-            flip_probability=pipeline.flip_probability, mean=list(pipeline.mean), std=list(pipeline.std),
-            val_crop_fraction=pipeline.val_crop_fraction, dtype=str(pipeline.dtype),
-            hw_decoder_load=pipeline.hw_decoder_load, initial_fill=pipeline.initial_fill)
+            source=source, device=plan.device, layout=layout, image_size=data.image_size,
+            dtype=str(pipeline.dtype), hw_decoder_load=pipeline.hw_decoder_load)
 
     def explain_decode_error(self, dataset: ImageFolderInfo) -> str | None:
         """After a decoder failed: one line naming the files of the dataset that cannot be decoded, if any."""

@@ -1,0 +1,78 @@
+"""The run record: one row of metrics per epoch, kept with the run and reloaded when it resumes.
+
+Both backends hand each finished epoch to the same `RunRecord`; it is the only source of the
+history, the best and final values, the value returned to a sweeper and the checkpoint to keep.
+It lives in the run's output dir beside `mlflow_run_id`, so an interrupted run keeps its whole record:
+resuming at epoch k keeps rows 0..k-1 and replaces what follows.
+
+Row keys (the same on every backend): epoch (0-based), train/loss, train/images (images trained on
+in the epoch, all replicas), lr/first and lr/last (the lr of the epoch's first and last optimizer
+step), and, only in epochs that validated, val/loss, val/<task metrics>, val/images (images scored).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+HISTORY_FILE = "history.json"
+
+
+def best_row(rows: list[dict], metric: str, mode: str) -> dict | None:
+    """The row with the best value of `metric` (max or min; the earliest on a tie), or None if never logged."""
+    scored = [row for row in rows if metric in row and not math.isnan(row[metric])]
+    if not scored:
+        return None
+    sign = 1 if mode == "max" else -1
+    return max(scored, key=lambda row: (sign * row[metric], -row["epoch"]))
+
+
+class RunRecord:
+    """The per-epoch history of a run, saved after every epoch by the tracking process."""
+
+    def __init__(self, output_dir: Path, tracker, rows: list[dict] | None = None, writer: bool = True):
+        self.path = Path(output_dir) / HISTORY_FILE
+        self.tracker = tracker
+        self.rows: list[dict] = list(rows or [])
+        self.writer = writer            # only global rank 0 writes the file and logs
+
+    @classmethod
+    def open(cls, output_dir: Path, tracker, resume: bool, writer: bool = True) -> "RunRecord":
+        """The record of the run in `output_dir`: reloaded when resuming, otherwise empty."""
+        path = Path(output_dir) / HISTORY_FILE
+        rows = json.loads(path.read_text())["history"] if resume and path.exists() else []
+        if rows:
+            log.info("run record: %d epoch(s) kept from before the interruption", len(rows))
+        return cls(output_dir, tracker, rows, writer)
+
+    def start(self, first_epoch: int) -> None:
+        """Training (re)starts at `first_epoch` (0-based): forget rows of that epoch and later."""
+        self.rows = [row for row in self.rows if row["epoch"] < first_epoch]
+
+    def add(self, epoch: int, metrics: dict) -> dict:
+        """Record epoch `epoch`'s metrics, save the record and log them to the tracker (step = epoch)."""
+        row = {"epoch": epoch, **{k: float(v) for k, v in metrics.items()}}
+        self.rows = [r for r in self.rows if r["epoch"] < epoch] + [row]
+        if self.writer:
+            self._save()
+            self.tracker.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=epoch)
+        return row
+
+    def best(self, metric: str, mode: str) -> dict | None:
+        """The row of the best epoch by `metric`."""
+        return best_row(self.rows, metric, mode)
+
+    def final(self, metric: str) -> float | None:
+        """The last recorded value of `metric` (from the last epoch that has it)."""
+        values = [row[metric] for row in self.rows if metric in row]
+        return values[-1] if values else None
+
+    def _save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(f".tmp-{os.getpid()}")
+        tmp.write_text(json.dumps({"history": self.rows}, indent=1) + "\n")
+        tmp.replace(self.path)
