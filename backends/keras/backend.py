@@ -1,7 +1,6 @@
 """Training a task with Keras 3 on TensorFlow: the `fit` that core.runner calls for backend=keras."""
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 from pathlib import Path
@@ -11,107 +10,116 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import keras  # noqa: E402
 from hydra.errors import InstantiationException  # noqa: E402
-from hydra.utils import instantiate  # noqa: E402
+from hydra.utils import get_method, instantiate  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from backends.keras import checkpoints  # noqa: E402
 from backends.keras.callbacks import EpochRecorder, Throughput  # noqa: E402
-from backends.keras.data import (  # noqa: E402
-    check_shards_hold_a_batch, dali_dataset, distribute, reader_epoch_size, steps_per_epoch)
-from backends.keras.strategy import configure_devices, make_strategy, placement, visible_gpus  # noqa: E402
-from backends.keras.training import compile_model  # noqa: E402
+from backends.keras.data import dali_dataset, distribute  # noqa: E402
+from backends.keras.strategy import configure_devices, make_strategy, placement, visible_gpus  # noqa: E402,F401
+from backends.keras.training import ValidationPosition, compile_model  # noqa: E402
+from core.checkpoints import CHECKPOINT_DIR  # noqa: E402
+from core.dali_errors import explain_dali_error  # noqa: E402
 from core.errors import HydraliError  # noqa: E402
 from core.plan import Plan  # noqa: E402
+from core.record import RunRecord  # noqa: E402
 from core.results import FitResult  # noqa: E402
 
 log = logging.getLogger("hydrali")
 logging.getLogger("tensorflow").setLevel(logging.WARNING)  # per-variable all-reduce notices
+FRAMEWORK = "TensorFlow"
+newest_checkpoint = checkpoints.newest
 
 
 def replicas(backend: DictConfig, device: str) -> tuple[int, int, int]:
-    """Replicas per node, nodes, replicas per process: one process drives every replica of its node."""
-    count = backend.replicas
-    if count is None:
-        count = max(1, visible_gpus()) if device == "gpu" else 1
+    """Replicas per node, nodes, replicas per process: one process drives every replica of its node
+    (the GPUs TensorFlow sees, or `backend.replicas` logical CPUs on a machine without one)."""
+    gpus = visible_gpus()
+    count = backend.replicas if backend.replicas is not None else max(1, gpus)
     if count < 1:
         raise HydraliError(f"backend.replicas={count}: it needs at least 1 (or null for every visible GPU)")
-    if device == "gpu" and count > visible_gpus():
-        raise HydraliError(f"backend.replicas={count} but only {visible_gpus()} GPU(s) are visible: "
-                           f"lower backend.replicas (or use pipeline.device=cpu for logical CPU replicas)")
+    if gpus and count > gpus:
+        raise HydraliError(f"backend.replicas={count} but TensorFlow sees only {gpus} GPU(s): lower backend.replicas")
+    if device == "gpu" and not gpus:
+        raise HydraliError("DALI runs on the GPU but TensorFlow sees none: install TensorFlow with CUDA "
+                           "(tensorflow[and-cuda]) or set pipeline.device=cpu")
     return count, 1, count
 
 
 def _keras_task(task):
-    return importlib.import_module(f"{task.package}.keras_task")
+    try:
+        return get_method(task.keras_target)(task)
+    except Exception as err:
+        raise HydraliError(f"task.keras_target={task.keras_target} cannot be built: {err}") from err
 
 
-def fit(*, cfg: DictConfig, task, dataset, plan: Plan, tracker, output_dir: Path) -> FitResult:
+def _compile(cfg: DictConfig, framework, strategy, dataset, plan: Plan):
+    def network():
+        try:
+            return framework.build_model(cfg.model, dataset.num_classes, cfg.data.image_size)
+        except (InstantiationException, TypeError, ValueError) as err:
+            raise HydraliError(f"model={cfg.model.get('_target_')} cannot be built on Keras: {err}") from err
+
+    try:
+        return compile_model(strategy=strategy, build_network=network, loss=framework.loss(),
+                             metrics=framework.metrics(), optim=cfg.optim, plan=plan, contract=plan.epoch,
+                             precision=str(cfg.backend.precision), jit_compile=cfg.backend.jit_compile)
+    except (InstantiationException, TypeError, ValueError) as err:
+        raise HydraliError(f"the Keras optimizer or loss cannot be set up (optim={cfg.optim.name}, "
+                           f"backend.precision={cfg.backend.precision}): {err}") from err
+
+
+def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume_from: Path | None,
+        output_dir: Path) -> FitResult:
     """Train `task` with one replica per shard of this process, as the plan says; checkpoint every epoch."""
-    checkpoint_dir = output_dir / checkpoints.CHECKPOINT_DIR
-    resume_from = checkpoints.resolve(cfg.ckpt_path, checkpoint_dir)
+    checkpoint_dir = output_dir / CHECKPOINT_DIR
+    initial_epoch = checkpoints.epochs_done(resume_from) if resume_from is not None else 0
     keras.utils.set_random_seed(plan.seed)
     if cfg.deterministic:
         import tensorflow as tf
         tf.config.experimental.enable_op_determinism()
 
-    devices = configure_devices(len(plan.shards), plan.device)
+    devices = configure_devices(len(plan.shards), "gpu" if visible_gpus() else "cpu")
     strategy = make_strategy(devices)
     framework = _keras_task(task)
-    sizes = {split: reader_epoch_size(task=task, cfg=cfg, dataset=dataset, plan=plan, is_training=split == "train")
-             for split in ("train", "val")}
-    for split, count in sizes.items():
-        check_shards_hold_a_batch(count, plan, split)
-    train_steps = steps_per_epoch(sizes["train"], plan.num_shards, plan.per_replica_batch)
-    val_steps = steps_per_epoch(sizes["val"], plan.num_shards, plan.per_replica_batch)
+    contract = plan.epoch
 
     def datasets(is_training: bool):
-        return distribute(strategy, devices, lambda replica: dali_dataset(
+        return distribute(strategy, devices, plan.device, lambda replica: dali_dataset(
             task=task, cfg=cfg, dataset=dataset, plan=plan, replica=replica, is_training=is_training,
             labels_shape=framework.labels_shape()))
 
-    with placement(devices):  # one replica: the model sits where its dataset is
-        try:
-            model = compile_model(
-                strategy=strategy,
-                build_network=lambda: framework.build_model(cfg.model, dataset.num_classes, cfg.data.image_size),
-                loss=framework.loss(task), metrics=framework.metrics(task), optim=cfg.optim, plan=plan,
-                steps_per_epoch=train_steps, jit_compile=cfg.backend.jit_compile)
-        except (InstantiationException, TypeError, ValueError) as err:
-            raise HydraliError(f"model={cfg.model.get('_target_')} cannot be built on Keras: {err}") from err
-
-        initial_epoch = 0
+    with placement(devices):  # one replica: the model sits where it computes
+        model = _compile(cfg, framework, strategy, dataset, plan)
         if resume_from is not None:
             try:
                 model.load_weights(resume_from)
             except Exception as err:
                 raise HydraliError(f"ckpt_path={resume_from} does not fit this model and optimizer: {err}") from err
-            initial_epoch = checkpoints.epochs_done(resume_from)
             log.info("resuming from %s at epoch %d", resume_from, initial_epoch + 1)
 
-        recorder, throughput = EpochRecorder(tracker), Throughput(plan.global_batch)
+        recorder, throughput = EpochRecorder(record, contract.train_steps), Throughput(plan.global_batch)
         callbacks = [
             keras.callbacks.ModelCheckpoint(str(checkpoint_dir / checkpoints.PATTERN), save_weights_only=True),
-            checkpoints.PruneCheckpoints(checkpoint_dir, cfg.backend.keep_checkpoints, cfg.task.monitor, str(cfg.task.mode)),
+            recorder,   # before the pruning, which keeps the best epoch of the record
+            checkpoints.PruneCheckpoints(checkpoint_dir, cfg.backend.keep_checkpoints, record, cfg.task.monitor,
+                                         str(cfg.task.mode)),
             keras.callbacks.TensorBoard(log_dir=str(output_dir / "tensorboard")),
-            recorder, throughput, *(instantiate(spec) for spec in cfg.backend.callbacks.values()),
+            ValidationPosition(), throughput, *(instantiate(spec) for spec in cfg.backend.callbacks.values()),
         ]
-        model.fit(datasets(True), epochs=cfg.epochs, initial_epoch=initial_epoch, steps_per_epoch=train_steps,
-                  validation_data=datasets(False), validation_steps=val_steps,
-                  validation_freq=cfg.backend.validation_freq, callbacks=callbacks, verbose=cfg.backend.verbose,
-                  shuffle=False)  # DALI shuffles
+        try:
+            model.fit(datasets(True), epochs=cfg.epochs, initial_epoch=initial_epoch,
+                      steps_per_epoch=contract.train_steps, validation_data=datasets(False),
+                      validation_steps=contract.val_steps, validation_freq=cfg.backend.validation_freq,
+                      callbacks=callbacks, verbose=cfg.backend.verbose, shuffle=False)  # DALI shuffles
+        except Exception as err:
+            if "dali" in type(err).__name__.lower() or "DALI" in str(err) or "nvidia.dali" in str(err):
+                raise explain_dali_error(err, lambda: task.explain_decode_error(dataset)) from err
+            raise
 
-        best = _best_checkpoint(recorder.history, cfg.task.monitor, str(cfg.task.mode), checkpoint_dir)
-        return FitResult(history=recorder.history, best_checkpoint=best,
+        best = record.best(cfg.task.monitor, str(cfg.task.mode))
+        best_file = checkpoints.file_of(checkpoint_dir, best["epoch"]) if best else None
+        return FitResult(best_checkpoint=str(best_file) if best_file and best_file.exists() else None,
                          first_epoch=recorder.first_epoch if recorder.first_epoch is not None else initial_epoch,
-                         epochs_completed=initial_epoch + len(recorder.history),
+                         epochs_completed=record.rows[-1]["epoch"] + 1 if record.rows else initial_epoch,
                          train_images=throughput.images, train_seconds=throughput.seconds)
-
-
-def _best_checkpoint(history: list[dict], monitor: str, mode: str, checkpoint_dir: Path) -> str | None:
-    scored = [row for row in history if monitor in row]
-    if not scored:
-        return None
-    pick = max if mode == "max" else min
-    best = pick(scored, key=lambda row: row[monitor])
-    path = checkpoint_dir / checkpoints.PATTERN.format(epoch=best["epoch"] + 1)
-    return str(path) if path.exists() else None

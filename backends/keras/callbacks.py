@@ -1,42 +1,51 @@
-"""Keras callbacks of hydrali: per-epoch metrics to the tracker (Lightning's names), and throughput."""
+"""Keras callbacks of hydrali: each epoch's metrics into core's run record (Lightning's names), and throughput."""
 from __future__ import annotations
 
 import time
 
 import keras
 
+from core.record import RunRecord
+
 
 def metric_name(keras_name: str) -> str:
-    """Keras' log name as hydrali names it: loss -> train/loss, val_acc -> val/acc, learning_rate -> lr."""
-    if keras_name == "learning_rate":
-        return "lr"
+    """Keras' log name as hydrali names it: loss -> train/loss, val_acc -> val/acc, images -> train/images."""
     if keras_name.startswith("val_"):
         return "val/" + keras_name[len("val_"):]
     return "train/" + keras_name
 
 
 class EpochRecorder(keras.callbacks.Callback):
-    """After each epoch, record its metrics and log them to the tracker (step = epoch, 0-based)."""
+    """After each epoch, hand its metrics to the run record: train/loss, train/images, lr/first, lr/last,
+    and the val/ metrics when validation ran (Keras logs them only then)."""
 
-    def __init__(self, tracker, train_metrics=("loss",)):
+    def __init__(self, record: RunRecord, steps_per_epoch: int, train_metrics=("loss", "images")):
         super().__init__()
-        self.tracker = tracker
-        self.train_metrics = train_metrics  # training metrics kept (Lightning logs only train/loss)
-        self.history: list[dict] = []
+        self.record = record
+        self.steps_per_epoch = steps_per_epoch
+        self.train_metrics = train_metrics   # training metrics kept (Lightning logs only train/loss)
         self.first_epoch: int | None = None
+        self._lrs: dict[str, float] = {}
+
+    def _lr(self) -> float:
+        return float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))  # the lr of the next step
 
     def on_epoch_begin(self, epoch: int, logs=None) -> None:
         if self.first_epoch is None:
             self.first_epoch = epoch
+            self.record.start(epoch)
+        self._lrs = {}
+
+    def on_train_batch_begin(self, batch: int, logs=None) -> None:
+        if batch == 0:
+            self._lrs["lr/first"] = self._lr()
+        if batch == self.steps_per_epoch - 1:
+            self._lrs["lr/last"] = self._lr()
 
     def on_epoch_end(self, epoch: int, logs=None) -> None:
         metrics = {metric_name(k): float(v) for k, v in (logs or {}).items()
-                   if k.startswith("val_") or k in self.train_metrics or k == "learning_rate"}
-        if "lr" not in metrics:
-            opt = self.model.optimizer
-            metrics["lr"] = float(keras.ops.convert_to_numpy(opt.learning_rate))
-        self.tracker.log_metrics(metrics, step=epoch)
-        self.history.append({"epoch": epoch, **metrics})
+                   if k.startswith("val_") or k in self.train_metrics}
+        self.record.add(epoch, {**metrics, **self._lrs})
 
 
 class Throughput(keras.callbacks.Callback):

@@ -1,14 +1,28 @@
-"""A compiled Keras model for a plan: network, optimizer with the plan's lr schedule, loss, metrics."""
+"""A compiled Keras model for a plan: the task's network in a model that follows core's contracts.
+
+- the optimizer implements core.optimizer's semantics (torch's SGD with coupled weight decay, or
+  AdamW with decoupled decay; no decay on biases and norm parameters),
+- the lr at every step is the plan's effective lr times core.schedule.lr_factor,
+- validation weighs each sample by core.epoch's mask: the shard's padding counts for nothing,
+- `images` (a weighted metric) counts the samples trained on or scored,
+- backend.precision selects a Keras dtype policy (16-mixed scales the loss).
+"""
 from __future__ import annotations
+
+import contextlib
 
 import keras
 import numpy as np
+import tensorflow as tf
+from keras import ops
 from omegaconf import DictConfig
 
+from core.epoch import EpochContract
+from core.optimizer import ADAM_EPSILON, decays
 from core.plan import Plan
 from core.schedule import lr_factor
 
-NO_WEIGHT_DECAY = ["bias", "gamma", "beta"]  # as on torch: no decay on biases and norm scales/shifts
+POLICIES = {"32-true": "float32", "bf16-mixed": "mixed_bfloat16", "16-mixed": "mixed_float16"}
 
 
 @keras.saving.register_keras_serializable(package="hydrali")
@@ -22,8 +36,8 @@ class PlanSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def __call__(self, step):
         last = self.factors.shape[0] - 1
-        index = keras.ops.minimum(keras.ops.cast(step, "int32"), last)
-        return self.effective_lr * keras.ops.take(keras.ops.convert_to_tensor(self.factors), index)
+        index = ops.minimum(ops.cast(step, "int32"), last)
+        return self.effective_lr * ops.take(ops.convert_to_tensor(self.factors), index)
 
     def get_config(self) -> dict:
         return {"effective_lr": self.effective_lr, "factors": self.factors.tolist()}
@@ -38,25 +52,135 @@ def plan_schedule(plan: Plan, optim: DictConfig, steps_per_epoch: int) -> PlanSc
     return PlanSchedule(plan.effective_lr, factors)
 
 
-def make_optimizer(optim: DictConfig, schedule) -> keras.optimizers.Optimizer:
-    """SGD (momentum, Nesterov) or AdamW, with weight decay except on biases and norm parameters."""
+@keras.saving.register_keras_serializable(package="hydrali")
+class TorchSGD(keras.optimizers.Optimizer):
+    """SGD with torch.optim.SGD's update rule (core.optimizer): coupled weight decay on decaying
+    parameters, buf = momentum * buf + g, step = g + momentum * buf (Nesterov) or buf, w -= lr * step."""
+
+    def __init__(self, learning_rate=0.01, momentum: float = 0.0, nesterov: bool = False,
+                 coupled_weight_decay: float = 0.0, name: str = "torch_sgd", **kwargs):
+        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+        self.momentum, self.nesterov, self.coupled_weight_decay = float(momentum), bool(nesterov), float(coupled_weight_decay)
+
+    def build(self, variables):
+        """Create one momentum buffer per variable (none without momentum)."""
+        if self.built:
+            return
+        super().build(variables)
+        self.buffers = self.add_optimizer_variables(variables, "momentum_buffer") if self.momentum else []
+
+    def update_step(self, gradient, variable, learning_rate):
+        """One torch-style SGD step of `variable`."""
+        lr = ops.cast(learning_rate, variable.dtype)
+        g = ops.cast(gradient, variable.dtype)
+        if self.coupled_weight_decay and decays(variable.shape):
+            g = ops.add(g, ops.multiply(ops.cast(self.coupled_weight_decay, variable.dtype), variable))
+        if self.momentum:
+            momentum = ops.cast(self.momentum, variable.dtype)
+            buf = self.buffers[self._get_variable_index(variable)]
+            self.assign(buf, ops.add(ops.multiply(buf, momentum), g))
+            g = ops.add(g, ops.multiply(buf, momentum)) if self.nesterov else buf
+        self.assign_sub(variable, ops.multiply(g, lr))
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "momentum": self.momentum, "nesterov": self.nesterov,
+                "coupled_weight_decay": self.coupled_weight_decay}
+
+
+def make_optimizer(optim: DictConfig, schedule, variables) -> keras.optimizers.Optimizer:
+    """The optimizer of core.optimizer's semantics for `variables` (the network's trainable ones)."""
     if str(optim.name) == "sgd":
-        opt = keras.optimizers.SGD(learning_rate=schedule, momentum=optim.momentum, nesterov=optim.nesterov,
-                                   weight_decay=optim.weight_decay or None)
-    else:
-        opt = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=optim.weight_decay,
-                                     beta_1=optim.betas[0], beta_2=optim.betas[1])
-    if optim.weight_decay:
-        opt.exclude_from_weight_decay(var_names=NO_WEIGHT_DECAY)
+        return TorchSGD(learning_rate=schedule, momentum=optim.momentum, nesterov=optim.nesterov,
+                        coupled_weight_decay=optim.weight_decay)
+    opt = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=optim.weight_decay, beta_1=optim.betas[0],
+                                 beta_2=optim.betas[1], epsilon=ADAM_EPSILON)
+    opt.exclude_from_weight_decay(var_list=[v for v in variables if not decays(v.shape)])
     return opt
 
 
-def compile_model(*, strategy, build_network, loss, metrics, optim: DictConfig, plan: Plan,
-                  steps_per_epoch: int, jit_compile: bool = False) -> keras.Model:
-    """Build the network, its optimizer, loss and metrics inside strategy.scope(), and compile."""
-    with strategy.scope():
-        model = build_network()
-        optimizer = make_optimizer(optim, plan_schedule(plan, optim, steps_per_epoch))
-        model.compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=jit_compile)
-        optimizer.build(model.trainable_variables)  # so that a checkpoint can restore its state
+@keras.saving.register_keras_serializable(package="hydrali")
+class SampleCount(keras.metrics.Metric):
+    """The number of samples seen (their sample weights summed when given): `images` in the logs."""
+
+    def __init__(self, name: str = "images", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.count = self.add_variable(shape=(), initializer="zeros", dtype="float32", name="count")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        """Add the batch's samples (or its weights' sum)."""
+        if sample_weight is None:
+            sample_weight = ops.ones((ops.shape(y_pred)[0],), dtype="float32")
+        self.count.assign_add(ops.sum(ops.cast(sample_weight, "float32")))
+
+    def result(self):
+        """The count so far (a value, not the variable: logs must not change when it is reset)."""
+        return ops.convert_to_tensor(self.count) * 1.0
+
+    def reset_state(self):
+        self.count.assign(0.0)
+
+
+class ContractModel(keras.Model):
+    """The task's network, trained by Keras' own train step and validated under core's epoch contract:
+    sample i of validation batch `val_step` on replica r counts iff val_step * batch + i < the shard's size."""
+
+    def __init__(self, network: keras.Model, val_shard_sizes, batch: int, **kwargs):
+        super().__init__(**kwargs)
+        self.network = network
+        self.val_shard_sizes = [int(s) for s in val_shard_sizes]   # one per replica of this process
+        self.batch = int(batch)
+        self.val_step = keras.Variable(0, dtype="int32", trainable=False, name="val_step")
+
+    def call(self, inputs, training=False):
+        return self.network(inputs, training=training)
+
+    def valid_mask(self):
+        """1.0 for the real samples of this replica's current validation batch, 0.0 for padding."""
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        size = tf.gather(tf.constant(self.val_shard_sizes, dtype="int32"), replica)
+        position = self.val_step * self.batch + tf.range(self.batch, dtype="int32")
+        return tf.cast(position < size, "float32")
+
+    def test_step(self, data):
+        x, y = data[0], data[1]
+        weights = self.valid_mask()
+        y_pred = self(x, training=False)
+        per_sample = self.loss.call(y, ops.cast(y_pred, "float32"))
+        for metric in self.metrics:
+            if metric.name == "loss":
+                metric.update_state(per_sample, sample_weight=weights)   # the mean over real samples only
+        return self.compute_metrics(x, y, y_pred, sample_weight=weights)
+
+
+class ValidationPosition(keras.callbacks.Callback):
+    """Tells the model which validation batch comes next (the mask of core.epoch depends on it)."""
+
+    def on_test_batch_begin(self, batch: int, logs=None) -> None:
+        self.model.val_step.assign(batch)
+
+
+@contextlib.contextmanager
+def dtype_policy(precision: str):
+    """Build layers under the Keras dtype policy of backend.precision, restoring the previous policy after."""
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(POLICIES[precision])
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def compile_model(*, strategy, build_network, loss, metrics, optim: DictConfig, plan: Plan, contract: EpochContract,
+                  precision: str = "32-true", jit_compile: bool = False) -> ContractModel:
+    """Build the network and its optimizer inside strategy.scope() and compile them under core's contracts."""
+    with strategy.scope(), dtype_policy(precision):
+        network = build_network()
+        model = ContractModel(network, [contract.val_shard_size(s.shard_id) for s in plan.shards],
+                              plan.per_replica_batch)
+        model(keras.ops.zeros((1, *network.input_shape[1:])))  # build the wrapper's variables
+        optimizer = make_optimizer(optim, plan_schedule(plan, optim, contract.train_steps),
+                                   network.trainable_variables)
+        model.compile(optimizer=optimizer, loss=loss, weighted_metrics=[*metrics, SampleCount()],
+                      jit_compile=jit_compile)
+        model.optimizer.build(model.trainable_variables)  # so that a checkpoint can restore its state
     return model

@@ -1,34 +1,62 @@
-"""The classification task on Keras: model, loss and metrics, used by the Keras backend."""
+"""The classification task on Keras: model, loss and metrics, used by the Keras backend (task.keras_target)."""
 from __future__ import annotations
 
 import keras
 from hydra.utils import instantiate
+from keras import ops
 from omegaconf import DictConfig, open_dict
 
 
-def build_model(model_cfg: DictConfig, num_classes: int, image_size: int) -> keras.Model:
-    """The network described by `model_cfg`, built through its `keras_target` (any callable returning a keras.Model)."""
-    spec = model_cfg.copy()
-    if "keras_target" not in spec:
-        raise ValueError(f"model={spec.get('_target_')} has no keras_target: it cannot be built on Keras")
-    with open_dict(spec):
-        spec._target_ = spec.pop("keras_target")
-    model = instantiate(spec, num_classes=num_classes, image_size=image_size)
-    if not isinstance(model, keras.Model):
-        raise TypeError(f"model.keras_target={spec._target_} returned {type(model).__name__}, not a keras.Model")
-    return model
+@keras.saving.register_keras_serializable(package="hydrali")
+class CrossEntropy(keras.losses.Loss):
+    """Cross-entropy on logits with integer labels and label smoothing as torch defines it:
+    against (1 - e) * one-hot + e / classes (core.optimizer)."""
+
+    def __init__(self, label_smoothing: float = 0.0, name: str = "cross_entropy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.label_smoothing = float(label_smoothing)
+
+    def call(self, y_true, y_pred):
+        labels = ops.reshape(ops.cast(y_true, "int32"), (-1,))
+        onehot = ops.one_hot(labels, ops.shape(y_pred)[-1], dtype=y_pred.dtype)
+        return keras.losses.categorical_crossentropy(onehot, y_pred, from_logits=True,
+                                                     label_smoothing=self.label_smoothing)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "label_smoothing": self.label_smoothing}
 
 
-def loss(task) -> keras.losses.Loss:
-    """Cross-entropy on logits with integer labels."""
-    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+class KerasClassification:
+    """The Keras side of a classification task: the network of `model`, the loss and the metrics."""
+
+    def __init__(self, task):
+        self.task = task
+
+    def build_model(self, model_cfg: DictConfig, num_classes: int, image_size: int) -> keras.Model:
+        """The network described by `model_cfg`, built through its `keras_target` (any callable returning a keras.Model)."""
+        spec = model_cfg.copy()
+        if "keras_target" not in spec:
+            raise ValueError(f"model={spec.get('_target_')} has no keras_target: it cannot be built on Keras")
+        with open_dict(spec):
+            spec._target_ = spec.pop("keras_target")
+        model = instantiate(spec, num_classes=num_classes, image_size=image_size)
+        if not isinstance(model, keras.Model):
+            raise TypeError(f"model.keras_target={spec._target_} returned {type(model).__name__}, not a keras.Model")
+        return model
+
+    def loss(self) -> keras.losses.Loss:
+        """Cross-entropy on logits, with the task's label smoothing."""
+        return CrossEntropy(self.task.label_smoothing)
+
+    def metrics(self) -> list:
+        """Top-1 accuracy, logged as `acc` (val/acc once mapped)."""
+        return [keras.metrics.SparseCategoricalAccuracy(name="acc")]
+
+    def labels_shape(self) -> tuple:
+        """The per-sample shape of the labels the recipe returns."""
+        return (1,)
 
 
-def metrics(task) -> list:
-    """Top-1 accuracy, logged as `acc` (val/acc once mapped)."""
-    return [keras.metrics.SparseCategoricalAccuracy(name="acc")]
-
-
-def labels_shape() -> tuple:
-    """The per-sample shape of the labels the recipe returns."""
-    return (1,)
+def build(task) -> KerasClassification:
+    """The Keras side of `task` (its config's keras_target)."""
+    return KerasClassification(task)
