@@ -87,20 +87,31 @@ def test_zero_keras_replicas_is_refused(tmp_path):
     _fails_with(run_cli("backend=keras", "backend.replicas=0", cwd=tmp_path), "backend.replicas=0", "at least 1")
 
 
-def test_a_replica_count_the_data_cannot_be_split_over_is_refused(tmp_path):
-    # digits' 360 validation images over 8 replicas: 45 per shard, fewer than a batch of 64
-    _fails_with(run_cli("backend=keras", "backend.replicas=8", cwd=tmp_path),
-                "over 8 replicas a shard holds 45", "lower backend.replicas or data.batch_size")
+@pytest.mark.parametrize("backend", ["lightning", "keras"])
+def test_a_batch_larger_than_a_shard_is_refused_on_both_backends(tmp_path, data_dir, backend):
+    out = run_cli(f"backend={backend}", "data.batch_size=4000", f"paths.data_dir={data_dir}", cwd=tmp_path)
+    _fails_with(out, "data.batch_size=4000 is larger than a shard", "1437 images", "lower data.batch_size")
+
+
+def test_dali_on_the_gpu_without_one_names_the_cause(tmp_path, data_dir):
+    out = run_cli("pipeline.device=gpu", f"paths.data_dir={data_dir}", cwd=tmp_path)
+    _fails_with(out, "pipeline.device=gpu but DALI", "use pipeline.device=cpu")
+
+
+def test_a_recipe_option_the_recipe_does_not_declare_is_named(tmp_path):
+    _fails_with(run_cli("pipeline=light", "+pipeline.options.random_area=[0.5,1.0]", cwd=tmp_path),
+                "pipeline.options.random_area is not an option of recipe light", "flip_probability")
 
 
 def test_a_checkpoint_of_the_other_backend_is_refused(tmp_path):
     keras_ckpt = tmp_path / "epoch003.weights.h5"
     keras_ckpt.write_bytes(b"\x89HDF\r\n\x1a\n")
-    _fails_with(run_cli(f"ckpt_path={keras_ckpt}", cwd=tmp_path), "not a Lightning checkpoint")
+    _fails_with(run_cli(f"ckpt_path={keras_ckpt}", cwd=tmp_path), "checkpoint of backend=keras",
+                "resume it with backend=keras")
     lightning_ckpt = tmp_path / "last.ckpt"
     lightning_ckpt.write_bytes(b"PK")
     _fails_with(run_cli("backend=keras", f"ckpt_path={lightning_ckpt}", cwd=tmp_path),
-                "not a hydrali Keras checkpoint")
+                "checkpoint of backend=lightning")
 
 
 def test_a_sweep_over_lightning_ddp_processes_is_refused(tmp_path):

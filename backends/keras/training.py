@@ -1,7 +1,7 @@
 """A compiled Keras model for a plan: the task's network in a model that follows core's contracts.
 
 - the optimizer implements core.optimizer's semantics (torch's SGD with coupled weight decay, or
-  AdamW with decoupled decay; no decay on biases and norm parameters),
+  torch's AdamW with decoupled decay; no decay on biases and norm parameters),
 - the lr at every step is the plan's effective lr times core.schedule.lr_factor,
 - validation weighs each sample by core.epoch's mask: the shard's padding counts for nothing,
 - `images` (a weighted metric) counts the samples trained on or scored,
@@ -87,15 +87,53 @@ class TorchSGD(keras.optimizers.Optimizer):
                 "coupled_weight_decay": self.coupled_weight_decay}
 
 
-def make_optimizer(optim: DictConfig, schedule, variables) -> keras.optimizers.Optimizer:
-    """The optimizer of core.optimizer's semantics for `variables` (the network's trainable ones)."""
+@keras.saving.register_keras_serializable(package="hydrali")
+class TorchAdamW(keras.optimizers.Optimizer):
+    """AdamW with torch.optim.AdamW's update rule (core.optimizer): w *= 1 - lr * weight_decay on decaying
+    parameters, then m, v moments and w -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + epsilon).
+    (Keras' AdamW adds epsilon before the bias correction, which moves small-gradient steps.)"""
+
+    def __init__(self, learning_rate=0.001, beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = ADAM_EPSILON,
+                 decoupled_weight_decay: float = 0.0, name: str = "torch_adamw", **kwargs):
+        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+        self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
+        self.decoupled_weight_decay = float(decoupled_weight_decay)
+
+    def build(self, variables):
+        """Create the first and second moment of each variable."""
+        if self.built:
+            return
+        super().build(variables)
+        self.moments = self.add_optimizer_variables(variables, "moment")
+        self.squares = self.add_optimizer_variables(variables, "square")
+
+    def update_step(self, gradient, variable, learning_rate):
+        """One torch-style AdamW step of `variable`."""
+        dtype = variable.dtype
+        lr, g = ops.cast(learning_rate, dtype), ops.cast(gradient, dtype)
+        t = ops.cast(self.iterations + 1, dtype)
+        b1, b2 = ops.cast(self.beta_1, dtype), ops.cast(self.beta_2, dtype)
+        if self.decoupled_weight_decay and decays(variable.shape):
+            self.assign(variable, ops.multiply(variable, 1.0 - lr * ops.cast(self.decoupled_weight_decay, dtype)))
+        index = self._get_variable_index(variable)
+        m, v = self.moments[index], self.squares[index]
+        self.assign(m, ops.add(ops.multiply(m, b1), ops.multiply(g, 1.0 - b1)))
+        self.assign(v, ops.add(ops.multiply(v, b2), ops.multiply(ops.square(g), 1.0 - b2)))
+        denominator = ops.sqrt(v) / ops.sqrt(1.0 - ops.power(b2, t)) + ops.cast(self.epsilon, dtype)
+        self.assign_sub(variable, ops.divide(ops.multiply(m, lr / (1.0 - ops.power(b1, t))), denominator))
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon,
+                "decoupled_weight_decay": self.decoupled_weight_decay}
+
+
+def make_optimizer(optim: DictConfig, schedule) -> keras.optimizers.Optimizer:
+    """The optimizer of core.optimizer's semantics (which variables decay is decided by their shape)."""
     if str(optim.name) == "sgd":
         return TorchSGD(learning_rate=schedule, momentum=optim.momentum, nesterov=optim.nesterov,
                         coupled_weight_decay=optim.weight_decay)
-    opt = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=optim.weight_decay, beta_1=optim.betas[0],
-                                 beta_2=optim.betas[1], epsilon=ADAM_EPSILON)
-    opt.exclude_from_weight_decay(var_list=[v for v in variables if not decays(v.shape)])
-    return opt
+    return TorchAdamW(learning_rate=schedule, beta_1=optim.betas[0], beta_2=optim.betas[1], epsilon=ADAM_EPSILON,
+                      decoupled_weight_decay=optim.weight_decay)
 
 
 @keras.saving.register_keras_serializable(package="hydrali")
@@ -178,8 +216,7 @@ def compile_model(*, strategy, build_network, loss, metrics, optim: DictConfig, 
         model = ContractModel(network, [contract.val_shard_size(s.shard_id) for s in plan.shards],
                               plan.per_replica_batch)
         model(keras.ops.zeros((1, *network.input_shape[1:])))  # build the wrapper's variables
-        optimizer = make_optimizer(optim, plan_schedule(plan, optim, contract.train_steps),
-                                   network.trainable_variables)
+        optimizer = make_optimizer(optim, plan_schedule(plan, optim, contract.train_steps))
         model.compile(optimizer=optimizer, loss=loss, weighted_metrics=[*metrics, SampleCount()],
                       jit_compile=jit_compile)
         model.optimizer.build(model.trainable_variables)  # so that a checkpoint can restore its state
