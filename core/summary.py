@@ -14,9 +14,9 @@ def build_summary(*, result: FitResult, record: RunRecord, plan: Plan, monitor: 
                   backend: str) -> dict:
     """The summary of a finished run, as written to summary.json, from the whole run record (resumed epochs too)."""
     rows = record.rows
-    keys = list(dict.fromkeys(k for row in rows for k in row if k != "epoch"))
-    final = {k: record.final(k) for k in keys}
+    final = {k: v for k, v in (rows[-1] if rows else {}).items() if k != "epoch"}  # the last epoch's own metrics
     best = record.best(monitor, mode)
+    val_images = record.final("val/images")
     return {
         "task": task,
         "backend": backend,
@@ -29,7 +29,7 @@ def build_summary(*, result: FitResult, record: RunRecord, plan: Plan, monitor: 
         "history": rows,
         "steps_per_epoch": plan.epoch.train_steps,
         "train_images": int(sum(row.get("train/images", 0) for row in rows)),
-        "val_images": int(final["val/images"]) if final.get("val/images") is not None else 0,
+        "val_images": int(val_images) if val_images is not None else 0,   # scored by the last validation
         "wall_seconds": round(wall_seconds, 3),
         "train_seconds": round(result.train_seconds, 3),
         "images_per_second": round(result.images_per_second, 1),

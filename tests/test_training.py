@@ -5,7 +5,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from core.runner import run
-from tests.conftest import read_summary
+from tests.conftest import (check_each_val_image_counted_once, check_resume_keeps_the_record,
+                            check_validation_every_second_epoch, read_summary)
 
 pytestmark = pytest.mark.slow
 
@@ -31,6 +32,14 @@ def test_the_default_run_learns_digits(trained):
     assert summary["history"][-1]["train/loss"] < summary["history"][0]["train/loss"]
     assert summary["images_per_second"] > 0
     assert Path(summary["best_checkpoint"]).is_file()
+
+
+def test_each_epoch_trains_whole_batches_and_scores_each_val_image_once(trained):
+    _, _, summary = trained
+    # 1437 training images, batch 64: 22 whole batches; 360 val images: 5 batches and 40 images
+    assert summary["steps_per_epoch"] == 22
+    assert [row["train/images"] for row in summary["history"]] == [22 * 64] * 10
+    check_each_val_image_counted_once(summary)
 
 
 def test_the_run_is_in_mlflow_with_params_metrics_and_config(trained):
@@ -69,20 +78,9 @@ def test_the_same_seed_gives_the_same_losses_and_another_seed_does_not(make_cfg,
     assert all(x != y for x, y in zip(first, other))
 
 
-def test_an_interrupted_run_resumes_at_the_next_epoch_and_ends_at_the_same_count(make_cfg, tmp_path):
-    out = tmp_path / "run"
-    stop = "+backend.callbacks.interrupt={_target_: tests.helpers.InterruptAtEpoch, epoch: 1}"
-    with pytest.raises(SystemExit):  # Lightning ends the process after a graceful Ctrl+C shutdown
-        run(make_cfg("epochs=3", stop, *QUIET, output_dir=out))
-    assert (out / "checkpoints" / "last.ckpt").is_file()
-    assert not (out / "summary.json").exists()
-    interrupted_run = (out / "mlflow_run_id").read_text()
+def test_an_interrupted_run_resumes_with_its_whole_record(make_cfg, tmp_path):
+    check_resume_keeps_the_record(make_cfg, tmp_path, QUIET, "tests.helpers.InterruptAtEpoch", SystemExit)
 
-    run(make_cfg("epochs=3", "ckpt_path=last", *QUIET, output_dir=out))
-    summary = read_summary(out)
-    assert summary["first_epoch"] == 1, "continues at the second epoch"
-    assert [row["epoch"] for row in summary["history"]] == [1, 2]
-    assert summary["epochs"] == 3, "ends at the epoch count of an uninterrupted run"
-    assert summary["mlflow_run_id"] == interrupted_run, "the MLflow run is continued, not duplicated"
-    client = MlflowClient(tracking_uri=make_cfg().tracking.uri)
-    assert [m.step for m in client.get_metric_history(interrupted_run, "val/acc")] == [0, 1, 2]
+
+def test_epochs_without_validation_have_no_val_metrics(make_cfg, tmp_path):
+    check_validation_every_second_epoch(make_cfg, tmp_path, [*QUIET, "backend.trainer.check_val_every_n_epoch=2"])

@@ -95,18 +95,21 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
                            channels_last=cfg.backend.channels_last)
 
     checkpoint = ModelCheckpoint(dirpath=checkpoint_dir, filename="epoch{epoch:03d}", monitor=cfg.task.monitor,
-                                 mode=str(cfg.task.mode), save_top_k=cfg.backend.save_top_k, save_last=True,
+                                 mode=str(cfg.task.mode), save_top_k=cfg.backend.save_top_k,
                                  auto_insert_metric_name=False)
+    # last.ckpt after every epoch (Lightning's save_last writes it only when a top-k file was saved)
+    last = ModelCheckpoint(dirpath=checkpoint_dir, filename=Path(LAST).stem, save_top_k=1, monitor=None,
+                           save_on_train_epoch_end=True, enable_version_counter=False)
     recorder, throughput = EpochRecorder(record), Throughput()
     trainer = L.Trainer(
         max_epochs=cfg.epochs, accelerator=cfg.backend.accelerator,
         devices=cfg.backend.devices, num_nodes=cfg.backend.num_nodes, strategy=cfg.backend.strategy,
         precision=str(cfg.backend.precision), deterministic=cfg.deterministic, logger=False,
-        default_root_dir=str(output_dir), callbacks=[checkpoint, recorder, throughput, *_extra_callbacks(cfg)],
+        default_root_dir=str(output_dir), callbacks=[checkpoint, last, recorder, throughput, *_extra_callbacks(cfg)],
         **OmegaConf.to_container(cfg.backend.trainer, resolve=True))
     trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume_from) if resume_from else None)
 
-    best = checkpoint.best_model_path or checkpoint.last_model_path or None
+    best = checkpoint.best_model_path or last.best_model_path or None
     return FitResult(best_checkpoint=best,
                      first_epoch=recorder.first_epoch if recorder.first_epoch is not None else trainer.current_epoch,
                      epochs_completed=trainer.current_epoch, train_images=throughput.images,
