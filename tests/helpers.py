@@ -38,3 +38,21 @@ def keras_model_without_batchnorm(num_classes: int, image_size: int, **unused):
     x = keras.layers.Conv2D(16, 3, strides=2, padding="same", activation="relu")(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
     return keras.Model(inputs, keras.layers.Dense(num_classes)(x))
+
+
+class KerasRecordPolicies:
+    """Write the dtype policies of the trained network's layers (that have weights) to `path`, as JSON."""
+
+    def __new__(cls, path: str):
+        import json
+
+        import keras
+
+        class _Record(keras.callbacks.Callback):
+            def on_train_begin(self, logs=None) -> None:
+                network = getattr(self.model, "network", self.model)
+                policies = sorted({layer.dtype_policy.name for layer in network.layers if layer.weights})
+                with open(path, "w") as fh:
+                    json.dump(policies, fh)
+
+        return _Record()

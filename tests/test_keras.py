@@ -1,4 +1,5 @@
 """The Keras backend: the same tasks, recipes, plan and tracking as Lightning, on MirroredStrategy."""
+import json
 from pathlib import Path
 
 import numpy as np
@@ -6,7 +7,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from core.runner import run
-from tests.conftest import compose_config, read_summary
+from tests.conftest import (check_each_val_image_counted_once, check_resume_keeps_the_record,
+                            check_validation_every_second_epoch, compose_config, read_summary)
 from tests.helpers import keras_model_without_batchnorm
 
 pytestmark = pytest.mark.slow
@@ -40,6 +42,13 @@ def test_keras_learns_digits(keras_run):
     assert kept == {f"epoch{n:03d}.weights.h5" for n in {4, 5, 6, best_epochs}}, "the newest 3 and the best"
 
 
+def test_keras_trains_whole_batches_and_scores_each_val_image_once(keras_run):
+    _, summary = keras_run
+    assert summary["steps_per_epoch"] == 22   # as on Lightning: 1437 images, 22 whole batches of 64
+    assert [row["train/images"] for row in summary["history"]] == [22 * 64] * 6
+    check_each_val_image_counted_once(summary)
+
+
 def test_two_replicas_show_in_mlflow_and_summary_and_read_their_own_shards(make_cfg, tmp_path, monkeypatch):
     import backends.keras.backend as keras_backend
 
@@ -58,6 +67,9 @@ def test_two_replicas_show_in_mlflow_and_summary_and_read_their_own_shards(make_
     assert (summary["world_size"], summary["per_replica_batch"], summary["global_batch"]) == (2, 64, 128)
     params = MlflowClient(cfg.tracking.uri).get_run(summary["mlflow_run_id"]).data.params
     assert (params["plan/world_size"], params["plan/global_batch"]) == ("2", "128")
+    # 2 x 180 validation images, 3 batches of 64 per replica (the last 52 real): each image scored once
+    check_each_val_image_counted_once(summary)
+    assert summary["history"][0]["train/images"] == 11 * 128
     # one DALIDataset per replica and split, replica i on shard i of 2 (the reader keeps shards disjoint:
     # tests/test_sharding.py)
     assert sorted(built) == [(False, 0, 0, 2), (False, 1, 1, 2), (True, 0, 0, 2), (True, 1, 1, 2)]
@@ -70,9 +82,10 @@ def test_one_sgd_step_on_two_replicas_equals_one_on_one_replica_with_twice_the_b
     from backends.keras.data import distribute
     from backends.keras.strategy import configure_devices, make_strategy
     from backends.keras.training import compile_model
+    from core.epoch import make_contract
     from core.plan import make_plan
     from core.topology import detect
-    from tasks.classification import keras_task
+    from tasks.classification.keras_task import KerasClassification
 
     cfg = make_cfg("backend=keras", "optim.warmup_epochs=0")
     half, size, classes = 8, 16, 10
@@ -87,12 +100,14 @@ def test_one_sgd_step_on_two_replicas_equals_one_on_one_replica_with_twice_the_b
         devices = configure_devices(replicas, "cpu")
         strategy = make_strategy(devices)
         keras.utils.set_random_seed(0)
+        side = KerasClassification(cfg.task)
+        contract = make_contract(train_samples=2 * half, val_samples=2 * half, num_shards=replicas,
+                                 batch=plan.per_replica_batch, last_batch="drop")
         model = compile_model(strategy=strategy, build_network=lambda: keras_model_without_batchnorm(classes, size),
-                              loss=keras_task.loss(None), metrics=keras_task.metrics(None), optim=cfg.optim,
-                              plan=plan, steps_per_epoch=1)
+                              loss=side.loss(), metrics=side.metrics(), optim=cfg.optim, plan=plan, contract=contract)
         before = [keras.ops.convert_to_numpy(w) for w in model.weights]
         per = plan.per_replica_batch
-        data = distribute(strategy, devices, lambda i: tf.data.Dataset.from_tensors(
+        data = distribute(strategy, devices, "cpu", lambda i: tf.data.Dataset.from_tensors(
             (images[i * per:(i + 1) * per], labels[i * per:(i + 1) * per])).repeat())
         model.fit(data, epochs=1, steps_per_epoch=1, verbose=0, shuffle=False)
         return plan, before, [keras.ops.convert_to_numpy(w) for w in model.weights]
@@ -118,19 +133,24 @@ def test_the_same_seed_gives_the_same_losses_on_keras(make_cfg, tmp_path):
     assert len(first) == 2 and first == again
 
 
-def test_an_interrupted_keras_run_resumes_at_the_next_epoch(make_cfg, tmp_path):
-    out = tmp_path / "run"
-    stop = "+backend.callbacks.interrupt={_target_: tests.helpers.KerasInterruptAtEpoch, epoch: 1}"
-    with pytest.raises(KeyboardInterrupt):
-        run(make_cfg("epochs=3", stop, *QUIET, output_dir=out))
-    assert (out / "checkpoints" / "epoch001.weights.h5").is_file()
-    interrupted_run = (out / "mlflow_run_id").read_text()
+def test_an_interrupted_keras_run_resumes_with_its_whole_record(make_cfg, tmp_path):
+    # keep only the newest checkpoint: the best one (epoch 1) survives only because the run record names it
+    resumed = check_resume_keeps_the_record(make_cfg, tmp_path, [*QUIET, "backend.keep_checkpoints=1"],
+                                            "tests.helpers.KerasInterruptAtEpoch", KeyboardInterrupt)
+    kept = {p.name for p in (tmp_path / "resumed" / "checkpoints").glob("*.h5")}
+    assert kept == {"epoch001.weights.h5", "epoch003.weights.h5"}
+    assert resumed["best_checkpoint"].endswith("epoch001.weights.h5")
 
-    run(make_cfg("epochs=3", "ckpt_path=last", *QUIET, output_dir=out))
+
+def test_keras_epochs_without_validation_have_no_val_metrics(make_cfg, tmp_path):
+    check_validation_every_second_epoch(make_cfg, tmp_path, [*QUIET, "backend.validation_freq=2"])
+
+
+def test_keras_trains_in_bf16_mixed_precision_on_the_cpu(make_cfg, tmp_path):
+    policies = tmp_path / "policies.json"
+    out = tmp_path / "bf16"
+    record = f"+backend.callbacks.policies={{_target_: tests.helpers.KerasRecordPolicies, path: '{policies}'}}"
+    run(make_cfg("epochs=1", "tracking=none", "backend.precision=bf16-mixed", record, *QUIET, output_dir=out))
     summary = read_summary(out)
-    assert summary["first_epoch"] == 1
-    assert [row["epoch"] for row in summary["history"]] == [1, 2]
-    assert summary["epochs"] == 3
-    assert summary["mlflow_run_id"] == interrupted_run
-    client = MlflowClient(make_cfg().tracking.uri)
-    assert [m.step for m in client.get_metric_history(interrupted_run, "val/acc")] == [0, 1, 2]
+    assert json.loads(policies.read_text()) == ["mixed_bfloat16"]
+    assert np.isfinite(summary["final"]["train/loss"]) and summary["val_images"] == 360
