@@ -1,43 +1,73 @@
-"""Both backends as a user sees them: the same MLflow params and metrics, and only their own framework."""
+"""Both backends run the same experiment: the same epochs, lr at every step, params and metric names,
+each loading only its own framework, each log line printed once."""
+import os
+import subprocess
+import sys
+
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import read_summary, run_cli
+from tests.conftest import REPO, read_summary
 
 pytestmark = pytest.mark.slow
 
-TINY = ["epochs=1", "backend.trainer.enable_progress_bar=false"]
+# digits, 2 epochs, SGD with weight decay 1e-4 and label smoothing 0.1 (acceptance of the agreement)
+SAME = ["epochs=2", "optim.weight_decay=1e-4", "task.label_smoothing=0.1"]
 IMPORT_PROBE = ("import atexit, runpy, sys; "
                 "atexit.register(lambda: print('LOADED', 'torch' in sys.modules, 'tensorflow' in sys.modules)); "
                 "sys.argv = ['hydrali'] + sys.argv[1:]; runpy.run_module('core', run_name='__main__')")
 
 
 def _run_with_probe(tmp_path, data_dir, name, *args):
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run([sys.executable, "-c", IMPORT_PROBE, f"paths.data_dir={data_dir}",
-                          f"hydra.run.dir={tmp_path / name}", "epochs=1", *args],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+                          f"hydra.run.dir={tmp_path / name}", *SAME, *args],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout.strip().splitlines()[-1], read_summary(tmp_path / name)
+    return out, read_summary(tmp_path / name)
 
 
-def test_each_backend_loads_only_its_framework_and_both_log_the_same_keys(tmp_path, data_dir):
-    torch_line, lightning = _run_with_probe(tmp_path, data_dir, "lightning", "backend=lightning",
-                                            "backend.trainer.enable_progress_bar=false")
-    tf_line, keras = _run_with_probe(tmp_path, data_dir, "keras", "backend=keras", "backend.verbose=0")
-    assert torch_line == "LOADED True False", "a Lightning run never imports tensorflow"
-    assert tf_line == "LOADED False True", "a Keras run never imports torch"
+@pytest.fixture(scope="module")
+def both(tmp_path_factory, data_dir):
+    tmp_path = tmp_path_factory.mktemp("agree")
+    lightning = _run_with_probe(tmp_path, data_dir, "lightning", "backend=lightning",
+                                "backend.trainer.enable_progress_bar=false")
+    keras = _run_with_probe(tmp_path, data_dir, "keras", "backend=keras", "backend.verbose=0")
+    return tmp_path, lightning, keras
 
+
+def test_both_backends_take_the_same_steps_at_the_same_lr(both):
+    _, (_, lightning), (_, keras) = both
+    assert lightning["steps_per_epoch"] == keras["steps_per_epoch"] == 22
+    for a, b in zip(lightning["history"], keras["history"], strict=True):
+        assert a["train/images"] == b["train/images"] == 22 * 64
+        assert a["lr/first"] == pytest.approx(b["lr/first"], rel=1e-6)
+        assert a["lr/last"] == pytest.approx(b["lr/last"], rel=1e-6)
+        assert a["val/images"] == b["val/images"] == 360
+    assert lightning["train_images"] == keras["train_images"] == 2 * 22 * 64
+    # warmup over the first epoch, then cosine: the first step runs at lr / 10, epoch 1 starts at the full lr
+    assert lightning["history"][0]["lr/first"] == pytest.approx(0.02)
+    assert lightning["history"][1]["lr/first"] == pytest.approx(0.2)
+
+
+def test_both_backends_log_the_same_params_and_metrics(both):
+    tmp_path, (_, lightning), (_, keras) = both
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     runs = {s["backend"]: client.get_run(s["mlflow_run_id"]).data for s in (lightning, keras)}
-    # backend.* holds each backend's own options (devices vs replicas, ...): everything else is shared
-    shared = {b: {k for k in d.params if not k.startswith("backend.")} for b, d in runs.items()}
+    # backend.* holds each backend's own options (devices vs replicas, ...): everything else is the same
+    shared = {b: {k: v for k, v in d.params.items() if not k.startswith("backend.") and k != "paths.output_dir"}
+              for b, d in runs.items()}
     assert shared["lightning"] == shared["keras"]
-    for key in ("optim.lr", "data.batch_size", "plan/effective_lr", "plan/global_batch", "plan/world_size"):
-        assert runs["lightning"].params[key] == runs["keras"].params[key], key
-    assert set(runs["lightning"].metrics) == set(runs["keras"].metrics) == {"train/loss", "val/loss", "val/acc", "lr"}
+    assert shared["keras"]["epoch/steps_per_epoch"] == "22" and shared["keras"]["task.label_smoothing"] == "0.1"
+    assert set(runs["lightning"].metrics) == set(runs["keras"].metrics) == {
+        "train/loss", "train/images", "val/loss", "val/acc", "val/images", "lr/first", "lr/last"}
+
+
+def test_each_backend_loads_only_its_framework_and_prints_each_line_once(both):
+    _, (lightning_out, _), (keras_out, _) = both
+    assert lightning_out.stdout.strip().splitlines()[-1] == "LOADED True False", "Lightning never imports tensorflow"
+    assert keras_out.stdout.strip().splitlines()[-1] == "LOADED False True", "Keras never imports torch"
+    for out in (lightning_out, keras_out):
+        lines = [line.split("] - ", 1)[-1] for line in (out.stdout + out.stderr).splitlines() if "] - " in line]
+        assert lines and len(lines) == len(set(lines)), "a log line printed twice"
+    assert (lightning_out.stdout + lightning_out.stderr).count("GPU available") == 1

@@ -42,3 +42,29 @@ def test_cfg_job_prints_the_composed_config_and_runs_nothing(tmp_path: Path):
     assert out.returncode == 0
     assert "lr: 0.05" in out.stdout and "name: standard" in out.stdout
     assert not (tmp_path / "outputs").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+def test_the_project_compiles_without_warnings():
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-W", "error", "-m", "compileall", "-q", "-f", "core", "backends", "tasks",
+                          "conf"], cwd=repo, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_dali_on_the_cpu_while_the_framework_sees_a_gpu_is_said_in_one_warning(caplog):
+    import logging
+
+    from core.devices import resolve_device
+
+    # this machine has no GPU, so DALI sees none: as on a GPU machine whose DALI package does not match the driver
+    with caplog.at_level(logging.WARNING, logger="core.devices"):
+        assert resolve_device("auto", framework_gpus=2, framework="torch") == "cpu"
+    (record,) = caplog.records
+    assert "torch sees 2 GPU(s) but DALI" in record.getMessage() and "DALI runs on the CPU" in record.getMessage()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="core.devices"):
+        assert resolve_device("auto", framework_gpus=0) == "cpu"
+    assert not caplog.records, "a machine without a GPU is not warned about"

@@ -4,7 +4,7 @@ import re
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import read_summary, run_cli
+from tests.conftest import check_each_val_image_counted_once, read_summary, run_cli
 
 pytestmark = pytest.mark.slow
 QUIET = ["backend.trainer.enable_progress_bar=false", "backend.trainer.enable_model_summary=false"]
@@ -17,6 +17,9 @@ def test_ddp_with_two_processes_reads_two_shards_and_doubles_the_global_batch(tm
     assert res.returncode == 0, res.stderr[-3000:]
     summary = read_summary(out)
     assert (summary["world_size"], summary["global_batch"]) == (2, 128)
+    # 2 x 180 validation images, 3 batches of 64 per process (the last 52 real): each image scored once
+    check_each_val_image_counted_once(summary)
+    assert summary["steps_per_epoch"] == 11 and summary["history"][0]["train/images"] == 11 * 128
     logs = "".join(p.read_text() for p in out.glob("*.log"))
     shards = set(re.findall(r"rank (\d) reads shard (\d)/2", logs))
     assert shards == {("0", "0"), ("1", "1")}, logs[-2000:]
