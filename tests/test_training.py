@@ -26,7 +26,7 @@ def trained(tmp_path_factory, data_dir):
 
 def test_the_default_run_learns_digits(trained):
     cfg, value, summary = trained
-    assert summary["best"]["val/acc"] >= 0.9  # 0.978 in the README run; a margin for other CPUs
+    assert summary["best"]["val/acc"] >= 0.9  # 0.967 in the README run; a margin for other CPUs
     assert value == summary["best"]["val/acc"]
     assert summary["epochs"] == 10 and len(summary["history"]) == 10
     assert summary["history"][-1]["train/loss"] < summary["history"][0]["train/loss"]
