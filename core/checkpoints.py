@@ -24,8 +24,10 @@ def backend_of(path: Path) -> str | None:
 
 
 def resolve_checkpoint(ckpt_path: str | None, output_dir: Path, backend: str,
-                       newest: Callable[[Path], Path | None]) -> Path | None:
-    """The checkpoint to resume from, or None; `newest(dir)` is the backend's newest checkpoint in a dir."""
+                       newest: Callable[[Path], Path | None],
+                       check: Callable[[Path], object] | None = None) -> Path | None:
+    """The checkpoint to resume from, or None; `newest(dir)` is the backend's newest checkpoint in a dir, and
+    `check(path)` (if given) raises a HydraliError for a file of the backend's format that it cannot resume."""
     if ckpt_path is None:
         return None
     suffix = SUFFIXES[backend]
@@ -44,4 +46,6 @@ def resolve_checkpoint(ckpt_path: str | None, output_dir: Path, backend: str,
         what = (f"a checkpoint of backend={owner}: a checkpoint of another backend cannot be resumed here; "
                 f"resume it with backend={owner}" if owner else f"not a {backend} checkpoint ({suffix})")
         raise HydraliError(f"ckpt_path={ckpt_path} is {what}")
+    if check is not None:
+        check(path)
     return path

@@ -15,6 +15,7 @@ _OPERATOR = re.compile(r"Error in \w+ operator `([^`]+)`")
 _ENCOUNTERED = re.compile(r"encountered:\s*(.+?)(?:\nCurrent pipeline object|\Z)", re.S)
 _HINTS = (
     ("out of memory", "GPU or host memory ran out: lower data.batch_size or pipeline.prefetch_queue_depth"),
+    ("allocation failed", "memory ran out: lower data.batch_size or pipeline.prefetch_queue_depth"),
     ("cudaerrormemoryallocation", "GPU memory ran out: lower data.batch_size or pipeline.prefetch_queue_depth"),
     ("cuda", "a CUDA error: check the driver, or run DALI on the CPU with pipeline.device=cpu"),
 )
@@ -29,16 +30,20 @@ def dali_operator(message: str) -> str | None:
 def dali_reason(message: str) -> str:
     """DALI's own description of the failure, on one line."""
     match = _ENCOUNTERED.search(message)
-    text = match.group(1) if match else message
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("Stacktrace")]
+    text = (match.group(1) if match else message).split("Stacktrace (")[0]   # C++ frames follow
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("[frame")]
     lines = [line for line in lines if "pipeline object is no longer valid" not in line
              and not line.startswith("Critical error in pipeline")]
     return re.sub(r"\[/[^\]]*\]\s*", "", " ".join(lines[:3]))[:400] or "unknown error"
 
 
 def is_decode_failure(message: str) -> bool:
-    """Whether the failure came from an image decoder (and so, most likely, from a file)."""
+    """Whether a decoder failed on its input while running (and so, most likely, on a file): not while the
+    pipeline was built, and not for lack of memory or a CUDA error."""
     operator = dali_operator(message) or ""
+    lowered = message.lower()
+    if "when building pipeline" in lowered or any(needle in lowered for needle, _ in _HINTS):
+        return False
     return ".decoders." in operator
 
 
@@ -55,4 +60,4 @@ def explain_dali_error(err: Exception, find_bad_files: Callable[[], str | None])
                             f"try pipeline.device=cpu, or report the file set")
     hint = next((text for needle, text in _HINTS if needle in message.lower()), None)
     where = f"DALI's {operator}" if operator else "DALI"
-    return HydraliError(f"{where} failed: {reason}" + (f". {hint}" if hint else ""))
+    return HydraliError(f"{where} failed: {reason}" + (f"; {hint}" if hint else ""))

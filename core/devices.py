@@ -36,6 +36,10 @@ def resolve_device(requested: str, framework_gpus: int = 0, framework: str = "th
     if requested == "cpu":
         return "cpu"
     count, why_none = dali_cuda_devices()
+    if count > 0 and requested == "auto" and framework_gpus == 0:
+        log.warning("pipeline.device=auto: DALI sees %d GPU(s) but %s sees none, so DALI runs on the CPU; "
+                    "install %s with CUDA to train on the GPU", count, framework, framework)
+        return "cpu"
     if count > 0:
         return "gpu"
     if requested == "gpu":

@@ -5,11 +5,12 @@ of shards (one per replica) and the per-replica batch:
 
 - **Shards** are DALI's: shard s of S holds samples [floor(N*s/S), floor(N*(s+1)/S)), so their
   sizes differ by at most one.
-- **Training** reads an endless stream per replica (the reader does not pad; at the end of the data it
-  goes on with the next epoch's samples) and every backend takes `train_steps` batches from it
-  per epoch: `drop` (the default) takes the whole batches of the smallest shard, floor(min/B), so no
-  sample is repeated within an epoch; `fill` takes ceil(max/B), the last batch completed with samples
-  of the next epoch. Every replica takes the same number of steps.
+- **Training** reads an endless, shuffled stream per replica (the reader does not pad; at the end of
+  its data it goes on with the next pass) and every backend takes `train_steps` batches from it per
+  epoch: `drop` (the default) takes the whole batches of the smallest shard, floor(min/B), so the
+  first epoch repeats no sample and the replicas' shards are disjoint; `fill` takes ceil(max/B). What
+  an epoch leaves of a pass starts the next epoch, so later epochs may straddle two passes (as with
+  any endless DALI dataset). Every replica takes the same number of steps.
 - **Validation** reads each shard once per validation, padded by DALI (the shard's last sample
   repeated) to `val_steps` = ceil(max/B) whole batches on every replica; the padded samples are
   masked: `val_valid(shard, step)` samples of a batch count. Each image is scored exactly once.

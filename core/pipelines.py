@@ -71,5 +71,10 @@ def make_pipeline(recipe_path: str, options: Mapping[str, Any], *, batch_size: i
     """An unbuilt DALI Pipeline from the recipe, given core's `inputs` and the recipe's `options`."""
     check_options(recipe_path, options)
     recipe = load_recipe(recipe_path)
-    return recipe(batch_size=batch_size, num_threads=num_threads, device_id=device_id, seed=seed,
-                  prefetch_queue_depth=prefetch_queue_depth, **inputs, **dict(options))
+    try:
+        return recipe(batch_size=batch_size, num_threads=num_threads, device_id=device_id, seed=seed,
+                      prefetch_queue_depth=prefetch_queue_depth, **inputs, **dict(options))
+    except (TypeError, ValueError) as err:
+        name = recipe_path.rpartition(".")[2]
+        raise HydraliError(f"recipe {name} cannot be defined with pipeline.options="
+                           f"{dict(options)}: {str(err).splitlines()[0]}") from err

@@ -69,7 +69,8 @@ def run(cfg: DictConfig) -> float | None:
     dataset = task.prepare_data(cfg.data, verify=cfg.data.verify and topology.is_first_process())
     backend = load_backend(cfg.backend.name)
     plan = build_plan(cfg, backend, dataset)
-    resume_from = resolve_checkpoint(cfg.ckpt_path, output_dir, cfg.backend.name, backend.newest_checkpoint)
+    resume_from = resolve_checkpoint(cfg.ckpt_path, output_dir, cfg.backend.name, backend.newest_checkpoint,
+                                     getattr(backend, "check_checkpoint", None))
     seeding.seed_everything(plan.seed, cfg.deterministic)
     log.info("plan: %d replica(s) x batch %d = global batch %d; lr %g x %s(%d/%d) = %g; seed %d; "
              "rank %d reads shard %s/%d, DALI on %s; %d steps per epoch", plan.world_size, plan.per_replica_batch,

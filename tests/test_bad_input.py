@@ -103,6 +103,20 @@ def test_a_recipe_option_the_recipe_does_not_declare_is_named(tmp_path):
                 "pipeline.options.random_area is not an option of recipe light", "flip_probability")
 
 
+def test_a_recipe_option_of_the_wrong_kind_is_one_line(tmp_path, data_dir):
+    out = run_cli("pipeline.options.flip_probability=[1,2]", f"paths.data_dir={data_dir}", "tracking=none",
+                  cwd=tmp_path)
+    _fails_with(out, "recipe standard cannot be defined with pipeline.options=")
+
+
+def test_a_keras_checkpoint_of_an_unknown_epoch_is_refused_before_anything_is_tracked(tmp_path):
+    odd = tmp_path / "best.weights.h5"
+    odd.write_bytes(b"\x89HDF\r\n\x1a\n")
+    _fails_with(run_cli("backend=keras", f"ckpt_path={odd}", cwd=tmp_path), "not a hydrali Keras checkpoint",
+                "epoch003.weights.h5")
+    assert not (tmp_path / "mlflow.db").exists()
+
+
 def test_a_checkpoint_of_the_other_backend_is_refused(tmp_path):
     keras_ckpt = tmp_path / "epoch003.weights.h5"
     keras_ckpt.write_bytes(b"\x89HDF\r\n\x1a\n")

@@ -29,6 +29,7 @@ log = logging.getLogger("hydrali")
 logging.getLogger("tensorflow").setLevel(logging.WARNING)  # per-variable all-reduce notices
 FRAMEWORK = "TensorFlow"
 newest_checkpoint = checkpoints.newest
+check_checkpoint = checkpoints.epochs_done
 
 
 def replicas(backend: DictConfig, device: str) -> tuple[int, int, int]:
@@ -74,6 +75,8 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
     """Train `task` with one replica per shard of this process, as the plan says; checkpoint every epoch."""
     checkpoint_dir = output_dir / CHECKPOINT_DIR
     initial_epoch = checkpoints.epochs_done(resume_from) if resume_from is not None else 0
+    if resume_from is not None:
+        checkpoints.drop_later(checkpoint_dir, initial_epoch)
     keras.utils.set_random_seed(plan.seed)
     if cfg.deterministic:
         import tensorflow as tf

@@ -28,6 +28,13 @@ def newest(checkpoint_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
+def drop_later(checkpoint_dir: Path, epochs: int) -> None:
+    """Delete the checkpoints of more than `epochs` epochs: a run resumed from an earlier one abandons them."""
+    for path in Path(checkpoint_dir).glob("epoch*.weights.h5") if Path(checkpoint_dir).is_dir() else []:
+        if epochs_done(path) > epochs:
+            path.unlink()
+
+
 def file_of(checkpoint_dir: Path, epoch: int) -> Path:
     """The checkpoint written at the end of epoch `epoch` (0-based)."""
     return Path(checkpoint_dir) / PATTERN.format(epoch=epoch + 1)

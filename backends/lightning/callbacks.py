@@ -18,12 +18,13 @@ class EpochRecorder(L.Callback):
         self._validated = False
         self._images = 0
         self._lrs: list[float] = []
+        self._epoch: int | None = None   # the epoch whose start this callback saw
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         if self.first_epoch is None:
             self.first_epoch = trainer.current_epoch
             self.record.start(trainer.current_epoch)
-        self._validated, self._images, self._lrs = False, 0, []
+        self._validated, self._images, self._lrs, self._epoch = False, 0, [], trainer.current_epoch
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._lrs.append(float(trainer.optimizers[0].param_groups[0]["lr"]))  # the lr this step uses
@@ -36,6 +37,8 @@ class EpochRecorder(L.Callback):
             self._validated = True
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if self._epoch != trainer.current_epoch:
+            return  # the end of an epoch finished before a resume (a checkpoint taken at its validation)
         prefixes = ("train/", "val/") if self._validated else ("train/",)
         metrics = {k.removesuffix("_epoch"): float(v) for k, v in trainer.callback_metrics.items()
                    if k.startswith(prefixes) and not k.endswith("_step")}

@@ -40,6 +40,8 @@ class HydraliModule(L.LightningModule):
         return loss
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
+        if next(iter(batch.values())).shape[0] == 0:
+            return  # a batch of padding only (a shard shorter than the others by a whole batch): nothing to score
         loss, n = self.torch_task.validation_step(batch)
         self.log("val/loss", loss, on_epoch=True, prog_bar=True, batch_size=n, sync_dist=True)
         self.log("val/images", float(n), on_epoch=True, reduce_fx="sum", sync_dist=True, batch_size=1)
