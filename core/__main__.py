@@ -1,4 +1,4 @@
-"""`python -m core`: the same entry point as the `hydrali` command."""
-from core.cli import main
+"""`python -m hydrali.core`: the same entry point as the `hydrali` command."""
+from hydrali.core.cli import main
 
 main()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from core.errors import HydraliError
+from hydrali.core.errors import HydraliError
 
 CHECKPOINT_DIR = "checkpoints"
 SUFFIXES = {"lightning": ".ckpt", "keras": ".weights.h5"}   # the file format of each backend

@@ -1,4 +1,4 @@
-"""The `hydrali` command (also `python -m core`): Hydra composes the config, core.runner runs it."""
+"""The `hydrali` command (also `python -m hydrali.core`): Hydra composes the config, hydrali.core.runner runs it."""
 from __future__ import annotations
 
 import logging
@@ -7,15 +7,15 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from core.errors import HydraliError
-from core.schema import register_schemas
+from hydrali.core.errors import HydraliError
+from hydrali.core.schema import register_schemas
 
 log = logging.getLogger("hydrali")
 
 
-@hydra.main(config_path="pkg://conf", config_name="config", version_base="1.3")
+@hydra.main(config_path="pkg://hydrali.conf", config_name="config", version_base="1.3")
 def _hydra_entry(cfg: DictConfig) -> float | None:
-    from core.runner import run  # imported here so that `--help` and `--cfg` stay fast
+    from hydrali.core.runner import run  # imported here so that `--help` and `--cfg` stay fast
 
     try:
         return run(cfg)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from core.errors import HydraliError
+from hydrali.core.errors import HydraliError
 
 _OPERATOR = re.compile(r"Error in \w+ operator `([^`]+)`")
 _ENCOUNTERED = re.compile(r"encountered:\s*(.+?)(?:\nCurrent pipeline object|\Z)", re.S)

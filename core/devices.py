@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from core.errors import HydraliError
+from hydrali.core.errors import HydraliError
 
 log = logging.getLogger(__name__)
 DEVICES = ("auto", "cpu", "gpu")

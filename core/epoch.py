@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from core.errors import HydraliError
+from hydrali.core.errors import HydraliError
 
 LAST_BATCH = ("drop", "fill")
 

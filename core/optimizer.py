@@ -9,7 +9,7 @@
 - **Which parameters decay**: those with two or more dimensions (convolution and dense kernels);
   never biases or normalization scales and shifts.
 - **Label smoothing** (task.label_smoothing = e): cross-entropy against (1 - e) * one-hot + e / classes.
-- **Learning rate**: the plan's effective lr times core.schedule.lr_factor(step), the same at every step.
+- **Learning rate**: the plan's effective lr times hydrali.core.schedule.lr_factor(step), the same at every step.
 - **Precision** (backend.precision): 32-true, bf16-mixed or 16-mixed on both backends (Lightning's
   names; Keras uses the mixed_bfloat16 / mixed_float16 dtype policies, 16-mixed with loss scaling).
 """

@@ -12,7 +12,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from core.errors import HydraliError
+from hydrali.core.errors import HydraliError
 
 READER_NAME = "Reader"      # every recipe names its reader so, for iterators and the epoch contract
 
@@ -22,7 +22,7 @@ class Source:
     """What one pipeline reads: a split's location and this replica's shard of it.
 
     Training reads an endless, shuffled stream (no padding, no epoch boundary: the backends take
-    core.epoch's steps from it); validation reads its own shard only, in order, padded to whole
+    hydrali.core.epoch's steps from it); validation reads its own shard only, in order, padded to whole
     batches (the padding is masked by the epoch contract).
     """
     root: str
@@ -38,7 +38,7 @@ class Source:
 
 
 def load_recipe(path: str):
-    """The @pipeline_def function at import path `path` (e.g. tasks.classification.recipes.standard)."""
+    """The @pipeline_def function at import path `path` (e.g. hydrali.tasks.classification.recipes.standard)."""
     module_name, _, attr = path.rpartition(".")
     try:
         return getattr(importlib.import_module(module_name), attr)

@@ -8,10 +8,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from core.epoch import EpochContract
-from core.errors import HydraliError
-from core.seeding import pipeline_seed
-from core.topology import Topology
+from hydrali.core.epoch import EpochContract
+from hydrali.core.errors import HydraliError
+from hydrali.core.seeding import pipeline_seed
+from hydrali.core.topology import Topology
 
 SCALE_RULES = {
     "linear": lambda ratio: ratio,
@@ -55,7 +55,7 @@ class Plan:
     epochs: int
     seed: int
     device: str            # "cpu" or "gpu": where DALI runs (the backend decides where the model trains)
-    epoch: EpochContract | None = None   # steps and counted samples per epoch (core.epoch), set by the runner
+    epoch: EpochContract | None = None   # steps and counted samples per epoch (hydrali.core.epoch), set by the runner
 
     @property
     def shard(self) -> Shard:

@@ -10,14 +10,14 @@ from pathlib import Path
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from core import devices, seeding, topology, tracking
-from core.checkpoints import resolve_checkpoint
-from core.epoch import make_contract
-from core.errors import HydraliError
-from core.plan import Plan, make_plan
-from core.record import RunRecord
-from core.summary import build_summary, format_table, write_summary
-from core.validate import check_config
+from hydrali.core import devices, seeding, topology, tracking
+from hydrali.core.checkpoints import resolve_checkpoint
+from hydrali.core.epoch import make_contract
+from hydrali.core.errors import HydraliError
+from hydrali.core.plan import Plan, make_plan
+from hydrali.core.record import RunRecord
+from hydrali.core.summary import build_summary, format_table, write_summary
+from hydrali.core.validate import check_config
 
 log = logging.getLogger("hydrali")
 
@@ -25,9 +25,9 @@ log = logging.getLogger("hydrali")
 def load_backend(name: str):
     """The backend module `backends.<name>.backend` (imported only now: a Keras run never loads torch)."""
     try:
-        return importlib.import_module(f"backends.{name}.backend")
+        return importlib.import_module(f"hydrali.backends.{name}.backend")
     except ModuleNotFoundError as err:
-        if err.name and err.name.startswith(f"backends.{name}"):
+        if err.name and err.name.startswith(f"hydrali.backends.{name}"):
             raise HydraliError(f"backend={name} does not exist: see `hydrali --help` for the backends") from err
         raise HydraliError(f"backend={name} needs a package that is not installed: {err.name}") from err
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from core.errors import HydraliError
+from hydrali.core.errors import HydraliError
 
 SCHEDULES = ("cosine", "constant")
 

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from core.optimizer import PRECISIONS
+from hydrali.core.optimizer import PRECISIONS
 
 
 class Choice(str, Enum):
@@ -37,12 +37,12 @@ class Device(Choice):
 
 
 class LastBatch(Choice):
-    """What happens to an epoch's last, partial training batch (see core.epoch)."""
+    """What happens to an epoch's last, partial training batch (see hydrali.core.epoch)."""
     drop = "drop"
     fill = "fill"
 
 
-# Numeric precision of training, the same names on every backend (see core.optimizer). Built with
+# Numeric precision of training, the same names on every backend (see hydrali.core.optimizer). Built with
 # the functional API: the names (what a user types) are not Python identifiers.
 Precision = Choice("Precision", {name: name for name in PRECISIONS})
 

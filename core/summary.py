@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from core.plan import Plan
-from core.record import RunRecord
-from core.results import FitResult
+from hydrali.core.plan import Plan
+from hydrali.core.record import RunRecord
+from hydrali.core.results import FitResult
 
 
 def build_summary(*, result: FitResult, record: RunRecord, plan: Plan, monitor: str, mode: str,

@@ -15,6 +15,6 @@ class CloseSweepRun(Callback):
         HydraConfig.instance().set_config(config)  # so that ${hydra:...} in tracking.uri resolves
         if not config.tracking.enabled:
             return
-        from core.tracking import close_sweep_parent
+        from hydrali.core.tracking import close_sweep_parent
         close_sweep_parent(uri=config.tracking.uri, experiment=config.tracking.experiment,
                            sweep_dir=str(config.hydra.sweep.dir))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from core.errors import HydraliError
+from hydrali.core.errors import HydraliError
 
 
 @dataclass(frozen=True)

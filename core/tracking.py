@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from core.errors import HydraliError
+from hydrali.core.errors import HydraliError
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ from importlib import resources
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from core.errors import HydraliError
-from core.pipelines import check_options
+from hydrali.core.errors import HydraliError
+from hydrali.core.pipelines import check_options
 
 _HINTS = {
     "data.root": "data.root=/path/to/dataset (a folder holding train/ and val/, one sub-folder per class)",
@@ -17,7 +17,7 @@ _HINTS = {
 def pipelines_for(task_name: str) -> list[str]:
     """The pipeline options in conf/pipeline/ that feed `task_name`."""
     names = []
-    for entry in resources.files("conf").joinpath("pipeline").iterdir():
+    for entry in resources.files("hydrali.conf").joinpath("pipeline").iterdir():
         if entry.name.endswith(".yaml"):
             declared = yaml.safe_load(entry.read_text()) or {}
             if declared.get("task") == task_name:

@@ -13,7 +13,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 
-from core.schema import register_schemas
+from hydrali.core.schema import register_schemas
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,7 +29,7 @@ def compose_config(overrides: list[str], root: Path, data_dir: Path, output_dir:
     register_schemas()
     GlobalHydra.instance().clear()
     output_dir = output_dir or root / "run"
-    with initialize_config_module(config_module="conf", version_base="1.3"):
+    with initialize_config_module(config_module="hydrali.conf", version_base="1.3"):
         cfg = compose("config", overrides=[f"paths.root={root}", f"paths.data_dir={data_dir}",
                                            f"hydra.run.dir={output_dir}", *overrides],
                       return_hydra_config=True)
@@ -49,10 +49,10 @@ def make_cfg(tmp_path, data_dir):
 
 
 def run_cli(*args: str, cwd: Path, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
-    """Run `python -m core <args>` in `cwd`, as a user would run `hydrali`."""
+    """Run `python -m hydrali.core <args>` in `cwd`, as a user would run `hydrali`."""
     full_env = {**os.environ, "HYDRA_FULL_ERROR": "0", **(env or {})}
     full_env["PYTHONPATH"] = os.pathsep.join([str(REPO), full_env.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, "-m", "core", *args], cwd=cwd, env=full_env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "hydrali.core", *args], cwd=cwd, env=full_env, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -71,7 +71,7 @@ def check_resume_keeps_the_record(make_cfg, tmp_path: Path, args: list[str], int
     the resumed run's record, best value and best checkpoint are the uninterrupted run's. Returns its summary."""
     from mlflow.tracking import MlflowClient
 
-    from core.runner import run
+    from hydrali.core.runner import run
 
     whole_dir, resumed_dir = tmp_path / "whole", tmp_path / "resumed"
     whole_value = run(make_cfg(*RESUME_ARGS, *args, output_dir=whole_dir))
@@ -104,7 +104,7 @@ def check_validation_every_second_epoch(make_cfg, tmp_path: Path, args: list[str
     """3 epochs validating every second one: epochs 0 and 2 have no val metrics anywhere."""
     from mlflow.tracking import MlflowClient
 
-    from core.runner import run
+    from hydrali.core.runner import run
 
     out = tmp_path / "every2"
     run(make_cfg("epochs=3", *args, output_dir=out))

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 SAME = ["epochs=2", "optim.weight_decay=1e-4", "task.label_smoothing=0.1"]
 IMPORT_PROBE = ("import atexit, runpy, sys; "
                 "atexit.register(lambda: print('LOADED', 'torch' in sys.modules, 'tensorflow' in sys.modules)); "
-                "sys.argv = ['hydrali'] + sys.argv[1:]; runpy.run_module('core', run_name='__main__')")
+                "sys.argv = ['hydrali'] + sys.argv[1:]; runpy.run_module('hydrali.core', run_name='__main__')")
 
 
 def _run_with_probe(tmp_path, data_dir, name, *args):

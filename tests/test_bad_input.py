@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.classification.datasets import write_digits
+from hydrali.tasks.classification.datasets import write_digits
 from tests.conftest import run_cli
 
 

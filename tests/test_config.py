@@ -1,6 +1,8 @@
 """Composition: the task picks its defaults, the command line wins, --help and --cfg work."""
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_cli
 
 
@@ -57,14 +59,43 @@ def test_the_project_compiles_without_warnings():
 def test_dali_on_the_cpu_while_the_framework_sees_a_gpu_is_said_in_one_warning(caplog):
     import logging
 
-    from core.devices import resolve_device
+    from hydrali.core.devices import resolve_device
 
     # this machine has no GPU, so DALI sees none: as on a GPU machine whose DALI package does not match the driver
-    with caplog.at_level(logging.WARNING, logger="core.devices"):
+    with caplog.at_level(logging.WARNING, logger="hydrali.core.devices"):
         assert resolve_device("auto", framework_gpus=2, framework="torch") == "cpu"
     (record,) = caplog.records
     assert "torch sees 2 GPU(s) but DALI" in record.getMessage() and "DALI runs on the CPU" in record.getMessage()
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="core.devices"):
+    with caplog.at_level(logging.WARNING, logger="hydrali.core.devices"):
         assert resolve_device("auto", framework_gpus=0) == "cpu"
     assert not caplog.records, "a machine without a GPU is not warned about"
+
+
+@pytest.mark.slow
+def test_an_installed_hydrali_is_one_namespace_that_runs_from_anywhere(tmp_path, data_dir):
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--target", str(target), str(repo)], check=True, capture_output=True, cwd=tmp_path)
+    top = {p.name for p in target.iterdir() if p.name not in ("bin", "__pycache__")}
+    assert top == {"hydrali", "hydrali-0.1.0.dist-info"}, top
+    assert (target / "hydrali" / "conf" / "pipeline" / "standard.yaml").is_file(), "the configs ship in the wheel"
+
+    env = {**os.environ, "PYTHONPATH": str(target), "HYDRA_FULL_ERROR": "0"}
+    where = subprocess.run([sys.executable, "-c", "import hydrali.core; print(hydrali.core.__file__)"], env=env,
+                           cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert where.stdout.startswith(str(target)), where.stdout
+    helped = subprocess.run([sys.executable, "-m", "hydrali.core", "--help"], env=env, cwd=tmp_path,
+                            capture_output=True, text=True)
+    assert helped.returncode == 0 and "pipeline: light, standard" in helped.stdout
+    trained = subprocess.run([sys.executable, "-m", "hydrali.core", "epochs=1", "tracking=none",
+                              f"paths.data_dir={data_dir}", f"hydra.run.dir={tmp_path / 'run'}",
+                              "backend.trainer.enable_progress_bar=false"], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=600)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    assert (tmp_path / "run" / "summary.json").is_file()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from core.runner import run
+from hydrali.core.runner import run
 from tests.conftest import (check_each_val_image_counted_once, check_resume_keeps_the_record,
                             check_validation_every_second_epoch, compose_config, read_summary)
 from tests.helpers import keras_model_without_batchnorm
@@ -18,7 +18,7 @@ QUIET = ["backend=keras", "backend.verbose=0"]
 @pytest.fixture(scope="module", autouse=True)
 def two_logical_cpus():
     """TensorFlow splits the CPU into logical devices only before it starts: do it first, for every test here."""
-    from backends.keras.strategy import configure_devices
+    from hydrali.backends.keras.strategy import configure_devices
     configure_devices(2, "cpu")
 
 
@@ -50,7 +50,7 @@ def test_keras_trains_whole_batches_and_scores_each_val_image_once(keras_run):
 
 
 def test_two_replicas_show_in_mlflow_and_summary_and_read_their_own_shards(make_cfg, tmp_path, monkeypatch):
-    import backends.keras.backend as keras_backend
+    import hydrali.backends.keras.backend as keras_backend
 
     built = []
     original = keras_backend.dali_dataset
@@ -79,13 +79,13 @@ def test_one_sgd_step_on_two_replicas_equals_one_on_one_replica_with_twice_the_b
     import keras
     import tensorflow as tf
 
-    from backends.keras.data import distribute
-    from backends.keras.strategy import configure_devices, make_strategy
-    from backends.keras.training import compile_model
-    from core.epoch import make_contract
-    from core.plan import make_plan
-    from core.topology import detect
-    from tasks.classification.keras_task import KerasClassification
+    from hydrali.backends.keras.data import distribute
+    from hydrali.backends.keras.strategy import configure_devices, make_strategy
+    from hydrali.backends.keras.training import compile_model
+    from hydrali.core.epoch import make_contract
+    from hydrali.core.plan import make_plan
+    from hydrali.core.topology import detect
+    from hydrali.tasks.classification.keras_task import KerasClassification
 
     cfg = make_cfg("backend=keras", "optim.warmup_epochs=0")
     half, size, classes = 8, 16, 10

@@ -1,4 +1,4 @@
-"""core.optimizer's semantics, the same on both backends: the same weights after the same steps, the same loss."""
+"""hydrali.core.optimizer's semantics, the same on both backends: the same weights after the same steps, the same loss."""
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
@@ -26,8 +26,8 @@ def torch_steps(optim, weights, x, y, lr, steps, label_smoothing):
     """The Lightning backend's optimizer and the torch task's loss, for `steps` steps on one batch."""
     import torch
 
-    from backends.lightning.module import make_optimizer
-    from tasks.classification.torch_task import TorchClassification
+    from hydrali.backends.lightning.module import make_optimizer
+    from hydrali.tasks.classification.torch_task import TorchClassification
 
     net = torch.nn.Sequential(torch.nn.Linear(FEATURES, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, CLASSES))
     with torch.no_grad():  # torch keeps Linear weights as (out, in)
@@ -51,8 +51,8 @@ def keras_steps(optim, weights, x, y, lr, steps, label_smoothing):
     import keras
     import tensorflow as tf
 
-    from backends.keras.training import make_optimizer
-    from tasks.classification.keras_task import CrossEntropy
+    from hydrali.backends.keras.training import make_optimizer
+    from hydrali.tasks.classification.keras_task import CrossEntropy
 
     inputs = keras.Input((FEATURES,))
     hidden = keras.layers.Dense(HIDDEN, activation="relu")(inputs)

@@ -2,11 +2,11 @@
 import pytest
 from nvidia.dali import pipeline_def
 
-from core.epoch import make_contract
-from core.errors import HydraliError
-from core.pipelines import Source
-from tasks.classification.datasets import scan_image_folder, write_digits
-from tasks.classification.recipes import read_files
+from hydrali.core.epoch import make_contract
+from hydrali.core.errors import HydraliError
+from hydrali.core.pipelines import Source
+from hydrali.tasks.classification.datasets import scan_image_folder, write_digits
+from hydrali.tasks.classification.recipes import read_files
 
 BATCH = 48
 

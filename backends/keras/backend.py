@@ -1,4 +1,4 @@
-"""Training a task with Keras 3 on TensorFlow: the `fit` that core.runner calls for backend=keras."""
+"""Training a task with Keras 3 on TensorFlow: the `fit` that hydrali.core.runner calls for backend=keras."""
 from __future__ import annotations
 
 import logging
@@ -13,17 +13,17 @@ from hydra.errors import InstantiationException  # noqa: E402
 from hydra.utils import get_method, instantiate  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from backends.keras import checkpoints  # noqa: E402
-from backends.keras.callbacks import EpochRecorder, Throughput  # noqa: E402
-from backends.keras.data import dali_dataset, distribute  # noqa: E402
-from backends.keras.strategy import configure_devices, make_strategy, placement, visible_gpus  # noqa: E402,F401
-from backends.keras.training import ValidationPosition, compile_model  # noqa: E402
-from core.checkpoints import CHECKPOINT_DIR  # noqa: E402
-from core.dali_errors import explain_dali_error  # noqa: E402
-from core.errors import HydraliError  # noqa: E402
-from core.plan import Plan  # noqa: E402
-from core.record import RunRecord  # noqa: E402
-from core.results import FitResult  # noqa: E402
+from hydrali.backends.keras import checkpoints  # noqa: E402
+from hydrali.backends.keras.callbacks import EpochRecorder, Throughput  # noqa: E402
+from hydrali.backends.keras.data import dali_dataset, distribute  # noqa: E402
+from hydrali.backends.keras.strategy import configure_devices, make_strategy, placement, visible_gpus  # noqa: E402,F401
+from hydrali.backends.keras.training import ValidationPosition, compile_model  # noqa: E402
+from hydrali.core.checkpoints import CHECKPOINT_DIR  # noqa: E402
+from hydrali.core.dali_errors import explain_dali_error  # noqa: E402
+from hydrali.core.errors import HydraliError  # noqa: E402
+from hydrali.core.plan import Plan  # noqa: E402
+from hydrali.core.record import RunRecord  # noqa: E402
+from hydrali.core.results import FitResult  # noqa: E402
 
 log = logging.getLogger("hydrali")
 logging.getLogger("tensorflow").setLevel(logging.WARNING)  # per-variable all-reduce notices

@@ -5,7 +5,7 @@ import time
 
 import keras
 
-from core.record import RunRecord
+from hydrali.core.record import RunRecord
 
 
 def metric_name(keras_name: str) -> str:

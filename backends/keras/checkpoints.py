@@ -6,8 +6,8 @@ from pathlib import Path
 
 import keras
 
-from core.errors import HydraliError
-from core.record import RunRecord
+from hydrali.core.errors import HydraliError
+from hydrali.core.record import RunRecord
 
 PATTERN = "epoch{epoch:03d}.weights.h5"  # Keras fills {epoch} with the number of epochs completed
 _EPOCH = re.compile(r"epoch(\d+)\.weights\.h5$")

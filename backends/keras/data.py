@@ -1,6 +1,6 @@
 """DALI pipelines as Keras input: one endless DALIDataset per replica, distributed PER_REPLICA.
 
-Keras takes core.epoch's steps from each: `train_steps` per epoch, `val_steps` per validation.
+Keras takes hydrali.core.epoch's steps from each: `train_steps` per epoch, `val_steps` per validation.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Callable
 import nvidia.dali.plugin.tf as dali_tf
 import tensorflow as tf
 
-from core.plan import Plan
+from hydrali.core.plan import Plan
 
 _TF_DTYPES = {"float": tf.float32, "float16": tf.float16}
 

@@ -3,7 +3,7 @@
 GPUs: MirroredStrategy over the first `replicas` visible GPUs. CPU: the CPU is split into
 `replicas` logical devices, so that N replicas really run (and really all-reduce) on one CPU.
 One replica: TensorFlow's default strategy. Several workers (MultiWorkerMirroredStrategy) would
-plug in here, with the worker index offsetting the shards (see core.topology).
+plug in here, with the worker index offsetting the shards (see hydrali.core.topology).
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import contextlib
 
 import tensorflow as tf
 
-from core.errors import HydraliError
+from hydrali.core.errors import HydraliError
 
 
 def visible_gpus() -> int:

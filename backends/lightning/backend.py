@@ -1,4 +1,4 @@
-"""Training a task with PyTorch Lightning: the `fit` that core.runner calls for backend=lightning."""
+"""Training a task with PyTorch Lightning: the `fit` that hydrali.core.runner calls for backend=lightning."""
 from __future__ import annotations
 
 import logging
@@ -13,14 +13,14 @@ from hydra.utils import get_method, instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from backends.lightning.callbacks import EpochRecorder, Throughput
-from backends.lightning.data import DaliDataModule
-from backends.lightning.module import HydraliModule
-from core.checkpoints import CHECKPOINT_DIR
-from core.errors import HydraliError
-from core.plan import Plan
-from core.record import RunRecord
-from core.results import FitResult
+from hydrali.backends.lightning.callbacks import EpochRecorder, Throughput
+from hydrali.backends.lightning.data import DaliDataModule
+from hydrali.backends.lightning.module import HydraliModule
+from hydrali.core.checkpoints import CHECKPOINT_DIR
+from hydrali.core.errors import HydraliError
+from hydrali.core.plan import Plan
+from hydrali.core.record import RunRecord
+from hydrali.core.results import FitResult
 
 log = logging.getLogger("hydrali")
 # Noise from inside Lightning that a user can do nothing about.

@@ -5,7 +5,7 @@ import time
 
 import lightning as L
 
-from core.record import RunRecord
+from hydrali.core.record import RunRecord
 
 
 class EpochRecorder(L.Callback):

@@ -1,11 +1,11 @@
-"""DALI pipelines as Lightning data: one iterator per split of this process's shard, cut into epochs by core.epoch."""
+"""DALI pipelines as Lightning data: one iterator per split of this process's shard, cut into epochs by hydrali.core.epoch."""
 from __future__ import annotations
 
 import lightning as L
 from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
-from core.dali_errors import explain_dali_error
-from core.epoch import EpochContract
+from hydrali.core.dali_errors import explain_dali_error
+from hydrali.core.epoch import EpochContract
 
 
 class DaliLoader:

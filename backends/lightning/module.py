@@ -5,13 +5,13 @@ import lightning as L
 import torch
 from omegaconf import DictConfig
 
-from core.optimizer import ADAM_EPSILON, decays
-from core.plan import Plan
-from core.schedule import lr_factor
+from hydrali.core.optimizer import ADAM_EPSILON, decays
+from hydrali.core.plan import Plan
+from hydrali.core.schedule import lr_factor
 
 
 def make_optimizer(parameters, optim: DictConfig, lr: float) -> torch.optim.Optimizer:
-    """SGD (torch's coupled weight decay) or AdamW (decoupled), decaying only what core.optimizer.decays says."""
+    """SGD (torch's coupled weight decay) or AdamW (decoupled), decaying only what hydrali.core.optimizer.decays says."""
     decay, no_decay = [], []
     for p in parameters:
         (decay if decays(p.shape) else no_decay).append(p)

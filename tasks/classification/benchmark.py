@@ -1,6 +1,6 @@
 """Throughput of a classification recipe: DALI on the CPU and on the GPU against a PIL baseline, in one run.
 
-    python -m tasks.classification.benchmark [overrides]       # e.g. pipeline=light data.batch_size=256
+    python -m hydrali.tasks.classification.benchmark [overrides]       # e.g. pipeline=light data.batch_size=256
 
 Overrides are hydrali's (data=imagefolder data.root=/data/imagenet ...). Without data.root, a set of
 synthetic ImageNet-like JPEG files (400-640 x 300-480, quality 90) is written once under
@@ -108,11 +108,11 @@ def main(argv: list[str]) -> None:
     from hydra.utils import instantiate
     from omegaconf import open_dict
 
-    from core.devices import cuda_device_count
-    from core.plan import make_plan
-    from core.schema import register_schemas
-    from core.topology import detect
-    from tasks.classification.datasets import scan_image_folder
+    from hydrali.core.devices import cuda_device_count
+    from hydrali.core.plan import make_plan
+    from hydrali.core.schema import register_schemas
+    from hydrali.core.topology import detect
+    from hydrali.tasks.classification.datasets import scan_image_folder
 
     register_schemas()
     bench = dict(BENCH_DEFAULTS)
@@ -123,7 +123,7 @@ def main(argv: list[str]) -> None:
             bench[key[len("bench."):]] = int(value)
         else:
             overrides.append(arg)
-    with initialize_config_module(config_module="conf", version_base="1.3"):
+    with initialize_config_module(config_module="hydrali.conf", version_base="1.3"):
         cfg = compose("config", overrides=["paths.root=" + os.getcwd(), "paths.output_dir=.", *overrides])
     with open_dict(cfg):
         if cfg.data.name == "digits":  # too small to measure: use synthetic ImageNet-like files

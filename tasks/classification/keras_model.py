@@ -33,7 +33,7 @@ def ResNet(num_classes: int, image_size: int, block: str = "basic", layers: Sequ
            widths: Sequence[int] = (64, 128, 256, 512), stem: str = "imagenet") -> keras.Model:
     """A ResNet as a functional Keras model, taking NHWC images of image_size x image_size.
 
-    Same arguments as tasks.classification.torch_model.ResNet.
+    Same arguments as hydrali.tasks.classification.torch_model.ResNet.
     """
     depths = layers
     if block not in ("basic", "bottleneck"):

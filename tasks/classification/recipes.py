@@ -1,6 +1,6 @@
 """DALI recipes for classification. They know nothing of torch or TensorFlow.
 
-Every recipe reads its `source` (core.pipelines.Source: a folder with one sub-folder per class and
+Every recipe reads its `source` (hydrali.core.pipelines.Source: a folder with one sub-folder per class and
 this replica's shard of it) through a file reader named "Reader" and returns (images, labels):
 images normalised, in `layout` (CHW for torch, HWC for Keras); labels int32. `device="cpu"` uses
 CPU operators only; `device="gpu"` decodes with the mixed (nvJPEG / hardware) decoder and works on

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf
 
-from core.errors import HydraliError
-from core.pipelines import Source, make_pipeline
-from core.plan import Plan, Shard
-from tasks.classification.datasets import (ImageFolderInfo, bad_files_message, find_undecodable,
+from hydrali.core.errors import HydraliError
+from hydrali.core.pipelines import Source, make_pipeline
+from hydrali.core.plan import Plan, Shard
+from hydrali.tasks.classification.datasets import (ImageFolderInfo, bad_files_message, find_undecodable,
                                            scan_image_folder, verify_image_files, write_digits)
 
 
