@@ -63,6 +63,8 @@ def run(cfg: DictConfig) -> float | None:
     """Train and evaluate as `cfg` says; return the value of `optimized_metric` (for sweepers)."""
     started = time.perf_counter()
     check_config(cfg)
+    if cfg.tracking.enabled and cfg.tracking.uri and topology.is_first_process():
+        tracking.check_reachable(cfg.tracking.uri)   # in seconds, before anything heavy is loaded
     output_dir = Path(cfg.paths.output_dir)
     task = instantiate(cfg.task)
     # before the backend loads, so that bad data fails in a second; files are checked by one process only

@@ -5,11 +5,14 @@ one parent run per sweep directory. A resumed job (same output dir) continues it
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+import socket
 from pathlib import Path
 from typing import Any, Mapping
+from urllib.parse import urlparse
 
 from hydrali.core.errors import HydraliError
 
@@ -18,7 +21,8 @@ log = logging.getLogger(__name__)
 RUN_ID_FILE = "mlflow_run_id"       # in the run's output dir: lets a resumed job continue its MLflow run
 _PARAM_VALUE_LIMIT = 6000            # MLflow's limit on a param value's length
 _SWEEP_TAG = "hydrali.sweep_dir"
-_EXPECTED_ON_RESUME = {"ckpt_path"}  # changes on every resume: logged, not announced
+_EXPECTED_ON_RESUME = {"ckpt_path"}
+_CONNECT_TIMEOUT_S = 5             # how long a tracking server may take to accept a connection  # changes on every resume: logged, not announced
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, str]:
@@ -149,6 +153,42 @@ def close_sweep_parent(*, uri: str, experiment: str, sweep_dir: str) -> None:
         client.set_terminated(run.info.run_id, "FINISHED")
 
 
+def check_reachable(uri: str) -> None:
+    """Fail in seconds, in one line, when the store cannot be opened (a folder that cannot be made) or its
+    server cannot be reached (nothing listening), instead of MLflow's minutes of retries."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "sqlite":
+        folder = Path(uri[len("sqlite:///"):]).parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise HydraliError(f"cannot create the MLflow store's folder {folder} (tracking.uri={uri}): "
+                               f"{err.strerror}: set tracking.uri=sqlite:///<a writable path> or use tracking=none") from err
+    elif parsed.scheme in ("http", "https"):
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        try:
+            socket.create_connection((parsed.hostname, port), timeout=_CONNECT_TIMEOUT_S).close()
+        except OSError as err:
+            raise HydraliError(f"cannot reach the MLflow server at tracking.uri={uri} ({err.strerror or err}): "
+                               f"start the server or use tracking.uri=sqlite:///<path> or tracking=none") from err
+
+
+@contextlib.contextmanager
+def store_lock(uri: str):
+    """Hold an exclusive lock beside a SQLite store (other stores: nothing)."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    import fcntl
+
+    with open(uri[len("sqlite:///"):] + ".lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def start_tracking(*, enabled: bool, is_global_zero: bool, uri: str | None, experiment: str,
                    artifact_location: str | None, output_dir: Path, run_name: str,
                    sweep_dir: str | None, resume: bool) -> NullTracker:
@@ -160,13 +200,15 @@ def start_tracking(*, enabled: bool, is_global_zero: bool, uri: str | None, expe
     _quiet_mlflow_loggers()
     from mlflow.tracking import MlflowClient
 
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    check_reachable(uri)
     try:
-        client = MlflowClient(tracking_uri=uri)
-        experiment_id = _experiment_id(client, experiment, artifact_location)
+        with store_lock(uri):  # two runs starting on a fresh store would both create its tables
+            client = MlflowClient(tracking_uri=uri)
+            experiment_id = _experiment_id(client, experiment, artifact_location)
     except Exception as err:  # a bad URI or an unreadable store
-        raise HydraliError(f"cannot open the MLflow store tracking.uri={uri}: {err}") from err
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise HydraliError(f"cannot open the MLflow store tracking.uri={uri}: {first}: "
+                           f"fix tracking.uri or use tracking=none") from err
 
     id_file = output_dir / RUN_ID_FILE
     if resume and id_file.exists():

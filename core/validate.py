@@ -1,6 +1,8 @@
 """Checks across config groups that a per-group schema cannot make (run before any work)."""
 from __future__ import annotations
 
+import dataclasses
+import difflib
 from importlib import resources
 
 import yaml
@@ -8,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hydrali.core.errors import HydraliError
 from hydrali.core.pipelines import check_options
+from hydrali.core.schema import BACKEND_SCHEMAS, GROUP_SCHEMAS, HydraliConfig
 
 _HINTS = {
     "data.root": "data.root=/path/to/dataset (a folder holding train/ and val/, one sub-folder per class)",
@@ -44,8 +47,32 @@ def check_pipeline_fits_task(cfg: DictConfig) -> None:
             f"choose pipeline= one of {choices}")
 
 
+def _closest(key: str, choices) -> str:
+    match = difflib.get_close_matches(key, list(choices), n=1)
+    return f": did you mean {match[0]}?" if match else f" (its keys: {', '.join(sorted(choices))})"
+
+
+def check_unknown_keys(cfg: DictConfig) -> None:
+    """Fail, naming the closest real key, on a key that no schema declares (e.g. added with +data.bach_size=8).
+    Open mappings (backend.trainer, backend.callbacks, pipeline.options, model) take any key."""
+    top = {f.name for f in dataclasses.fields(HydraliConfig)}
+    for key in cfg:
+        if key not in top and key != "hydra":
+            raise HydraliError(f"{key} is not a hydrali setting{_closest(str(key), top)}")
+    schemas = {**GROUP_SCHEMAS, "backend": BACKEND_SCHEMAS.get(str(cfg.backend.get("name")))}
+    for group, schema in schemas.items():
+        if schema is None or not isinstance(cfg.get(group), DictConfig):
+            continue
+        declared = {f.name for f in dataclasses.fields(schema)}
+        for key in cfg[group]:
+            if key not in declared:
+                raise HydraliError(f"{group}.{key} is not a setting of {group}"
+                                   f"{_closest(f'{group}.{key}', [f'{group}.{d}' for d in declared])}")
+
+
 def check_config(cfg: DictConfig) -> None:
     """Every cross-group check, in order; the first failure ends the run with its message."""
+    check_unknown_keys(cfg)
     check_missing(cfg)
     check_pipeline_fits_task(cfg)
     check_options(cfg.pipeline.recipe, OmegaConf.to_container(cfg.pipeline.options, resolve=True))

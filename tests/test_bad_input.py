@@ -29,6 +29,24 @@ def test_an_unknown_key_names_the_key(tmp_path):
     _fails_with(run_cli("optim.lrr=0.1", cwd=tmp_path), "optim.lrr")
 
 
+def test_a_misspelled_key_added_with_plus_is_refused_naming_the_closest(tmp_path):
+    out = run_cli("+data.bach_size=8", cwd=tmp_path)
+    _fails_with(out, "data.bach_size is not a setting of data: did you mean data.batch_size?")
+    assert out.returncode == 2
+
+
+@pytest.mark.parametrize("uri, needle", [
+    ("sqlite:////proc/nope/x.db", "cannot create the MLflow store's folder /proc/nope"),
+    ("http://127.0.0.1:9/", "cannot reach the MLflow server at tracking.uri=http://127.0.0.1:9/")])
+def test_a_tracking_store_that_cannot_be_opened_is_one_line_within_seconds(tmp_path, uri, needle):
+    import time
+
+    started = time.monotonic()
+    out = run_cli(f"tracking.uri={uri}", cwd=tmp_path)
+    _fails_with(out, needle, "tracking=none")
+    assert out.returncode == 2 and time.monotonic() - started < 15
+
+
 def test_a_wrong_value_type_names_the_key_and_the_type(tmp_path):
     _fails_with(run_cli("data.batch_size=large", cwd=tmp_path), "data.batch_size", "Integer")
 

@@ -46,3 +46,27 @@ def test_a_sweep_over_lr_and_backends_makes_one_child_run_per_job_under_one_pare
     (sweep_dir,) = tmp_path.glob("multirun/*/*")  # the default sweep dir, under the launch dir
     for job in ("0", "1", "2", "3"):
         assert read_summary(sweep_dir / job)["epochs"] == 1
+
+
+def test_two_runs_started_together_on_a_fresh_sqlite_store_are_both_recorded(tmp_path, data_dir):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
+    store = f"sqlite:///{tmp_path}/fresh.db"
+    procs = [subprocess.Popen([sys.executable, "-m", "hydrali.core", "epochs=1", f"tracking.uri={store}",
+                               f"paths.data_dir={data_dir}", f"hydra.run.dir={tmp_path / name}", *QUIET],
+                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for name in ("a", "b")]
+    for proc in procs:
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+    client = MlflowClient(store)
+    for name in ("a", "b"):
+        run_ = client.get_run(read_summary(tmp_path / name)["mlflow_run_id"])
+        assert run_.info.status == "FINISHED"
+        assert run_.data.params["data.batch_size"] == "64"
+        assert {"train/loss", "val/acc", "val/images", "lr/first"} <= set(run_.data.metrics)

@@ -79,7 +79,7 @@ def test_the_same_seed_gives_the_same_losses_and_another_seed_does_not(make_cfg,
 
 
 def test_an_interrupted_run_resumes_with_its_whole_record(make_cfg, tmp_path):
-    check_resume_keeps_the_record(make_cfg, tmp_path, QUIET, "tests.helpers.InterruptAtEpoch", SystemExit)
+    check_resume_keeps_the_record(make_cfg, tmp_path, QUIET, "tests.helpers.InterruptAtEpoch", KeyboardInterrupt)
 
 
 def test_epochs_without_validation_have_no_val_metrics(make_cfg, tmp_path):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import warnings
 from pathlib import Path
 
@@ -107,7 +108,15 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
         precision=str(cfg.backend.precision), deterministic=cfg.deterministic, logger=False,
         default_root_dir=str(output_dir), callbacks=[checkpoint, last, recorder, throughput, *_extra_callbacks(cfg)],
         **OmegaConf.to_container(cfg.backend.trainer, resolve=True))
-    trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume_from) if resume_from else None)
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume_from) if resume_from else None)
+    except SystemExit:
+        if not trainer.interrupted:
+            raise
+        # Lightning ends a Ctrl+C with sys.exit(1) and leaves SIGINT ignored: restore both, so that an
+        # interruption ends the same way on every backend (core: the run KILLED, exit code 130)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        raise KeyboardInterrupt from None
 
     best = checkpoint.best_model_path or last.best_model_path or None
     return FitResult(best_checkpoint=best,
