@@ -21,8 +21,8 @@ log = logging.getLogger(__name__)
 RUN_ID_FILE = "mlflow_run_id"       # in the run's output dir: lets a resumed job continue its MLflow run
 _PARAM_VALUE_LIMIT = 6000            # MLflow's limit on a param value's length
 _SWEEP_TAG = "hydrali.sweep_dir"
-_EXPECTED_ON_RESUME = {"ckpt_path"}
-_CONNECT_TIMEOUT_S = 5             # how long a tracking server may take to accept a connection  # changes on every resume: logged, not announced
+_EXPECTED_ON_RESUME = {"ckpt_path"}  # changes on every resume: logged, not announced
+_CONNECT_TIMEOUT_S = 5             # how long a tracking server may take to accept a connection
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, str]:
@@ -192,7 +192,8 @@ def store_lock(uri: str):
 def start_tracking(*, enabled: bool, is_global_zero: bool, uri: str | None, experiment: str,
                    artifact_location: str | None, output_dir: Path, run_name: str,
                    sweep_dir: str | None, resume: bool) -> NullTracker:
-    """Open this job's MLflow run (or continue it when resuming in the same output dir)."""
+    """Open this job's MLflow run (or continue it when resuming in the same output dir); the runner has
+    already checked the store with `check_reachable`."""
     if not enabled or not is_global_zero:
         return NullTracker()
     if not uri:
@@ -200,7 +201,6 @@ def start_tracking(*, enabled: bool, is_global_zero: bool, uri: str | None, expe
     _quiet_mlflow_loggers()
     from mlflow.tracking import MlflowClient
 
-    check_reachable(uri)
     try:
         with store_lock(uri):  # two runs starting on a fresh store would both create its tables
             client = MlflowClient(tracking_uri=uri)

@@ -101,7 +101,7 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
                 raise HydraliError(f"ckpt_path={resume_from} does not fit this model and optimizer: {err}") from err
             log.info("resuming from %s at epoch %d", resume_from, initial_epoch + 1)
 
-        recorder, throughput = EpochRecorder(record, contract.train_steps), Throughput(plan.global_batch)
+        recorder, throughput = EpochRecorder(record, contract.train_steps), Throughput()
         callbacks = [
             keras.callbacks.ModelCheckpoint(str(checkpoint_dir / checkpoints.PATTERN), save_weights_only=True),
             recorder,   # before the pruning, which keeps the best epoch of the record
@@ -125,4 +125,4 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
         return FitResult(best_checkpoint=str(best_file) if best_file and best_file.exists() else None,
                          first_epoch=recorder.first_epoch if recorder.first_epoch is not None else initial_epoch,
                          epochs_completed=record.rows[-1]["epoch"] + 1 if record.rows else initial_epoch,
-                         train_images=throughput.images, train_seconds=throughput.seconds)
+                         train_seconds=throughput.seconds)

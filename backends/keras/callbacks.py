@@ -49,20 +49,15 @@ class EpochRecorder(keras.callbacks.Callback):
 
 
 class Throughput(keras.callbacks.Callback):
-    """Images per second over training steps only (validation and start-up excluded), all replicas together."""
+    """Time spent in training steps (validation excluded): with the record's train/images, the run's images/s."""
 
-    def __init__(self, global_batch: int):
+    def __init__(self):
         super().__init__()
-        self.global_batch = global_batch
-        self.images = 0
         self.seconds = 0.0
         self._start: float | None = None
 
     def on_epoch_begin(self, epoch: int, logs=None) -> None:
         self._start = time.perf_counter()
-
-    def on_train_batch_end(self, batch: int, logs=None) -> None:
-        self.images += self.global_batch
 
     def on_test_begin(self, logs=None) -> None:
         self._close()

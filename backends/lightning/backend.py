@@ -121,8 +121,7 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
     best = checkpoint.best_model_path or last.best_model_path or None
     return FitResult(best_checkpoint=best,
                      first_epoch=recorder.first_epoch if recorder.first_epoch is not None else trainer.current_epoch,
-                     epochs_completed=trainer.current_epoch, train_images=throughput.images,
-                     train_seconds=throughput.seconds)
+                     epochs_completed=trainer.current_epoch, train_seconds=throughput.seconds)
 
 
 def _extra_callbacks(cfg: DictConfig) -> list[L.Callback]:

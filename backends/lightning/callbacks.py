@@ -49,18 +49,14 @@ class EpochRecorder(L.Callback):
 
 
 class Throughput(L.Callback):
-    """Images per second over training steps only (validation and start-up excluded), all replicas together."""
+    """Time spent in training steps (validation excluded): with the record's train/images, the run's images/s."""
 
     def __init__(self):
-        self.images = 0
         self.seconds = 0.0
         self._epoch_start: float | None = None
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._epoch_start = time.perf_counter()
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.images += int(next(iter(batch.values())).shape[0]) * trainer.world_size
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self._close_epoch()

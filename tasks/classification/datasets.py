@@ -85,6 +85,11 @@ def scan_image_folder(root: str | os.PathLike) -> ImageFolderInfo:
     return ImageFolderInfo(root, classes_of["train"], counts["train"], counts["val"])
 
 
+def image_files(folders: list[Path]) -> list[Path]:
+    """The image files of split folders (one sub-folder per class), in DALI's reading order."""
+    return [p for folder in folders for d in sorted(x for x in folder.iterdir() if x.is_dir()) for p in _images_in(d)]
+
+
 def structural_problem(path: Path) -> str | None:
     """Why `path` cannot be a whole JPEG or PNG file (empty, wrong signature, no end marker), or None.
 
@@ -112,7 +117,7 @@ def verify_image_files(info: "ImageFolderInfo", limit: int = 5) -> list[tuple[Pa
     """Image files of both splits that fail `structural_problem`, with the reason (at most `limit`)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    paths = [p for split in (info.train_dir, info.val_dir) for c in info.classes for p in _images_in(split / c)]
+    paths = image_files([info.train_dir, info.val_dir])
     with ThreadPoolExecutor(VERIFY_WORKERS) as pool:
         problems = pool.map(structural_problem, paths, chunksize=256)
         bad = [(p, why) for p, why in zip(paths, problems) if why]
@@ -146,7 +151,7 @@ def find_undecodable(folders: list[Path], limit: int = 3, chunk: int = 512) -> l
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    paths = [p for folder in folders for d in sorted(x for x in folder.iterdir() if x.is_dir()) for p in _images_in(d)]
+    paths = image_files(folders)
     bad: list[tuple[Path, str]] = []
     with ThreadPoolExecutor(VERIFY_WORKERS) as pool:
         for i in range(0, len(paths), chunk):
