@@ -1,11 +1,15 @@
 """Which checkpoint a run resumes from (`ckpt_path`), decided the same way for every backend.
 
 `ckpt_path=null` starts fresh; `last` takes the newest checkpoint in this run's `checkpoints/`;
-a path must be an existing file of this backend's format. A file of another backend's format is
-refused, naming the backend that can resume it. Resolved before anything is written or tracked.
+a path must be an existing file of this backend's format. Refused, each in one line, before anything
+is written or tracked: a file of another backend (naming the backend that can resume it), a file the
+backend cannot read, a checkpoint that already holds every epoch asked for (a finished run), and one
+written by a run of another task, model, number of classes or optimizer (`trained_with.json`, which
+every run writes beside its checkpoints).
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Callable
 
@@ -13,6 +17,7 @@ from hydrali.core.errors import HydraliError
 
 CHECKPOINT_DIR = "checkpoints"
 SUFFIXES = {"lightning": ".ckpt", "keras": ".weights.h5"}   # the file format of each backend
+TRAINED_WITH = "trained_with.json"   # beside the checkpoints: what decides the shapes of the weights they hold
 
 
 def backend_of(path: Path) -> str | None:
@@ -24,14 +29,49 @@ def backend_of(path: Path) -> str | None:
 
 
 def resolve_checkpoint(ckpt_path: str | None, output_dir: Path, backend: str,
-                       newest: Callable[[Path], Path | None],
-                       check: Callable[[Path], object] | None = None) -> Path | None:
-    """The checkpoint to resume from, or None; `newest(dir)` is the backend's newest checkpoint in a dir, and
-    `check(path)` (if given) raises a HydraliError for a file of the backend's format that it cannot resume."""
+                       newest: Callable[[Path], Path | None], epochs_in: Callable[[Path], int],
+                       epochs: int, trained_with: dict) -> Path | None:
+    """The checkpoint to resume from, or None. `newest(dir)` is the backend's newest checkpoint in a dir;
+    `epochs_in(path)` the epochs a file of the backend's format holds (a HydraliError if it cannot be read);
+    `trained_with` what this run would write to trained_with.json."""
     if ckpt_path is None:
         return None
+    path = _find(ckpt_path, Path(output_dir) / CHECKPOINT_DIR, backend, newest)
+    done = epochs_in(path)
+    if done >= epochs:
+        raise HydraliError(f"ckpt_path={ckpt_path}: {path} holds {done} trained epochs and the run asks for "
+                           f"epochs={epochs}, so there is nothing left to train: pass epochs=<more than {done}> "
+                           f"to train on, or leave ckpt_path unset for a new run")
+    _check_trained_with(ckpt_path, path.parent / TRAINED_WITH, trained_with)
+    return path
+
+
+def write_trained_with(output_dir: Path, trained_with: dict) -> None:
+    """Record, beside this run's checkpoints, what their weights were trained with (checked on resume)."""
+    folder = Path(output_dir) / CHECKPOINT_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / TRAINED_WITH).write_text(json.dumps(trained_with, indent=1, sort_keys=True))
+
+
+def _flat(node, prefix: str = "") -> dict:
+    if isinstance(node, dict):
+        return {k: v for key, value in node.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): node}
+
+
+def _check_trained_with(ckpt_path: str, recorded: Path, trained_with: dict) -> None:
+    if not recorded.is_file():
+        return   # a checkpoint from elsewhere: the backend's loader is the judge
+    then, now = _flat(json.loads(recorded.read_text())), _flat(json.loads(json.dumps(trained_with)))
+    differ = [key for key in sorted(set(then) | set(now)) if then.get(key) != now.get(key)]
+    if differ:
+        what = "; ".join(f"{key} is {then.get(key)!r} there, {now.get(key)!r} here" for key in differ[:3])
+        raise HydraliError(f"ckpt_path={ckpt_path} was trained with other settings ({what}): resume with the "
+                           f"settings of that run (its .hydra/config.yaml), or leave ckpt_path unset for a new run")
+
+
+def _find(ckpt_path: str, checkpoint_dir: Path, backend: str, newest: Callable[[Path], Path | None]) -> Path:
     suffix = SUFFIXES[backend]
-    checkpoint_dir = Path(output_dir) / CHECKPOINT_DIR
     if ckpt_path == "last":
         found = newest(checkpoint_dir)
         if found is None:
@@ -46,6 +86,4 @@ def resolve_checkpoint(ckpt_path: str | None, output_dir: Path, backend: str,
         what = (f"a checkpoint of backend={owner}: a checkpoint of another backend cannot be resumed here; "
                 f"resume it with backend={owner}" if owner else f"not a {backend} checkpoint ({suffix})")
         raise HydraliError(f"ckpt_path={ckpt_path} is {what}")
-    if check is not None:
-        check(path)
     return path

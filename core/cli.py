@@ -2,27 +2,35 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import hydra
 from omegaconf import DictConfig
 
 from hydrali.core.errors import HydraliError
+from hydrali.core.run_files import remove_if_empty
 from hydrali.core.schema import register_schemas
 
 log = logging.getLogger("hydrali")
 EXIT_USER_ERROR = 2      # a mistake the user can fix: the message names it
 EXIT_INTERRUPTED = 130   # Ctrl+C (128 + SIGINT), as shells report it
+# Hydra re-raises composition errors (instead of printing them over many lines and exiting 1) when
+# HYDRA_FULL_ERROR=1; hydrali sets it to print them as one line, and marks that it did so.
+_FULL_ERROR, _SET_BY_HYDRALI = "HYDRA_FULL_ERROR", "HYDRALI_SET_HYDRA_FULL_ERROR"
+_job = {"started": False}
 
 
 @hydra.main(config_path="pkg://hydrali.conf", config_name="config", version_base="1.3")
 def _hydra_entry(cfg: DictConfig) -> float | None:
     from hydrali.core.runner import run  # imported here so that `--help` and `--cfg` stay fast
 
+    _job["started"] = True
     try:
         return run(cfg)
     except HydraliError as err:
         print(f"hydrali: error: {err}", file=sys.stderr, flush=True)
+        remove_if_empty(cfg.paths.output_dir)   # a refused attempt leaves no trace
         sys.exit(EXIT_USER_ERROR)
     except KeyboardInterrupt:
         print(f"hydrali: interrupted: the run is marked KILLED; resume it with ckpt_path=last "
@@ -33,4 +41,14 @@ def _hydra_entry(cfg: DictConfig) -> float | None:
 def main() -> None:
     """Run hydrali from the command line (the `hydrali` console script)."""
     register_schemas()
-    _hydra_entry()
+    wants_trace = os.environ.get(_FULL_ERROR) == "1" and _SET_BY_HYDRALI not in os.environ
+    os.environ[_FULL_ERROR] = os.environ[_SET_BY_HYDRALI] = "1"
+    try:
+        _hydra_entry()
+    except Exception as err:
+        if _job["started"] or wants_trace:   # a failure while running, or a user asking for Hydra's trace
+            raise
+        from hydrali.core.config_errors import one_line
+
+        print(f"hydrali: error: {one_line(err, sys.argv[1:])}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_USER_ERROR)

@@ -11,11 +11,12 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from hydrali.core import devices, seeding, topology, tracking
-from hydrali.core.checkpoints import resolve_checkpoint
+from hydrali.core.checkpoints import resolve_checkpoint, write_trained_with
 from hydrali.core.epoch import make_contract
 from hydrali.core.errors import HydraliError
 from hydrali.core.plan import Plan, make_plan
 from hydrali.core.record import RunRecord
+from hydrali.core.run_files import accept_run
 from hydrali.core.summary import build_summary, format_table, write_summary
 from hydrali.core.validate import check_config
 
@@ -68,11 +69,12 @@ def run(cfg: DictConfig) -> float | None:
     output_dir = Path(cfg.paths.output_dir)
     task = instantiate(cfg.task)
     # before the backend loads, so that bad data fails in a second; files are checked by one process only
-    dataset = task.prepare_data(cfg.data, verify=cfg.data.verify and topology.is_first_process())
+    dataset = task.prepare_data(cfg.data, verify=cfg.data.verify if topology.is_first_process() else "off")
     backend = load_backend(cfg.backend.name)
     plan = build_plan(cfg, backend, dataset)
+    trained_with = _trained_with(cfg, dataset)
     resume_from = resolve_checkpoint(cfg.ckpt_path, output_dir, cfg.backend.name, backend.newest_checkpoint,
-                                     getattr(backend, "check_checkpoint", None))
+                                     backend.checkpoint_epochs, cfg.epochs, trained_with)
     seeding.seed_everything(plan.seed, cfg.deterministic)
     log.info("plan: %d replica(s) x batch %d = global batch %d; lr %g x %s(%d/%d) = %g; seed %d; "
              "rank %d reads shard %s/%d, DALI on %s; %d steps per epoch", plan.world_size, plan.per_replica_batch,
@@ -80,6 +82,8 @@ def run(cfg: DictConfig) -> float | None:
              plan.effective_lr, plan.seed, plan.global_rank, ",".join(str(s.shard_id) for s in plan.shards),
              plan.num_shards, plan.device, plan.epoch.train_steps)
 
+    if plan.global_rank == 0:
+        accept_run(cfg, output_dir)   # every check passed: from here on the run dir and the store change
     overrides, sweep_dir = _hydra_context()
     tracker = tracking.start_tracking(
         enabled=cfg.tracking.enabled, is_global_zero=plan.global_rank == 0, uri=cfg.tracking.uri,
@@ -93,6 +97,8 @@ def run(cfg: DictConfig) -> float | None:
         tracker.log_params({**tracking.flatten(resolved), **plan.params(), **dataset.params()})
         tracker.log_text(OmegaConf.to_yaml(resolved), "config/config.yaml")
         tracker.log_text("\n".join(overrides) + "\n", "config/overrides.txt")
+        if plan.global_rank == 0 and resume_from is None:
+            write_trained_with(output_dir, trained_with)
         result = backend.fit(cfg=cfg, task=task, dataset=dataset, plan=plan, record=record,
                              resume_from=resume_from, output_dir=output_dir)
         if cfg.tracking.log_checkpoint and result.best_checkpoint:
@@ -113,6 +119,12 @@ def run(cfg: DictConfig) -> float | None:
     write_summary(summary, output_dir)
     print(format_table(summary), flush=True)
     return _optimized_value(summary, cfg.optimized_metric)
+
+
+def _trained_with(cfg: DictConfig, dataset) -> dict:
+    """What decides the shapes of a run's weights and optimizer state: a checkpoint resumes only under the same."""
+    return {"task": cfg.task.name, "model": OmegaConf.to_container(cfg.model, resolve=True),
+            "num_classes": dataset.num_classes, "optim": str(cfg.optim.name)}
 
 
 def _optimized_value(summary: dict, metric: str) -> float | None:

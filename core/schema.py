@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from hydrali.core.image_files import Verify as _VerifyLevels
 from hydrali.core.optimizer import PRECISIONS
 
 
@@ -45,6 +46,7 @@ class LastBatch(Choice):
 # Numeric precision of training, the same names on every backend (see hydrali.core.optimizer). Built with
 # the functional API: the names (what a user types) are not Python identifiers.
 Precision = Choice("Precision", {name: name for name in PRECISIONS})
+Verify = Choice("Verify", {level.name: level.value for level in _VerifyLevels})   # off | quick | full
 
 
 class Dtype(Choice):
@@ -112,7 +114,7 @@ class DataConfig:
     num_classes: Optional[int] = None
     val_fraction: float = 0.0
     size: int = 0
-    verify: bool = True
+    verify: Verify = Verify.quick
 
 
 @dataclass

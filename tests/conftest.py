@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 
 from hydrali.core.schema import register_schemas
+from hydrali.tasks.classification.datasets import write_digits
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,6 +24,15 @@ REPO = Path(__file__).resolve().parents[1]
 def data_dir(tmp_path_factory) -> Path:
     """One data dir for the whole session, so the digits JPEG files are written once."""
     return tmp_path_factory.mktemp("data")
+
+
+@pytest.fixture
+def digits_copy(tmp_path, data_dir) -> Path:
+    """A private copy of the digits dataset that the test may damage."""
+    source = write_digits(data_dir / "digits", size=32, val_fraction=0.2)
+    copy = tmp_path / "damaged"
+    shutil.copytree(source, copy)
+    return copy
 
 
 def compose_config(overrides: list[str], root: Path, data_dir: Path, output_dir: Path | None = None):
@@ -83,7 +94,7 @@ def check_resume_keeps_the_record(make_cfg, tmp_path: Path, args: list[str], int
         run(make_cfg(*RESUME_ARGS, *args, stop, output_dir=resumed_dir))
     assert not (resumed_dir / "summary.json").exists()
     # data.verify changes on resume: a changed param is logged under resume1/, not dropped
-    value = run(make_cfg(*RESUME_ARGS, *args, "ckpt_path=last", "data.verify=false", output_dir=resumed_dir))
+    value = run(make_cfg(*RESUME_ARGS, *args, "ckpt_path=last", "data.verify=off", output_dir=resumed_dir))
     resumed = read_summary(resumed_dir)
 
     assert (resumed["first_epoch"], resumed["epochs"]) == (2, 3)
@@ -96,7 +107,7 @@ def check_resume_keeps_the_record(make_cfg, tmp_path: Path, args: list[str], int
     client = MlflowClient(make_cfg().tracking.uri)
     run_ = client.get_run(resumed["mlflow_run_id"])
     assert [m.step for m in client.get_metric_history(run_.info.run_id, "val/loss")] == [0, 1, 2]
-    assert (run_.data.params["data.verify"], run_.data.params["resume1/data.verify"]) == ("True", "False")
+    assert (run_.data.params["data.verify"], run_.data.params["resume1/data.verify"]) == ("quick", "off")
     return resumed
 
 

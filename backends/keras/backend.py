@@ -29,7 +29,7 @@ log = logging.getLogger("hydrali")
 logging.getLogger("tensorflow").setLevel(logging.WARNING)  # per-variable all-reduce notices
 FRAMEWORK = "TensorFlow"
 newest_checkpoint = checkpoints.newest
-check_checkpoint = checkpoints.epochs_done
+checkpoint_epochs = checkpoints.epochs_in
 
 
 def replicas(backend: DictConfig, device: str) -> tuple[int, int, int]:

@@ -22,6 +22,17 @@ def epochs_done(path: Path) -> int:
     return int(match.group(1))
 
 
+def epochs_in(path: Path) -> int:
+    """How many epochs a checkpoint file holds; one line if it is not a Keras weights file (HDF5) hydrali wrote."""
+    import h5py
+
+    done = epochs_done(path)
+    if not h5py.is_hdf5(path):
+        raise HydraliError(f"ckpt_path={path} is not a Keras weights file (HDF5): pass a .weights.h5 file that "
+                           f"hydrali wrote, or ckpt_path=last")
+    return done
+
+
 def newest(checkpoint_dir: Path) -> Path | None:
     """The checkpoint of the most epochs in `checkpoint_dir`, if any."""
     found = sorted(Path(checkpoint_dir).glob("epoch*.weights.h5"), key=epochs_done) if Path(checkpoint_dir).is_dir() else []

@@ -51,6 +51,19 @@ def newest_checkpoint(checkpoint_dir: Path) -> Path | None:
     return last if last.is_file() else None
 
 
+def checkpoint_epochs(path: Path) -> int:
+    """How many epochs a Lightning checkpoint holds (whole training epochs); one line if it cannot be read as one."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        progress = state["loops"]["fit_loop"]["epoch_progress"]["current"]
+        state["state_dict"]
+    except Exception as err:  # torch raises many types for a file that is not a checkpoint
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise HydraliError(f"ckpt_path={path} cannot be read as a Lightning checkpoint ({reason}): pass a .ckpt "
+                           f"file that hydrali wrote, or ckpt_path=last") from err
+    return int(progress["processed"])
+
+
 def _in_sweep() -> bool:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
@@ -110,6 +123,12 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
         **OmegaConf.to_container(cfg.backend.trainer, resolve=True))
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume_from) if resume_from else None)
+    except RuntimeError as err:
+        if resume_from and "Error(s) in loading state_dict" in str(err):
+            raise HydraliError(f"ckpt_path={resume_from} holds the weights of another model "
+                               f"({str(err).splitlines()[-1].strip()}): resume with the model it was trained with"
+                               ) from err
+        raise
     except SystemExit:
         if not trainer.interrupted:
             raise

@@ -20,10 +20,6 @@ SPLITS = ("train", "val")
 DIGITS_MARKER = "hydrali-digits.json"
 DIGITS_SPLIT_SEED = 0      # the train/val split of digits is fixed: the same files on every machine
 DIGITS_JPEG_QUALITY = 95
-JPEG_START, JPEG_END = b"\xff\xd8\xff", b"\xff\xd9"
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-TAIL_BYTES = 4096          # a JPEG's end marker may be followed by padding: look for it this far back
-VERIFY_WORKERS = 8         # threads reading file heads and tails (I/O bound)
 
 
 @dataclass(frozen=True)
@@ -88,78 +84,6 @@ def scan_image_folder(root: str | os.PathLike) -> ImageFolderInfo:
 def image_files(folders: list[Path]) -> list[Path]:
     """The image files of split folders (one sub-folder per class), in DALI's reading order."""
     return [p for folder in folders for d in sorted(x for x in folder.iterdir() if x.is_dir()) for p in _images_in(d)]
-
-
-def structural_problem(path: Path) -> str | None:
-    """Why `path` cannot be a whole JPEG or PNG file (empty, wrong signature, no end marker), or None.
-
-    Reads at most a few KiB per file: a cheap check that catches truncated and foreign files
-    before they reach a decoder.
-    """
-    suffix = path.suffix.lower()
-    with open(path, "rb") as fh:
-        head = fh.read(len(PNG_SIGNATURE))
-        if not head:
-            return "the file is empty"
-        if suffix in (".jpg", ".jpeg"):
-            if not head.startswith(JPEG_START):
-                return "it does not start like a JPEG file"
-            size = fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, size - TAIL_BYTES))
-            if JPEG_END not in fh.read():
-                return "it is truncated (no JPEG end marker)"
-        elif suffix == ".png" and head != PNG_SIGNATURE:
-            return "it does not start like a PNG file"
-    return None
-
-
-def verify_image_files(info: "ImageFolderInfo", limit: int = 5) -> list[tuple[Path, str]]:
-    """Image files of both splits that fail `structural_problem`, with the reason (at most `limit`)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    paths = image_files([info.train_dir, info.val_dir])
-    with ThreadPoolExecutor(VERIFY_WORKERS) as pool:
-        problems = pool.map(structural_problem, paths, chunksize=256)
-        bad = [(p, why) for p, why in zip(paths, problems) if why]
-    return bad[:limit]
-
-
-def bad_files_message(bad: list[tuple[Path, str]], hint: str = "") -> str:
-    """One line naming the first bad file, why, how many more, and what to do."""
-    path, why = bad[0]
-    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-    return f"cannot decode {path}{more}: {why}. Remove or replace the file{hint}"
-
-
-def _decode_problem(path: Path) -> str | None:
-    """Why PIL cannot decode `path`, or None when it can."""
-    from PIL import Image
-
-    try:
-        with Image.open(path) as img:
-            img.load()
-    except Exception as err:
-        return str(err) or type(err).__name__
-    return None
-
-
-def find_undecodable(folders: list[Path], limit: int = 3, chunk: int = 512) -> list[tuple[Path, str]]:
-    """Image files under `folders` that cannot be decoded, with the reason: the first `limit` found.
-
-    Run only after a decoder failed; decodes in threads, a chunk at a time, and stops as soon as
-    `limit` bad files are known.
-    """
-    from concurrent.futures import ThreadPoolExecutor
-
-    paths = image_files(folders)
-    bad: list[tuple[Path, str]] = []
-    with ThreadPoolExecutor(VERIFY_WORKERS) as pool:
-        for i in range(0, len(paths), chunk):
-            part = paths[i:i + chunk]
-            bad += [(p, why) for p, why in zip(part, pool.map(_decode_problem, part)) if why]
-            if len(bad) >= limit:
-                break
-    return bad[:limit]
 
 
 def write_digits(root: str | os.PathLike, size: int, val_fraction: float) -> Path:

@@ -13,8 +13,8 @@ from omegaconf import DictConfig, OmegaConf
 from hydrali.core.errors import HydraliError
 from hydrali.core.pipelines import Source, make_pipeline
 from hydrali.core.plan import Plan, Shard
-from hydrali.tasks.classification.datasets import (ImageFolderInfo, bad_files_message, find_undecodable,
-                                           scan_image_folder, verify_image_files, write_digits)
+from hydrali.core.image_files import Verify, bad_files_message, find_bad_files, verify_files
+from hydrali.tasks.classification.datasets import ImageFolderInfo, image_files, scan_image_folder, write_digits
 
 
 @dataclass
@@ -29,19 +29,18 @@ class ClassificationTask:
 
     outputs = ("images", "labels")   # what the recipes return, in order
 
-    def prepare_data(self, data: DictConfig, verify: bool) -> ImageFolderInfo:
-        """Make sure the dataset is on disk (writing the bundled one if needed) and scan it; with
-        `verify`, also check that every image file is whole."""
+    def prepare_data(self, data: DictConfig, verify: Verify) -> ImageFolderInfo:
+        """Make sure the dataset is on disk (writing the bundled one if needed) and scan it; then check its
+        image files as much as `verify` says (off, quick or full)."""
         if data.name == "digits":
             write_digits(data.root, size=data.size, val_fraction=data.val_fraction)
         info = scan_image_folder(data.root)
         if data.num_classes is not None and data.num_classes != info.num_classes:
             raise HydraliError(f"data.num_classes={data.num_classes} but {data.root}/train has "
                                f"{info.num_classes} class folders: set data.num_classes=null or fix the data")
-        if verify:
-            bad = verify_image_files(info)
-            if bad:
-                raise HydraliError(bad_files_message(bad, " (data.verify=false skips this check)"))
+        bad = verify_files(image_files([info.train_dir, info.val_dir]), verify)
+        if bad:
+            raise HydraliError(bad_files_message(bad, f" (data.verify=off skips this check)"))
         return info
 
     def build_pipeline(self, *, pipeline: DictConfig, data: DictConfig, dataset: ImageFolderInfo, plan: Plan,
@@ -58,5 +57,5 @@ class ClassificationTask:
 
     def explain_decode_error(self, dataset: ImageFolderInfo) -> str | None:
         """After a decoder failed: one line naming the files of the dataset that cannot be decoded, if any."""
-        bad = find_undecodable([dataset.train_dir, dataset.val_dir])
+        bad = find_bad_files(image_files([dataset.train_dir, dataset.val_dir]), Verify.full)
         return bad_files_message(bad) if bad else None

@@ -1,0 +1,125 @@
+"""Checks of image files before (and after) DALI reads them, shared by every task.
+
+A file is judged by its content, not its name: a PNG saved as `.jpg` is a PNG, and DALI decodes it.
+Two levels (`data.verify`): `quick` reads a few KiB of each file (its signature, and the end marker of
+a JPEG or PNG), `full` also decodes each file: JPEG files with libjpeg-turbo (simplejpeg), whose
+warnings count as errors, so that a JPEG damaged in its middle, which DALI decodes into wrong pixels
+with at most an unnamed warning, is named; other formats with Pillow.
+"""
+from __future__ import annotations
+
+import io
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from enum import Enum
+from pathlib import Path
+from typing import Callable, Iterable
+
+log = logging.getLogger("hydrali")
+
+TAIL_BYTES = 4096          # an end marker may be followed by padding: look for it this far back
+HEAD_BYTES = 16
+READ_WORKERS = 8           # threads reading heads and tails (I/O bound)
+CHUNK = 512                # files checked between two looks at how many bad ones were found
+
+
+class Verify(str, Enum):
+    """How much of every image file is checked before training (`data.verify`)."""
+    off = "off"        # nothing: a bad file surfaces as a decoder error while training (then it is named)
+    quick = "quick"    # signature and end marker: a few KiB per file
+    full = "full"      # quick, then a full decode of every file (libjpeg-turbo's warnings count as errors)
+
+
+# What DALI's image decoder reads, told by the first bytes of a file.
+_FORMATS: tuple[tuple[str, Callable[[bytes], bool]], ...] = (
+    ("JPEG", lambda h: h.startswith(b"\xff\xd8\xff")),
+    ("PNG", lambda h: h.startswith(b"\x89PNG\r\n\x1a\n")),
+    ("BMP", lambda h: h.startswith(b"BM")),
+    ("TIFF", lambda h: h[:4] in (b"II*\x00", b"MM\x00*")),
+    ("WebP", lambda h: h[:4] == b"RIFF" and h[8:12] == b"WEBP"),
+    ("JPEG 2000", lambda h: h.startswith(b"\x00\x00\x00\x0cjP  \r\n\x87\n") or h.startswith(b"\xff\x4f\xff\x51")),
+    ("PNM", lambda h: h[:1] == b"P" and h[1:2] in (b"1", b"2", b"3", b"4", b"5", b"6")),
+)
+_END_MARKERS = {"JPEG": b"\xff\xd9", "PNG": b"IEND"}
+KNOWN_FORMATS = ", ".join(name for name, _ in _FORMATS)
+
+
+def image_format(head: bytes) -> str | None:
+    """The image format that a file starting with `head` has (JPEG, PNG, ...), or None if DALI reads no such format."""
+    return next((name for name, matches in _FORMATS if matches(head)), None)
+
+
+def structural_problem(path: Path) -> str | None:
+    """Why `path` cannot be a whole image file (empty, not an image format DALI decodes, no end marker), or None."""
+    with open(path, "rb") as fh:
+        head = fh.read(HEAD_BYTES)
+        if not head:
+            return "the file is empty"
+        kind = image_format(head)
+        if kind is None:
+            return f"it is not an image file of a format DALI decodes ({KNOWN_FORMATS})"
+        if kind in _END_MARKERS:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - TAIL_BYTES))
+            if _END_MARKERS[kind] not in fh.read():
+                return f"it is truncated (a {kind} file without its end marker)"
+    return None
+
+
+def decode_problem(path: Path) -> str | None:
+    """Why `path` cannot be decoded without errors or warnings (the decoder's words), or None when it can."""
+    problem = structural_problem(path)
+    if problem:
+        return problem
+    data = Path(path).read_bytes()
+    try:
+        if image_format(data[:HEAD_BYTES]) == "JPEG":
+            import simplejpeg
+            simplejpeg.decode_jpeg(data, strict=True)   # strict: libjpeg's "Corrupt JPEG data" warnings raise
+        else:
+            from PIL import Image
+            with Image.open(io.BytesIO(data)) as img:
+                img.load()
+    except Exception as err:  # decoders raise many types for a damaged file; every one means "bad file"
+        return f"it does not decode: {err or type(err).__name__}"
+    return None
+
+
+def find_bad_files(paths: list[Path], level: Verify | str, limit: int = 3) -> list[tuple[Path, str]]:
+    """The first `limit` files of `paths` that fail the check of `level` (quick or full), with the reason."""
+    level = Verify(level)
+    if level is Verify.off or not paths:
+        return []
+    check = structural_problem if level is Verify.quick else decode_problem
+    workers = READ_WORKERS if level is Verify.quick else max(1, os.cpu_count() or 1)
+    bad: list[tuple[Path, str]] = []
+    with ThreadPoolExecutor(workers) as pool:
+        for i in range(0, len(paths), CHUNK):
+            part = paths[i:i + CHUNK]
+            bad += [(p, why) for p, why in zip(part, pool.map(check, part)) if why]
+            if len(bad) >= limit:
+                break
+    return bad[:limit]
+
+
+def verify_files(paths: list[Path], level: Verify | str, limit: int = 3) -> list[tuple[Path, str]]:
+    """`find_bad_files`, with a log line saying what was checked and how long it took."""
+    level = Verify(level)
+    if level is Verify.off:
+        return []
+    started = time.perf_counter()
+    log.info("checking %d image files (data.verify=%s)", len(paths), level.value)
+    bad = find_bad_files(paths, level, limit)
+    log.info("checked %d image files in %.1f s: %s", len(paths), time.perf_counter() - started,
+             f"{len(bad)} bad file(s) found" if bad else "all whole")
+    return bad
+
+
+def bad_files_message(bad: Iterable[tuple[Path, str]], hint: str = "") -> str:
+    """One line naming the first bad file, why, how many more, and what to do."""
+    bad = list(bad)
+    path, why = bad[0]
+    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+    return f"cannot decode {path}{more}: {why}. Remove or replace the file{hint}"

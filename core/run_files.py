@@ -1,0 +1,60 @@
+"""What a run writes into its dir only once its checks have passed: the job's log file and Hydra's `.hydra/`.
+
+A refused attempt (a bad checkpoint, `ckpt_path=last` in a finished run's dir, ...) must leave a run dir as
+it found it. Hydra would write `.hydra/` and open the log file before hydrali's checks run, so the config
+turns Hydra's own saving off (`hydra.output_subdir: null`) and logs through `DeferredFileHandler`; the
+runner calls `accept_run` when the checks have passed.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+HYDRA_SUBDIR = ".hydra"   # where Hydra keeps a run's config, its own config and the command-line overrides
+
+
+class DeferredFileHandler(logging.FileHandler):
+    """A log file that is opened only when the run is accepted; the records before that are held until then,
+    and dropped if the run is refused."""
+
+    def __init__(self, filename: str, mode: str = "a", encoding: str | None = None):
+        super().__init__(filename, mode, encoding, delay=True)
+        self.held: list[logging.LogRecord] | None = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.held is None:
+            super().emit(record)
+        else:
+            self.held.append(record)
+
+    def accept(self) -> None:
+        """Open the file and write the records held so far."""
+        held, self.held = self.held or [], None
+        for record in held:
+            super().emit(record)
+
+
+def accept_run(cfg: DictConfig, output_dir: Path) -> None:
+    """The run passed its checks: start its log file and write Hydra's record of it (config, overrides)."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, DeferredFileHandler):
+            handler.accept()
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return
+    hydra_cfg = HydraConfig.get()
+    folder = Path(output_dir) / HYDRA_SUBDIR
+    folder.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, folder / "config.yaml")
+    OmegaConf.save(OmegaConf.create({"hydra": hydra_cfg}), folder / "hydra.yaml")
+    OmegaConf.save(OmegaConf.create(list(hydra_cfg.overrides.task)), folder / "overrides.yaml")
+
+
+def remove_if_empty(output_dir: str | Path) -> None:
+    """Remove a run dir that a refused attempt created and left empty."""
+    path = Path(output_dir)
+    if path.is_dir() and not any(path.iterdir()):
+        path.rmdir()

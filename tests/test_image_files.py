@@ -1,0 +1,94 @@
+"""The file check judges content, not names, and accepts every format DALI decodes; `data.verify=full` names a JPEG
+damaged in its middle (which DALI decodes with only libjpeg's unnamed warning)."""
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from hydrali.core.image_files import decode_problem, find_bad_files, structural_problem
+from tests.test_bad_input import _fails_with
+from tests.conftest import read_summary, run_cli
+
+FORMATS = {"JPEG": "jpg", "PNG": "png", "BMP": "bmp", "TIFF": "tif", "WEBP": "webp", "PPM": "ppm"}
+
+
+def _picture(seed: int = 0) -> Image.Image:
+    pixels = np.random.default_rng(seed).integers(0, 256, (48, 40, 3), dtype=np.uint8)
+    return Image.fromarray(pixels)
+
+
+def _damaged_in_the_middle(path: Path) -> None:
+    """A JPEG with garbage over its middle: signature and end marker intact."""
+    buf = io.BytesIO()
+    _picture().save(buf, format="JPEG", quality=90)
+    data = bytearray(buf.getvalue())
+    middle = len(data) // 2
+    data[middle:middle + 200] = np.random.default_rng(1).integers(0, 256, 200, dtype=np.uint8).tobytes()
+    path.write_bytes(bytes(data))
+
+
+def _dali_decodes(folder: Path) -> int:
+    """How many files of `folder` DALI's CPU decoder turns into images (it reads a file list, names ignored)."""
+    from nvidia.dali import fn, pipeline_def, types
+
+    files = sorted(p for p in folder.iterdir())
+    (folder / "list.txt").write_text("".join(f"{p.name} 0\n" for p in files))
+
+    @pipeline_def(batch_size=len(files), num_threads=1, device_id=None)
+    def decode():
+        raw, _ = fn.readers.file(file_root=str(folder), file_list=str(folder / "list.txt"))
+        return fn.decoders.image(raw, device="cpu", output_type=types.RGB)
+
+    pipe = decode()
+    pipe.build()
+    (images,) = pipe.run()
+    return sum(1 for i in range(len(files)) if np.asarray(images[i]).shape[:2] == (48, 40))
+
+
+def test_every_format_dali_decodes_passes_the_check_whatever_its_name(tmp_path):
+    for fmt, ext in FORMATS.items():
+        _picture().save(tmp_path / f"as-{ext}.{ext}", format=fmt)
+        _picture().save(tmp_path / f"{fmt.lower()}-named.jpg", format=fmt)   # content and name disagree
+    files = sorted(tmp_path.iterdir())
+    assert _dali_decodes(tmp_path) == len(files), "DALI decodes each of them"
+    assert [(p.name, structural_problem(p), decode_problem(p)) for p in files] == [(p.name, None, None) for p in files]
+
+
+def test_foreign_truncated_and_damaged_files_are_told_apart(tmp_path):
+    (tmp_path / "notes.jpg").write_text("not an image at all")
+    whole = io.BytesIO()
+    _picture().save(whole, format="PNG")
+    (tmp_path / "cut.png").write_bytes(whole.getvalue()[:300])
+    _damaged_in_the_middle(tmp_path / "middle.jpg")
+    assert "not an image file of a format DALI decodes" in structural_problem(tmp_path / "notes.jpg")
+    assert "truncated (a PNG file without its end marker)" in structural_problem(tmp_path / "cut.png")
+    assert structural_problem(tmp_path / "middle.jpg") is None, "quick reads only the ends"
+    assert decode_problem(tmp_path / "middle.jpg").startswith("it does not decode")
+    paths = sorted(tmp_path.iterdir())
+    assert [p.name for p, _ in find_bad_files(paths, "full")] == ["cut.png", "middle.jpg", "notes.jpg"]
+    assert [p.name for p, _ in find_bad_files(paths, "full", limit=1)] == ["cut.png"]
+    assert find_bad_files(paths, "off") == []
+
+
+def test_a_jpeg_damaged_in_its_middle_is_named_with_data_verify_full(tmp_path, digits_copy):
+    victim = sorted((digits_copy / "train" / "5").glob("*.jpg"))[3]
+    _damaged_in_the_middle(victim)
+    out = run_cli("data=imagefolder", f"data.root={digits_copy}", "data.image_size=32", "data.verify=full",
+                  "epochs=1", "tracking=none", cwd=tmp_path)
+    _fails_with(out, f"cannot decode {victim}: it does not decode", "Remove or replace the file")
+    assert out.returncode == 2
+
+
+def test_a_png_named_jpg_trains(tmp_path, digits_copy):
+    victim = sorted((digits_copy / "train" / "2").glob("*.jpg"))[0]
+    with Image.open(victim) as img:
+        img.load()
+        img.save(victim, format="PNG")
+    assert victim.read_bytes().startswith(b"\x89PNG")
+    run_dir = tmp_path / "run"
+    out = run_cli("data=imagefolder", f"data.root={digits_copy}", "data.image_size=32", "data.verify=full",
+                  "epochs=1", "tracking=none", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert read_summary(run_dir)["epochs"] == 1
