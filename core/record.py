@@ -17,7 +17,7 @@ import math
 import os
 from pathlib import Path
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("hydrali")
 
 HISTORY_FILE = "history.json"
 
@@ -31,35 +31,47 @@ def best_row(rows: list[dict], metric: str, mode: str) -> dict | None:
     return max(scored, key=lambda row: (sign * row[metric], -row["epoch"]))
 
 
+def epoch_line(row: dict, epochs: int | None = None) -> str:
+    """One epoch's row as a line a user reads, epochs counted from 1: `epoch 3/10: train/loss 0.41, val/acc 0.9`."""
+    shown = ", ".join(f"{key} {value:.4g}" for key, value in row.items()
+                      if key != "epoch" and not key.endswith("/images") and key != "lr/first")
+    return f"epoch {row['epoch'] + 1}{f'/{epochs}' if epochs else ''}: {shown}"
+
+
 class RunRecord:
     """The per-epoch history of a run, saved after every epoch by the tracking process."""
 
-    def __init__(self, output_dir: Path, tracker, rows: list[dict] | None = None, writer: bool = True):
+    def __init__(self, output_dir: Path, tracker, rows: list[dict] | None = None, writer: bool = True,
+                 epochs: int | None = None):
         self.path = Path(output_dir) / HISTORY_FILE
         self.tracker = tracker
         self.rows: list[dict] = list(rows or [])
         self.writer = writer            # only global rank 0 writes the file and logs
+        self.epochs = epochs            # the run's planned number of epochs (for the log line)
 
     @classmethod
-    def open(cls, output_dir: Path, tracker, resume: bool, writer: bool = True) -> "RunRecord":
+    def open(cls, output_dir: Path, tracker, resume: bool, writer: bool = True,
+             epochs: int | None = None) -> "RunRecord":
         """The record of the run in `output_dir`: reloaded when resuming, otherwise empty."""
         path = Path(output_dir) / HISTORY_FILE
         rows = json.loads(path.read_text())["history"] if resume and path.exists() else []
         if rows:
             log.info("run record: %d epoch(s) kept from before the interruption", len(rows))
-        return cls(output_dir, tracker, rows, writer)
+        return cls(output_dir, tracker, rows, writer, epochs)
 
     def start(self, first_epoch: int) -> None:
         """Training (re)starts at `first_epoch` (0-based): forget rows of that epoch and later."""
         self.rows = [row for row in self.rows if row["epoch"] < first_epoch]
 
     def add(self, epoch: int, metrics: dict) -> dict:
-        """Record epoch `epoch`'s metrics, save the record and log them to the tracker (step = epoch)."""
+        """Record epoch `epoch`'s metrics, save the record, log them to the tracker (step = epoch) and print
+        them as one line (the same line on every backend, with or without a progress bar)."""
         row = {"epoch": epoch, **{k: float(v) for k, v in metrics.items()}}
         self.rows = [r for r in self.rows if r["epoch"] < epoch] + [row]
         if self.writer:
             self._save()
             self.tracker.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=epoch)
+            log.info("%s", epoch_line(row, self.epochs))
         return row
 
     def best(self, metric: str, mode: str) -> dict | None:

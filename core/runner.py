@@ -90,7 +90,8 @@ def run(cfg: DictConfig) -> float | None:
         experiment=cfg.tracking.experiment, artifact_location=cfg.tracking.artifact_location,
         output_dir=output_dir, run_name=f"{cfg.task.name}-{cfg.backend.name} {output_dir.name}",
         sweep_dir=sweep_dir, resume=resume_from is not None)
-    record = RunRecord.open(output_dir, tracker, resume=resume_from is not None, writer=plan.global_rank == 0)
+    record = RunRecord.open(output_dir, tracker, resume=resume_from is not None, writer=plan.global_rank == 0,
+                            epochs=cfg.epochs)
     status = "FAILED"
     try:
         resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)

@@ -30,9 +30,9 @@ def _run_with_probe(tmp_path, data_dir, name, *args):
 @pytest.fixture(scope="module")
 def both(tmp_path_factory, data_dir):
     tmp_path = tmp_path_factory.mktemp("agree")
-    lightning = _run_with_probe(tmp_path, data_dir, "lightning", "backend=lightning",
-                                "backend.trainer.enable_progress_bar=false")
-    keras = _run_with_probe(tmp_path, data_dir, "keras", "backend=keras", "backend.verbose=0")
+    # default progress settings, output to a pipe: as a run whose output goes to a file or a CI log
+    lightning = _run_with_probe(tmp_path, data_dir, "lightning", "backend=lightning")
+    keras = _run_with_probe(tmp_path, data_dir, "keras", "backend=keras")
     return tmp_path, lightning, keras
 
 
@@ -71,3 +71,42 @@ def test_each_backend_loads_only_its_framework_and_prints_each_line_once(both):
         lines = [line.split("] - ", 1)[-1] for line in (out.stdout + out.stderr).splitlines() if "] - " in line]
         assert lines and len(lines) == len(set(lines)), "a log line printed twice"
     assert (lightning_out.stdout + lightning_out.stderr).count("GPU available") == 1
+
+
+def test_output_to_a_file_is_one_line_per_epoch_on_both_backends(both):
+    _, (lightning_out, _), (keras_out, _) = both
+    shown = {}
+    for name, out in (("lightning", lightning_out), ("keras", keras_out)):
+        text = out.stdout + out.stderr
+        assert "\x1b[" not in text, f"{name}: no terminal escape codes in a file"
+        epoch_lines = [line.split("] - ", 1)[1] for line in text.splitlines() if "] - epoch " in line]
+        assert [line.split(":")[0] for line in epoch_lines] == ["epoch 1/2", "epoch 2/2"], text[-3000:]
+        shown[name] = [[part.split(" ")[0] for part in line.split(": ", 1)[1].split(", ")] for line in epoch_lines]
+        assert len(text.splitlines()) < 60, f"{name} wrote {len(text.splitlines())} lines for 2 epochs"
+    assert sorted(map(sorted, shown["lightning"])) == sorted(map(sorted, shown["keras"])), "the same keys per epoch"
+    for noise in ("absl::InitializeLog", "cuInit", "cudart_stub", "cpu_feature_guard"):
+        assert noise not in keras_out.stderr, f"TensorFlow's start-up chatter: {noise}"
+
+
+def test_lightning_shows_a_bar_on_a_terminal_counting_epochs_from_one(tmp_path, data_dir):
+    import pty
+
+    leader, follower = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "120"}
+    proc = subprocess.Popen([sys.executable, "-m", "hydrali.core", f"paths.data_dir={data_dir}", "epochs=2",
+                             "tracking=none", f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, env=env,
+                            stdin=follower, stdout=follower, stderr=follower)
+    os.close(follower)
+    screen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:   # the terminal closed: the run ended
+            break
+        if not chunk:
+            break
+        screen += chunk
+    assert proc.wait(timeout=600) == 0, screen[-3000:]
+    text = screen.decode(errors="replace")
+    assert "Epoch 2/2" in text and "Epoch 1/2" in text, text[-3000:]
+    assert "Epoch 0/" not in text and "Epoch 1/1" not in text

@@ -2,28 +2,25 @@
 from __future__ import annotations
 
 import logging
-import os
+import sys
 from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up chatter
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+import keras
+from hydra.errors import InstantiationException
+from hydra.utils import get_method, instantiate
+from omegaconf import DictConfig
 
-import keras  # noqa: E402
-from hydra.errors import InstantiationException  # noqa: E402
-from hydra.utils import get_method, instantiate  # noqa: E402
-from omegaconf import DictConfig  # noqa: E402
-
-from hydrali.backends.keras import checkpoints  # noqa: E402
-from hydrali.backends.keras.callbacks import EpochRecorder, Throughput  # noqa: E402
-from hydrali.backends.keras.data import dali_dataset, distribute  # noqa: E402
-from hydrali.backends.keras.strategy import configure_devices, make_strategy, placement, visible_gpus  # noqa: E402,F401
-from hydrali.backends.keras.training import ValidationPosition, compile_model  # noqa: E402
-from hydrali.core.checkpoints import CHECKPOINT_DIR  # noqa: E402
-from hydrali.core.dali_errors import explain_dali_error  # noqa: E402
-from hydrali.core.errors import HydraliError  # noqa: E402
-from hydrali.core.plan import Plan  # noqa: E402
-from hydrali.core.record import RunRecord  # noqa: E402
-from hydrali.core.results import FitResult  # noqa: E402
+from hydrali.backends.keras import checkpoints
+from hydrali.backends.keras.callbacks import EpochRecorder, Throughput
+from hydrali.backends.keras.data import dali_dataset, distribute
+from hydrali.backends.keras.strategy import configure_devices, make_strategy, placement, visible_gpus  # noqa: F401
+from hydrali.backends.keras.training import ValidationPosition, compile_model
+from hydrali.core.checkpoints import CHECKPOINT_DIR
+from hydrali.core.dali_errors import explain_dali_error
+from hydrali.core.errors import HydraliError
+from hydrali.core.plan import Plan
+from hydrali.core.record import RunRecord
+from hydrali.core.results import FitResult
 
 log = logging.getLogger("hydrali")
 logging.getLogger("tensorflow").setLevel(logging.WARNING)  # per-variable all-reduce notices
@@ -70,6 +67,12 @@ def _compile(cfg: DictConfig, framework, strategy, dataset, plan: Plan):
                            f"backend.precision={cfg.backend.precision}): {err}") from err
 
 
+def _verbosity(verbose):
+    """Keras' `verbose`: `auto` is a progress bar on a terminal and nothing otherwise (the run log has one line
+    per epoch either way)."""
+    return (1 if sys.stdout.isatty() else 0) if verbose == "auto" else verbose
+
+
 def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume_from: Path | None,
         output_dir: Path) -> FitResult:
     """Train `task` with one replica per shard of this process, as the plan says; checkpoint every epoch."""
@@ -114,7 +117,7 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
             model.fit(datasets(True), epochs=cfg.epochs, initial_epoch=initial_epoch,
                       steps_per_epoch=contract.train_steps, validation_data=datasets(False),
                       validation_steps=contract.val_steps, validation_freq=cfg.backend.validation_freq,
-                      callbacks=callbacks, verbose=cfg.backend.verbose, shuffle=False)  # DALI shuffles
+                      callbacks=callbacks, verbose=_verbosity(cfg.backend.verbose), shuffle=False)  # DALI shuffles
         except Exception as err:
             if "dali" in type(err).__name__.lower() or "DALI" in str(err) or "nvidia.dali" in str(err):
                 raise explain_dali_error(err, lambda: task.explain_decode_error(dataset)) from err

@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import warnings
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from hydra.utils import get_method, instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from hydrali.backends.lightning.callbacks import EpochRecorder, Throughput
+from hydrali.backends.lightning.callbacks import EpochRecorder, Throughput, progress_bar
 from hydrali.backends.lightning.data import DaliDataModule
 from hydrali.backends.lightning.module import HydraliModule
 from hydrali.core.checkpoints import CHECKPOINT_DIR
@@ -26,6 +27,8 @@ from hydrali.core.results import FitResult
 log = logging.getLogger("hydrali")
 # Noise from inside Lightning that a user can do nothing about.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+# hydrali manages the run's checkpoints/ (trained_with.json, resume): a non-empty folder is expected there
+warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
 FRAMEWORK = "torch"
 LAST = "last.ckpt"
 
@@ -89,12 +92,20 @@ def _torch_task(task, cfg: DictConfig, num_classes: int):
 
 def _quiet_duplicate_logs() -> None:
     """Lightning's loggers print through their own handler and again through the root one Hydra set up:
-    keep only the root's (it also writes the job's log file)."""
+    keep only the root's (it also writes the job's log file), without Lightning's advertising tips."""
     for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
         logger = logging.getLogger(name)
         if logging.getLogger().handlers:
             logger.handlers.clear()
             logger.propagate = True
+    rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    if not any(isinstance(f, _NoTips) for f in rank_zero.filters):
+        rank_zero.addFilter(_NoTips())
+
+
+class _NoTips(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Tip:" not in str(record.msg)
 
 
 def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume_from: Path | None,
@@ -115,12 +126,17 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
     last = ModelCheckpoint(dirpath=checkpoint_dir, filename=Path(LAST).stem, save_top_k=1, monitor=None,
                            save_on_train_epoch_end=True, enable_version_counter=False)
     recorder, throughput = EpochRecorder(record), Throughput()
+    trainer_options = OmegaConf.to_container(cfg.backend.trainer, resolve=True)
+    show_bar = trainer_options.pop("enable_progress_bar", None)
+    show_bar = sys.stdout.isatty() if show_bar is None else show_bar
     trainer = L.Trainer(
         max_epochs=cfg.epochs, accelerator=cfg.backend.accelerator,
         devices=cfg.backend.devices, num_nodes=cfg.backend.num_nodes, strategy=cfg.backend.strategy,
         precision=str(cfg.backend.precision), deterministic=cfg.deterministic, logger=False,
-        default_root_dir=str(output_dir), callbacks=[checkpoint, last, recorder, throughput, *_extra_callbacks(cfg)],
-        **OmegaConf.to_container(cfg.backend.trainer, resolve=True))
+        default_root_dir=str(output_dir), enable_progress_bar=show_bar,
+        callbacks=[checkpoint, last, recorder, throughput, *([progress_bar()] if show_bar else []),
+                   *_extra_callbacks(cfg)],
+        **trainer_options)
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume_from) if resume_from else None)
     except RuntimeError as err:

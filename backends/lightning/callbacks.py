@@ -1,9 +1,12 @@
-"""Lightning callbacks of hydrali: each epoch's metrics into core's run record, and training throughput."""
+"""Lightning callbacks of hydrali: each epoch's metrics into core's run record, training throughput, and a
+progress bar that counts epochs from 1 (as the run log and the summary do)."""
 from __future__ import annotations
 
 import time
 
 import lightning as L
+from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
+from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 
 from hydrali.core.record import RunRecord
 
@@ -68,3 +71,20 @@ class Throughput(L.Callback):
         if self._epoch_start is not None:
             self.seconds += time.perf_counter() - self._epoch_start
             self._epoch_start = None
+
+
+class _RichEpochsFromOne(RichProgressBar):
+    def _get_train_description(self, current_epoch: int) -> str:
+        return super()._get_train_description(current_epoch).replace(
+            f"Epoch {current_epoch}/{self.trainer.max_epochs - 1}", f"Epoch {current_epoch + 1}/{self.trainer.max_epochs}")
+
+
+class _TQDMEpochsFromOne(TQDMProgressBar):
+    def on_train_epoch_start(self, trainer, *args) -> None:
+        super().on_train_epoch_start(trainer, *args)
+        self.train_progress_bar.set_description(f"Epoch {trainer.current_epoch + 1}/{trainer.max_epochs}")
+
+
+def progress_bar() -> L.Callback:
+    """Lightning's own progress bar (Rich where installed, else tqdm), with epochs counted from 1."""
+    return _RichEpochsFromOne() if _RICH_AVAILABLE else _TQDMEpochsFromOne()
