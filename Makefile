@@ -11,13 +11,17 @@ ARGS ?=
 .PHONY: setup train test clean
 
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q "$(TORCH_SPEC)"
-	$(VENV)/bin/pip install -q -e ".[test,keras]"
-	# DALI's TensorFlow plugin builds against the installed TensorFlow: after it, without isolation
-	$(VENV)/bin/pip install -q --no-build-isolation nvidia-dali-tf-plugin-cuda120
-	touch $@
+	@echo "hydrali: setting up $(VENV): torch, DALI, Lightning, TensorFlow, MLflow (the first time about 5 minutes" \
+	      "and 4.7 GB; pip's output goes to $(VENV)/setup.log)"
+	@$(PYTHON) -m venv $(VENV)
+	@( $(VENV)/bin/pip install --upgrade pip && \
+	   $(VENV)/bin/pip install "$(TORCH_SPEC)" && \
+	   $(VENV)/bin/pip install -e ".[test,keras]" && \
+	   $(VENV)/bin/pip install --no-build-isolation nvidia-dali-tf-plugin-cuda120 ) > $(VENV)/setup.log 2>&1 \
+	 || { tail -n 25 $(VENV)/setup.log; echo "hydrali: set-up failed: the whole log is $(VENV)/setup.log"; exit 1; }
+	@# DALI's TensorFlow plugin (last step) builds against the installed TensorFlow: after it, without isolation
+	@touch $@
+	@echo "hydrali: $(VENV) is ready"
 
 setup: $(VENV)/.installed
 
