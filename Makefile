@@ -11,7 +11,7 @@ ARGS ?=
 .PHONY: setup train test clean
 
 $(VENV)/.installed: pyproject.toml
-	@echo "hydrali: setting up $(VENV): torch, DALI, Lightning, TensorFlow, MLflow (the first time about 5 minutes" \
+	@echo "hydrali: setting up $(VENV): torch, DALI, Lightning, TensorFlow, MLflow (the first time 3 to 5 minutes" \
 	      "and 4.7 GB; pip's output goes to $(VENV)/setup.log)"
 	@$(PYTHON) -m venv $(VENV)
 	@( $(VENV)/bin/pip install --upgrade pip && \

@@ -36,14 +36,15 @@ class DeferredFileHandler(logging.FileHandler):
             super().emit(record)
 
 
-def accept_run(cfg: DictConfig, output_dir: Path) -> None:
-    """The run passed its checks: start its log file and write Hydra's record of it (config, overrides)."""
+def accept_run(cfg: DictConfig, output_dir: Path, write_config: bool = True) -> None:
+    """The run passed its checks: start this process's log file and (with `write_config`, in one process of
+    the run) write Hydra's record of it: config, Hydra's config, overrides."""
     for handler in logging.getLogger().handlers:
         if isinstance(handler, DeferredFileHandler):
             handler.accept()
     from hydra.core.hydra_config import HydraConfig
 
-    if not HydraConfig.initialized():
+    if not write_config or not HydraConfig.initialized():
         return
     hydra_cfg = HydraConfig.get()
     folder = Path(output_dir) / HYDRA_SUBDIR

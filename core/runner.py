@@ -82,8 +82,7 @@ def run(cfg: DictConfig) -> float | None:
              plan.effective_lr, plan.seed, plan.global_rank, ",".join(str(s.shard_id) for s in plan.shards),
              plan.num_shards, plan.device, plan.epoch.train_steps)
 
-    if plan.global_rank == 0:
-        accept_run(cfg, output_dir)   # every check passed: from here on the run dir and the store change
+    accept_run(cfg, output_dir, write_config=plan.global_rank == 0)   # checks passed: now the run dir may change
     overrides, sweep_dir = _hydra_context()
     tracker = tracking.start_tracking(
         enabled=cfg.tracking.enabled, is_global_zero=plan.global_rank == 0, uri=cfg.tracking.uri,
