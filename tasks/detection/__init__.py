@@ -1,0 +1,1 @@
+"""Object detection: single-stage (SSD-style) detectors trained from DALI's COCO reader, scored with COCO mAP."""
