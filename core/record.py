@@ -31,10 +31,15 @@ def best_row(rows: list[dict], metric: str, mode: str) -> dict | None:
     return max(scored, key=lambda row: (sign * row[metric], -row["epoch"]))
 
 
+LINE_GROUPS = ("train", "val", "lr")   # the order of an epoch line's metrics (then by name), the same on every backend
+
+
 def epoch_line(row: dict, epochs: int | None = None) -> str:
     """One epoch's row as a line a user reads, epochs counted from 1: `epoch 3/10: train/loss 0.41, val/acc 0.9`."""
-    shown = ", ".join(f"{key} {value:.4g}" for key, value in row.items()
-                      if key != "epoch" and not key.endswith("/images") and key != "lr/first")
+    keys = sorted((key for key in row if key != "epoch" and not key.endswith("/images") and key != "lr/first"),
+                  key=lambda key: (LINE_GROUPS.index(key.split("/")[0]) if key.split("/")[0] in LINE_GROUPS
+                                   else len(LINE_GROUPS), key))
+    shown = ", ".join(f"{key} {row[key]:.4g}" for key in keys)
     return f"epoch {row['epoch'] + 1}{f'/{epochs}' if epochs else ''}: {shown}"
 
 
