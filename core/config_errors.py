@@ -6,11 +6,12 @@ as for its own config errors.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 
 from hydra.errors import MissingConfigException, OverrideParseException
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
+from hydrali.core.validate import closest_hint
 
 QUOTING = "https://hydra.cc/docs/advanced/override_grammar/basic/"
 _MISSING_OPTION = re.compile(r"Could not find '([^']+)/([^']+)'")
@@ -51,10 +52,8 @@ def _unknown_key(err: OmegaConfBaseException) -> str:
     key = err.full_key or str(err.key)
     group, _, _ = key.rpartition(".")
     fields = [f.name for f in dataclasses.fields(err.object_type)] if dataclasses.is_dataclass(err.object_type) else []
-    choices = [f"{group}.{name}" if group else name for name in fields]
-    match = difflib.get_close_matches(key, choices, n=1)
     where = f"a setting of {group}" if group else "a hydrali setting"
-    hint = f": did you mean {match[0]}?" if match else (f" (its keys: {', '.join(sorted(choices))})" if choices else "")
+    hint = closest_hint(key, [f"{group}.{name}" if group else name for name in fields]) if fields else ""
     return f"{key} is not {where}{hint}"
 
 

@@ -26,10 +26,13 @@ CHUNK = 512                # files checked between two looks at how many bad one
 
 
 class Verify(str, Enum):
-    """How much of every image file is checked before training (`data.verify`)."""
+    """How much of every image file is checked before training (`data.verify`; its schema type)."""
     off = "off"        # nothing: a bad file surfaces as a decoder error while training (then it is named)
     quick = "quick"    # signature and end marker: a few KiB per file
     full = "full"      # quick, then a full decode of every file (libjpeg-turbo's warnings count as errors)
+
+    def __str__(self) -> str:
+        return self.value
 
 
 # What DALI's image decoder reads, told by the first bytes of a file.

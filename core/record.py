@@ -36,9 +36,9 @@ LINE_GROUPS = ("train", "val", "lr")   # the order of an epoch line's metrics (t
 
 def epoch_line(row: dict, epochs: int | None = None) -> str:
     """One epoch's row as a line a user reads, epochs counted from 1: `epoch 3/10: train/loss 0.41, val/acc 0.9`."""
+    rank = {group: i for i, group in enumerate(LINE_GROUPS)}
     keys = sorted((key for key in row if key != "epoch" and not key.endswith("/images") and key != "lr/first"),
-                  key=lambda key: (LINE_GROUPS.index(key.split("/")[0]) if key.split("/")[0] in LINE_GROUPS
-                                   else len(LINE_GROUPS), key))
+                  key=lambda key: (rank.get(key.split("/")[0], len(rank)), key))
     shown = ", ".join(f"{key} {row[key]:.4g}" for key in keys)
     return f"epoch {row['epoch'] + 1}{f'/{epochs}' if epochs else ''}: {shown}"
 

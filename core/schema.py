@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from hydrali.core.image_files import Verify as _VerifyLevels
+from hydrali.core.image_files import Verify
 from hydrali.core.optimizer import PRECISIONS
 
 
@@ -46,7 +46,6 @@ class LastBatch(Choice):
 # Numeric precision of training, the same names on every backend (see hydrali.core.optimizer). Built with
 # the functional API: the names (what a user types) are not Python identifiers.
 Precision = Choice("Precision", {name: name for name in PRECISIONS})
-Verify = Choice("Verify", {level.name: level.value for level in _VerifyLevels})   # off | quick | full
 
 
 class Dtype(Choice):

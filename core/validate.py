@@ -47,7 +47,8 @@ def check_pipeline_fits_task(cfg: DictConfig) -> None:
             f"choose pipeline= one of {choices}")
 
 
-def _closest(key: str, choices) -> str:
+def closest_hint(key: str, choices) -> str:
+    """`: did you mean <the closest choice>?`, or the list of choices when none is close."""
     match = difflib.get_close_matches(key, list(choices), n=1)
     return f": did you mean {match[0]}?" if match else f" (its keys: {', '.join(sorted(choices))})"
 
@@ -58,7 +59,7 @@ def check_unknown_keys(cfg: DictConfig) -> None:
     top = {f.name for f in dataclasses.fields(HydraliConfig)}
     for key in cfg:
         if key not in top and key != "hydra":
-            raise HydraliError(f"{key} is not a hydrali setting{_closest(str(key), top)}")
+            raise HydraliError(f"{key} is not a hydrali setting{closest_hint(str(key), top)}")
     schemas = {**GROUP_SCHEMAS, "backend": BACKEND_SCHEMAS.get(str(cfg.backend.get("name")))}
     for group, schema in schemas.items():
         if schema is None or not isinstance(cfg.get(group), DictConfig):
@@ -67,7 +68,7 @@ def check_unknown_keys(cfg: DictConfig) -> None:
         for key in cfg[group]:
             if key not in declared:
                 raise HydraliError(f"{group}.{key} is not a setting of {group}"
-                                   f"{_closest(f'{group}.{key}', [f'{group}.{d}' for d in declared])}")
+                                   f"{closest_hint(f'{group}.{key}', [f'{group}.{d}' for d in declared])}")
 
 
 def check_config(cfg: DictConfig) -> None:

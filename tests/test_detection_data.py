@@ -16,7 +16,8 @@ import pytest
 from PIL import Image
 
 from hydrali.core.errors import HydraliError
-from hydrali.tasks.detection.coco import category_ids_of_labels, contiguous_labels, scan_coco
+from hydrali.tasks.detection.coco import contiguous_labels, scan_coco
+from hydrali.tasks.detection.evaluation import category_ids_of
 from hydrali.tasks.detection.digits import render_digits_image, write_digits_detection
 
 REPO = Path(__file__).resolve().parents[1]
@@ -247,7 +248,7 @@ def test_a_user_coco_set_is_read_with_its_categories_mapped_to_labels(tmp_path, 
     assert info.params() == {"dataset/num_classes": 3, "dataset/num_train": 3, "dataset/num_val": 2,
                              "dataset/train_boxes": 5, "dataset/val_boxes": 1}
     assert contiguous_labels(info.category_ids) == {3: 1, 7: 2, 11: 3}
-    assert category_ids_of_labels(info.category_ids) == {1: 3, 2: 7, 3: 11}
+    assert category_ids_of(_json(info.train.annotation_file)) == [3, 7, 11], "the evaluator maps labels back so"
 
     train = _check_dali_reads_the_file(info.train.images_dir, info.train.annotation_file)
     assert {s["id"]: s["labels"].tolist() for s in train} == {1: [1, 3], 2: [2], 5: [1, 3]}
@@ -267,6 +268,7 @@ def test_categories_listed_out_of_order_are_sorted_in_a_cleaned_copy(tmp_path, c
     assert len(caplog.records) == 2 and all("sorted the categories" in r.getMessage() for r in caplog.records)
     train = _check_dali_reads_the_file(root / "train2017", info.train.annotation_file)
     assert {s["id"]: s["labels"].tolist() for s in train} == {1: [1, 3], 2: [2], 5: [1, 3]}
+    assert category_ids_of(_json(info.train.annotation_file)) == [3, 7, 11], "the evaluator reads the same copy"
     # the mapping made from the user's own file, categories out of order, is what DALI reads from the copy
     labels = contiguous_labels(c["id"] for c in _json(original)["categories"])
     by_image = _boxes_by_image(_json(original))

@@ -4,7 +4,6 @@ import io
 from pathlib import Path
 
 import numpy as np
-import pytest
 from PIL import Image
 
 from hydrali.core.image_files import decode_problem, find_bad_files, structural_problem

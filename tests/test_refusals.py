@@ -36,7 +36,7 @@ def _snapshot(root: Path):
     return store, files, dirs
 
 
-def _attempts(root: Path, data_dir: Path) -> dict:
+def _attempts(root: Path) -> dict:
     lightning, keras = root / "lightning", root / "keras"
     (root / "notes.ckpt").write_text("not a checkpoint")   # written before the first snapshot
     keras_ckpt = sorted((keras / "checkpoints").glob("*.weights.h5"))[-1]
@@ -72,7 +72,7 @@ def _attempts(root: Path, data_dir: Path) -> dict:
     "a checkpoint path that does not exist", "a text file named .ckpt", "ckpt_path=last in a finished Lightning run",
     "ckpt_path=last in a finished Keras run", "another model on Lightning", "another model on Keras"])
 def test_a_refused_attempt_changes_nothing(finished, data_dir, name):
-    args, needle = _attempts(finished, data_dir)[name]
+    args, needle = _attempts(finished)[name]
     before = _snapshot(finished)
     started = time.monotonic()
     out = run_cli(*args, f"paths.root={finished}", f"paths.data_dir={data_dir}", cwd=finished)

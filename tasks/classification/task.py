@@ -40,7 +40,7 @@ class ClassificationTask:
                                f"{info.num_classes} class folders: set data.num_classes=null or fix the data")
         bad = verify_files(image_files([info.train_dir, info.val_dir]), verify)
         if bad:
-            raise HydraliError(bad_files_message(bad, f" (data.verify=off skips this check)"))
+            raise HydraliError(bad_files_message(bad, " (data.verify=off skips this check)"))
         return info
 
     def build_pipeline(self, *, pipeline: DictConfig, data: DictConfig, dataset: ImageFolderInfo, plan: Plan,

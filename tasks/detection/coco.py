@@ -11,8 +11,8 @@ Labels. COCO files number their categories freely (COCO itself uses 1..90 with g
 renumbers them 1..K (0 is left for the background) in the order the `categories` list of the file gives
 them, which for COCO's own files is the sorted order. `scan_coco` makes that order the sorted one for
 every file (a file listing its categories out of order is read through a cleaned copy), so that
-`contiguous_labels(ids)` (file id -> label) and `category_ids_of_labels(ids)` (label -> file id) are
-exactly DALI's mapping: map predictions back through the latter before scoring them against the file.
+`contiguous_labels(ids)` (file id -> label) is exactly DALI's mapping; predictions are mapped back
+(label -> file id) by hydrali.tasks.detection.evaluation.category_ids_of, from the file DALI reads.
 Fixable problems (boxes partly outside their image, boxes of no area) are fixed in that cleaned copy,
 with a logged count; the others end in one line naming the file.
 """
@@ -103,11 +103,6 @@ class CocoInfo:
 def contiguous_labels(category_ids: Iterable[int]) -> dict[int, int]:
     """File category id -> label 1..K (0 is the background), by sorted id: DALI readers.coco's labels."""
     return {cid: label for label, cid in enumerate(sorted(category_ids), start=1)}
-
-
-def category_ids_of_labels(category_ids: Iterable[int]) -> dict[int, int]:
-    """Label 1..K -> file category id: the inverse of contiguous_labels, to map predictions back to the file."""
-    return {label: cid for cid, label in contiguous_labels(category_ids).items()}
 
 
 def _shown(ids: Iterable) -> str:

@@ -23,13 +23,15 @@ processes and adds to one :class:`CocoEvaluator`::
 from __future__ import annotations
 
 import copy
-import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from faster_coco_eval import COCO, COCOeval_faster
+
+from hydrali.tasks.detection.coco import load_coco_json
 
 MAP_KEY = "val/map"
 MAP50_KEY = "val/map50"
@@ -54,16 +56,12 @@ def _silent(*args: Any, **kwargs: Any) -> None:
 
 def load_ground_truth(source: str | os.PathLike | Mapping) -> dict:
     """The COCO ground truth as a dict (a deep copy when given a dict), checked for its three lists."""
-    if isinstance(source, Mapping):
-        data = copy.deepcopy(dict(source))
-        origin = "the ground-truth dict"
-    else:
-        with open(source) as file:
-            data = json.load(file)
-        origin = os.fspath(source)
+    if not isinstance(source, Mapping):
+        return load_coco_json(Path(source))   # a file: the dataset checks' loader, one-line errors
+    data = copy.deepcopy(dict(source))
     missing = [key for key in GROUND_TRUTH_KEYS if not isinstance(data.get(key), list)]
     if missing:
-        raise ValueError(f"COCO annotations in {origin} lack the list(s) {', '.join(missing)}")
+        raise ValueError(f"COCO annotations in the ground-truth dict lack the list(s) {', '.join(missing)}")
     return data
 
 
