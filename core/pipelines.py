@@ -21,9 +21,11 @@ READER_NAME = "Reader"      # every recipe names its reader so, for iterators an
 class Source:
     """What one pipeline reads: a split's location and this replica's shard of it.
 
-    Training reads an endless, shuffled stream (no padding, no epoch boundary: the backends take
-    hydrali.core.epoch's steps from it); validation reads its own shard only, in order, padded to whole
-    batches (the padding is masked by the epoch contract).
+    Training reads an endless, shuffled stream of its own shard (no padding, no epoch boundary: the
+    backends take hydrali.core.epoch's steps from it). Every reader sticks to its shard: with DALI's
+    default (moving to the next shard each pass), the shuffle buffer straddles the shard boundary and
+    replicas read some of the same images in the same epoch (seen with fn.readers.coco). Validation reads
+    its own shard in order, padded to whole batches (the padding is masked by the epoch contract).
     """
     root: str
     shard_id: int
@@ -33,8 +35,16 @@ class Source:
     def reader_args(self) -> dict:
         """The sharding arguments every DALI reader of a recipe takes (fn.readers.file, fn.readers.coco, ...)."""
         return {"shard_id": self.shard_id, "num_shards": self.num_shards, "random_shuffle": self.is_training,
-                "pad_last_batch": not self.is_training, "stick_to_shard": not self.is_training,
+                "pad_last_batch": not self.is_training, "stick_to_shard": True,
                 "name": READER_NAME}
+
+
+def decoder_args(device: str, hw_decoder_load: float) -> dict:
+    """The keyword arguments of every recipe's image decoder (fn.decoders.image, image_random_crop, image_slice):
+    on the GPU the mixed decoder (nvJPEG, with this share on the hardware decoder), else the CPU one."""
+    if device == "gpu":
+        return {"device": "mixed", "hw_decoder_load": hw_decoder_load}
+    return {"device": "cpu"}
 
 
 def load_recipe(path: str):

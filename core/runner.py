@@ -103,6 +103,8 @@ def run(cfg: DictConfig) -> float | None:
                              resume_from=resume_from, output_dir=output_dir)
         if cfg.tracking.log_checkpoint and result.best_checkpoint:
             tracker.log_artifact(result.best_checkpoint, "checkpoints")
+        for path, folder in task.artifacts():
+            tracker.log_artifact(path, folder)
         status = "FINISHED"
     except (KeyboardInterrupt, SystemExit):
         status = "KILLED"

@@ -75,7 +75,7 @@ class Schedule(Choice):
 
 @dataclass
 class TaskConfig:
-    """conf/task/*.yaml: what is learned and which metric picks the best checkpoint."""
+    """conf/task/classification.yaml: what is learned and which metric picks the best checkpoint."""
 
     name: str = MISSING
     _target_: str = MISSING
@@ -84,6 +84,34 @@ class TaskConfig:
     monitor: str = MISSING
     mode: Mode = Mode.max
     label_smoothing: float = 0.0
+
+
+class DetectionLoss(Choice):
+    """The detection task's classification loss (both with smooth-L1 on the boxes of positive anchors)."""
+    hard_negatives = "hard_negatives"
+    focal = "focal"
+
+
+@dataclass
+class DetectionTaskConfig:
+    """conf/task/detection.yaml: the detector's loss, its decoding into detections, and the pictures drawn."""
+
+    name: str = MISSING
+    _target_: str = MISSING
+    torch_target: str = MISSING
+    keras_target: str = MISSING
+    monitor: str = MISSING
+    mode: Mode = Mode.max
+    loss: DetectionLoss = DetectionLoss.hard_negatives
+    neg_pos_ratio: float = 3.0
+    focal_alpha: float = 0.25
+    focal_gamma: float = 2.0
+    score_threshold: float = 0.05
+    iou_threshold: float = 0.5
+    pre_nms_top_k: int = 200
+    max_detections: int = 100
+    pictures: int = 4
+    pictures_dir: str = MISSING
 
 
 @dataclass
@@ -114,6 +142,39 @@ class DataConfig:
     val_fraction: float = 0.0
     size: int = 0
     verify: Verify = Verify.quick
+
+
+@dataclass
+class DigitsDetectionConfig:
+    """conf/data/digits_detection.yaml `generate`: how the bundled detection digits are drawn."""
+
+    num_train: int = 1000
+    num_val: int = 200
+    canvas: int = 128
+    min_digits: int = 1
+    max_digits: int = 5
+    min_size: int = 16
+    max_size: int = 48
+    seed: int = 0
+
+
+@dataclass
+class DetectionDataConfig:
+    """conf/data/{digits_detection,coco}.yaml: a COCO-layout dataset and how it is batched."""
+
+    name: str = MISSING
+    root: str = MISSING
+    batch_size: int = 32
+    image_size: int = 128
+    num_classes: Optional[int] = None
+    train_dir: str = "train2017"
+    val_dir: str = "val2017"
+    annotations_dir: str = "annotations"
+    train_annotations: Optional[str] = None
+    val_annotations: Optional[str] = None
+    clean_dir: str = MISSING
+    verify: Verify = Verify.quick
+    generate: Optional[DigitsDetectionConfig] = None
 
 
 @dataclass
@@ -205,14 +266,15 @@ class HydraliConfig:
 
 
 GROUP_SCHEMAS = {
-    "task": TaskConfig,
     "pipeline": PipelineConfig,
-    "data": DataConfig,
     "optim": OptimConfig,
     "tracking": TrackingConfig,
     "paths": PathsConfig,
 }
 BACKEND_SCHEMAS = {"lightning": LightningBackendConfig, "keras": KerasBackendConfig}
+# each task's schemas of its `task` and `data` nodes
+TASK_SCHEMAS = {"classification": {"task": TaskConfig, "data": DataConfig},
+                "detection": {"task": DetectionTaskConfig, "data": DetectionDataConfig}}
 
 
 def register_schemas() -> None:
@@ -223,3 +285,7 @@ def register_schemas() -> None:
         cs.store(name=f"{group}_schema", node=node)
     for name, node in BACKEND_SCHEMAS.items():
         cs.store(name=f"{name}_backend_schema", node=node)
+    cs.store(name="task_schema", node=TaskConfig)
+    cs.store(name="data_schema", node=DataConfig)
+    cs.store(name="detection_task_schema", node=DetectionTaskConfig)
+    cs.store(name="detection_data_schema", node=DetectionDataConfig)

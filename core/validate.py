@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hydrali.core.errors import HydraliError
 from hydrali.core.pipelines import check_options
-from hydrali.core.schema import BACKEND_SCHEMAS, GROUP_SCHEMAS, HydraliConfig
+from hydrali.core.schema import BACKEND_SCHEMAS, GROUP_SCHEMAS, TASK_SCHEMAS, HydraliConfig
 
 _HINTS = {
     "data.root": "data.root=/path/to/dataset (a folder holding train/ and val/, one sub-folder per class)",
@@ -60,7 +60,8 @@ def check_unknown_keys(cfg: DictConfig) -> None:
     for key in cfg:
         if key not in top and key != "hydra":
             raise HydraliError(f"{key} is not a hydrali setting{closest_hint(str(key), top)}")
-    schemas = {**GROUP_SCHEMAS, "backend": BACKEND_SCHEMAS.get(str(cfg.backend.get("name")))}
+    schemas = {**GROUP_SCHEMAS, **TASK_SCHEMAS.get(str(cfg.task.get("name")), {}),
+               "backend": BACKEND_SCHEMAS.get(str(cfg.backend.get("name")))}
     for group, schema in schemas.items():
         if schema is None or not isinstance(cfg.get(group), DictConfig):
             continue

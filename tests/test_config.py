@@ -33,8 +33,9 @@ def test_seed_zero_survives_composition(make_cfg):
 def test_help_lists_the_groups_and_their_options(tmp_path):
     out = run_cli("--help", cwd=tmp_path)
     assert out.returncode == 0
-    for line in ("pipeline: light, standard", "data: digits, imagefolder", "backend: keras, lightning",
-                 "model: resnet18, resnet50, small_resnet", "tracking: mlflow, none"):
+    for line in ("pipeline: light, scale_jitter, ssd, standard", "data: coco, digits, digits_detection, imagefolder",
+                 "backend: keras, lightning", "model: resnet18, resnet50, small_resnet, ssd_resnet50, ssd_small",
+                 "task: classification, detection", "tracking: mlflow, none"):
         assert line in out.stdout
     assert "schema" not in out.stdout.split("== Config groups")[1].split("==")[0]
 
@@ -92,7 +93,7 @@ def test_an_installed_hydrali_is_one_namespace_that_runs_from_anywhere(tmp_path,
     assert where.stdout.startswith(str(target)), where.stdout
     helped = subprocess.run([sys.executable, "-m", "hydrali.core", "--help"], env=env, cwd=tmp_path,
                             capture_output=True, text=True)
-    assert helped.returncode == 0 and "pipeline: light, standard" in helped.stdout
+    assert helped.returncode == 0 and "pipeline: light, scale_jitter, ssd, standard" in helped.stdout
     trained = subprocess.run([sys.executable, "-m", "hydrali.core", "epochs=1", "tracking=none",
                               f"paths.data_dir={data_dir}", f"hydra.run.dir={tmp_path / 'run'}",
                               "backend.trainer.enable_progress_bar=false"], env=env, cwd=tmp_path,

@@ -44,9 +44,9 @@ def replicas(backend: DictConfig, device: str) -> tuple[int, int, int]:
     return count, 1, count
 
 
-def _keras_task(task):
+def _keras_task(task, dataset):
     try:
-        return get_method(task.keras_target)(task)
+        return get_method(task.keras_target)(task, dataset)
     except Exception as err:
         raise HydraliError(f"task.keras_target={task.keras_target} cannot be built: {err}") from err
 
@@ -61,7 +61,8 @@ def _compile(cfg: DictConfig, framework, strategy, dataset, plan: Plan):
     try:
         return compile_model(strategy=strategy, build_network=network, loss=framework.loss(),
                              metrics=framework.metrics(), optim=cfg.optim, plan=plan, contract=plan.epoch,
-                             precision=str(cfg.backend.precision), jit_compile=cfg.backend.jit_compile)
+                             precision=str(cfg.backend.precision), jit_compile=cfg.backend.jit_compile,
+                             on_val_batch=framework.on_val_batch)
     except (InstantiationException, TypeError, ValueError) as err:
         raise HydraliError(f"the Keras optimizer or loss cannot be set up (optim={cfg.optim.name}, "
                            f"backend.precision={cfg.backend.precision}): {err}") from err
@@ -87,13 +88,12 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
 
     devices = configure_devices(len(plan.shards), "gpu" if visible_gpus() else "cpu")
     strategy = make_strategy(devices)
-    framework = _keras_task(task)
+    framework = _keras_task(task, dataset)
     contract = plan.epoch
 
     def datasets(is_training: bool):
         return distribute(strategy, devices, plan.device, lambda replica: dali_dataset(
-            task=task, cfg=cfg, dataset=dataset, plan=plan, replica=replica, is_training=is_training,
-            labels_shape=framework.labels_shape()))
+            task=task, cfg=cfg, dataset=dataset, plan=plan, replica=replica, is_training=is_training))
 
     with placement(devices):  # one replica: the model sits where it computes
         model = _compile(cfg, framework, strategy, dataset, plan)
@@ -106,6 +106,7 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
 
         recorder, throughput = EpochRecorder(record, contract.train_steps), Throughput()
         callbacks = [
+            *framework.callbacks(),   # first: the task's validation metrics join the epoch's logs
             keras.callbacks.ModelCheckpoint(str(checkpoint_dir / checkpoints.PATTERN), save_weights_only=True),
             recorder,   # before the pruning, which keeps the best epoch of the record
             checkpoints.PruneCheckpoints(checkpoint_dir, cfg.backend.keep_checkpoints, record, cfg.task.monitor,

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from hydrali.core.plan import Plan
 
-_TF_DTYPES = {"float": tf.float32, "float16": tf.float16}
+_TF_DTYPES = {"float": tf.float32, "float16": tf.float16, "int32": tf.int32, "int64": tf.int64}  # a task's output dtypes
 
 
 def data_devices(devices: list[str], dali_device: str) -> list[str]:
@@ -39,14 +39,13 @@ def distribute(strategy: tf.distribute.Strategy, devices: list[str], dali_device
     return strategy.distribute_datasets_from_function(dataset_fn, options)
 
 
-def dali_dataset(*, task, cfg, dataset, plan: Plan, replica: int, is_training: bool,
-                 labels_shape: tuple) -> tf.data.Dataset:
-    """The DALIDataset of one replica's shard (NHWC images, integer labels), endless: Keras counts the steps."""
+def dali_dataset(*, task, cfg, dataset, plan: Plan, replica: int, is_training: bool) -> tf.data.Dataset:
+    """The DALIDataset of one replica's shard (the task's outputs, NHWC images), endless: Keras counts the steps."""
     shard = plan.shards[replica]
-    pipe = task.build_pipeline(pipeline=cfg.pipeline, data=cfg.data, dataset=dataset, plan=plan, shard=shard,
-                               layout="HWC", is_training=is_training)
-    size, batch = cfg.data.image_size, plan.per_replica_batch
+    pipe = task.build_pipeline(pipeline=cfg.pipeline, data=cfg.data, model=cfg.model, dataset=dataset, plan=plan,
+                               shard=shard, layout="HWC", is_training=is_training)
+    specs = task.output_specs(batch=plan.per_replica_batch, image_size=cfg.data.image_size,
+                              image_dtype=str(cfg.pipeline.dtype), is_training=is_training, model=cfg.model)
     return dali_tf.DALIDataset(
-        pipeline=pipe, batch_size=batch, device_id=shard.device_id,
-        output_shapes=((batch, size, size, 3), (batch, *labels_shape)),
-        output_dtypes=(_TF_DTYPES[str(cfg.pipeline.dtype)], tf.int32))
+        pipeline=pipe, batch_size=plan.per_replica_batch, device_id=shard.device_id,
+        output_shapes=tuple(shape for shape, _ in specs), output_dtypes=tuple(_TF_DTYPES[d] for _, d in specs))

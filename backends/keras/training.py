@@ -162,9 +162,10 @@ class ContractModel(keras.Model):
     """The task's network, trained by Keras' own train step and validated under core's epoch contract:
     sample i of validation batch `val_step` on replica r counts iff val_step * batch + i < the shard's size."""
 
-    def __init__(self, network: keras.Model, val_shard_sizes, batch: int, **kwargs):
+    def __init__(self, network: keras.Model, val_shard_sizes, batch: int, on_val_batch=None, **kwargs):
         super().__init__(**kwargs)
         self.network = network
+        self.on_val_batch = on_val_batch   # the task's look at each validation batch: (data, y_pred, weights)
         self.val_shard_sizes = [int(s) for s in val_shard_sizes]   # one per replica of this process
         self.batch = int(batch)
         self.val_step = keras.Variable(0, dtype="int32", trainable=False, name="val_step")
@@ -180,9 +181,11 @@ class ContractModel(keras.Model):
         return tf.cast(position < size, "float32")
 
     def test_step(self, data):
-        x, y = data[0], data[1]
+        x, y = data[0], data[1]     # further elements (e.g. image ids) are for the task's on_val_batch
         weights = self.valid_mask()
         y_pred = self(x, training=False)
+        if self.on_val_batch is not None:
+            self.on_val_batch(data, y_pred, weights)
         per_sample = self.loss.call(y, ops.cast(y_pred, "float32"))
         for metric in self.metrics:
             if metric.name == "loss":
@@ -209,12 +212,12 @@ def dtype_policy(precision: str):
 
 
 def compile_model(*, strategy, build_network, loss, metrics, optim: DictConfig, plan: Plan, contract: EpochContract,
-                  precision: str = "32-true", jit_compile: bool = False) -> ContractModel:
+                  precision: str = "32-true", jit_compile: bool = False, on_val_batch=None) -> ContractModel:
     """Build the network and its optimizer inside strategy.scope() and compile them under core's contracts."""
     with strategy.scope(), dtype_policy(precision):
         network = build_network()
         model = ContractModel(network, [contract.val_shard_size(s.shard_id) for s in plan.shards],
-                              plan.per_replica_batch)
+                              plan.per_replica_batch, on_val_batch)
         model(keras.ops.zeros((1, *network.input_shape[1:])))  # build the wrapper's variables
         optimizer = make_optimizer(optim, plan_schedule(plan, optim, contract.train_steps))
         model.compile(optimizer=optimizer, loss=loss, weighted_metrics=[*metrics, SampleCount()],

@@ -79,13 +79,13 @@ def _launched_externally() -> bool:
     return any(k in os.environ for k in ("TORCHELASTIC_RUN_ID", "SLURM_PROCID", "LOCAL_RANK"))
 
 
-def _torch_task(task, cfg: DictConfig, num_classes: int):
+def _torch_task(task, cfg: DictConfig, dataset):
     try:
         build = get_method(task.torch_target)
     except Exception as err:
         raise HydraliError(f"task.torch_target={task.torch_target} cannot be imported: {err}") from err
     try:
-        return build(task, cfg.model, num_classes)
+        return build(task, cfg.model, dataset, cfg.data.image_size)
     except (InstantiationException, TypeError, ValueError) as err:
         raise HydraliError(f"model={cfg.model.get('_target_')} cannot be built: {err}") from err
 
@@ -116,7 +116,7 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
     datamodule = DaliDataModule(task=task, cfg=cfg, dataset=dataset, plan=plan)
     datamodule.setup("fit")
     steps_per_epoch = plan.epoch.train_steps // cfg.backend.trainer.get("accumulate_grad_batches", 1)
-    module = HydraliModule(_torch_task(task, cfg, dataset.num_classes), cfg.optim, plan, max(1, steps_per_epoch),
+    module = HydraliModule(_torch_task(task, cfg, dataset), cfg.optim, plan, max(1, steps_per_epoch),
                            channels_last=cfg.backend.channels_last)
 
     checkpoint = ModelCheckpoint(dirpath=checkpoint_dir, filename="epoch{epoch:03d}", monitor=cfg.task.monitor,

@@ -55,11 +55,12 @@ class DaliDataModule(L.LightningDataModule):
     def _loader(self, is_training: bool) -> DaliLoader:
         contract: EpochContract = self.plan.epoch
         shard = self.plan.shard
-        pipe = self.task.build_pipeline(pipeline=self.cfg.pipeline, data=self.cfg.data, dataset=self.dataset,
-                                        plan=self.plan, shard=shard, layout="CHW", is_training=is_training)
+        pipe = self.task.build_pipeline(pipeline=self.cfg.pipeline, data=self.cfg.data, model=self.cfg.model,
+                                        dataset=self.dataset, plan=self.plan, shard=shard, layout="CHW",
+                                        is_training=is_training)
         try:
             pipe.build()
-            iterator = DALIGenericIterator([pipe], list(self.task.outputs))  # endless: the contract counts steps
+            iterator = DALIGenericIterator([pipe], list(self.task.output_names(is_training)))  # endless: the contract counts steps
         except RuntimeError as err:
             raise self._explain(err) from err
         if is_training:

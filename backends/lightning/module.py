@@ -45,7 +45,14 @@ class HydraliModule(L.LightningModule):
         loss, n = self.torch_task.validation_step(batch)
         self.log("val/loss", loss, on_epoch=True, prog_bar=True, batch_size=n, sync_dist=True)
         self.log("val/images", float(n), on_epoch=True, reduce_fx="sum", sync_dist=True, batch_size=1)
-        self.log_dict(self.torch_task.val_metrics, on_epoch=True, prog_bar=True)
+
+    def on_validation_epoch_end(self) -> None:
+        if self.trainer.sanity_checking:
+            self.torch_task.val_metrics_reset()
+            return
+        # the task's metrics over the whole validation set, already gathered from every process
+        metrics = self.torch_task.val_metrics_compute(self.current_epoch)
+        self.log_dict({name: float(value) for name, value in metrics.items()}, prog_bar=True, sync_dist=True)
 
     def configure_optimizers(self):
         o = self.optim

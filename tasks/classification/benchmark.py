@@ -145,7 +145,7 @@ def main(argv: list[str]) -> None:
         for device in devices:
             plan = make_plan(topology=detect(1, 1, env={}), batch_size=batch, base_lr=0.1, ref_batch=256,
                              rule="none", warmup_epochs=0, epochs=1, seed=repeat, device=device)
-            pipe = task.build_pipeline(pipeline=cfg.pipeline, data=cfg.data, dataset=info, plan=plan,
+            pipe = task.build_pipeline(pipeline=cfg.pipeline, data=cfg.data, model=cfg.model, dataset=info, plan=plan,
                                        shard=plan.shard, layout="CHW", is_training=True)
             pipe.build()
             label = f"DALI {cfg.pipeline.name}, {'mixed decode' if device == 'gpu' else 'CPU decode'}"

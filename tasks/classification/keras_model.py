@@ -29,28 +29,45 @@ def _block(x, width: int, stride: int, bottleneck: bool):
     return kl.ReLU()(kl.Add()([y, shortcut]))
 
 
+def _check_architecture(block: str, depths: Sequence[int], widths: Sequence[int], stem: str) -> None:
+    if block not in ("basic", "bottleneck"):
+        raise ValueError(f"model.block={block!r}: choose basic or bottleneck")
+    if len(depths) != len(widths):
+        raise ValueError(f"model.layers ({len(depths)} stages) and model.widths ({len(widths)}) differ in length")
+    if stem not in ("imagenet", "small"):
+        raise ValueError(f"model.stem={stem!r}: choose imagenet or small")
+
+
+def resnet_features(inputs, block: str = "basic", layers: Sequence[int] = (2, 2, 2, 2),
+                    widths: Sequence[int] = (64, 128, 256, 512), stem: str = "imagenet") -> list:
+    """The output of each stage of the ResNet's backbone (stem and residual stages, no head) applied to the
+    NHWC tensor `inputs`, first stage first: stage i has stride 4 * 2**i with stem "imagenet", 2**i with
+    stem "small". The layers are those `ResNet` builds, in the same order (same names and weights).
+    """
+    depths = layers
+    _check_architecture(block, depths, widths, stem)
+    if stem == "imagenet":
+        x = kl.ReLU()(_conv_bn(inputs, widths[0], 7, 2))
+        x = kl.MaxPooling2D(3, 2, padding="same")(x)
+    else:
+        x = kl.ReLU()(_conv_bn(inputs, widths[0], 3))
+    features = []
+    for i, (depth, width) in enumerate(zip(depths, widths)):
+        for j in range(depth):
+            x = _block(x, width, 2 if (j == 0 and i > 0) else 1, block == "bottleneck")
+        features.append(x)
+    return features
+
+
 def ResNet(num_classes: int, image_size: int, block: str = "basic", layers: Sequence[int] = (2, 2, 2, 2),
            widths: Sequence[int] = (64, 128, 256, 512), stem: str = "imagenet") -> keras.Model:
     """A ResNet as a functional Keras model, taking NHWC images of image_size x image_size.
 
     Same arguments as hydrali.tasks.classification.torch_model.ResNet.
     """
-    depths = layers
-    if block not in ("basic", "bottleneck"):
-        raise ValueError(f"model.block={block!r}: choose basic or bottleneck")
-    if len(depths) != len(widths):
-        raise ValueError(f"model.layers ({len(depths)} stages) and model.widths ({len(widths)}) differ in length")
+    _check_architecture(block, layers, widths, stem)
     inputs = keras.Input((image_size, image_size, 3))
-    if stem == "imagenet":
-        x = kl.ReLU()(_conv_bn(inputs, widths[0], 7, 2))
-        x = kl.MaxPooling2D(3, 2, padding="same")(x)
-    elif stem == "small":
-        x = kl.ReLU()(_conv_bn(inputs, widths[0], 3))
-    else:
-        raise ValueError(f"model.stem={stem!r}: choose imagenet or small")
-    for i, (depth, width) in enumerate(zip(depths, widths)):
-        for j in range(depth):
-            x = _block(x, width, 2 if (j == 0 and i > 0) else 1, block == "bottleneck")
+    x = resnet_features(inputs, block, layers, widths, stem)[-1]
     x = kl.GlobalAveragePooling2D()(x)
     outputs = kl.Dense(num_classes)(x)  # logits, as on torch
     return keras.Model(inputs, outputs, name="resnet")

@@ -52,11 +52,13 @@ class KerasClassification:
         """Top-1 accuracy, logged as `acc` (val/acc once mapped)."""
         return [keras.metrics.SparseCategoricalAccuracy(name="acc")]
 
-    def labels_shape(self) -> tuple:
-        """The per-sample shape of the labels the recipe returns."""
-        return (1,)
+    on_val_batch = None   # Keras' metrics see every validation batch: nothing more to look at
+
+    def callbacks(self) -> list:
+        """Callbacks that add metrics to each epoch's logs: none (accuracy is a Keras metric)."""
+        return []
 
 
-def build(task) -> KerasClassification:
-    """The Keras side of `task` (its config's keras_target)."""
+def build(task, dataset) -> KerasClassification:
+    """The Keras side of `task` (its config's keras_target) for `dataset`."""
     return KerasClassification(task)

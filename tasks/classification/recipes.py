@@ -12,6 +12,8 @@ import nvidia.dali.fn as fn
 import nvidia.dali.types as types
 from nvidia.dali import pipeline_def
 
+from hydrali.core.pipelines import decoder_args
+
 _DTYPES = {"float": types.FLOAT, "float16": types.FLOAT16}
 
 
@@ -22,7 +24,7 @@ def read_files(source, initial_fill):
 
 def _decode(jpegs, device, hw_decoder_load, random_area=None, random_aspect_ratio=None):
     """Decode to RGB; with random_area, decode only a random-resized crop (ImageNet style)."""
-    gpu = {"device": "mixed", "hw_decoder_load": hw_decoder_load} if device == "gpu" else {"device": "cpu"}
+    gpu = decoder_args(device, hw_decoder_load)
     if random_area is None:
         return fn.decoders.image(jpegs, output_type=types.RGB, **gpu)
     return fn.decoders.image_random_crop(jpegs, output_type=types.RGB, random_area=random_area,

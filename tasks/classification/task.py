@@ -27,7 +27,14 @@ class ClassificationTask:
     keras_target: str = ""     # the callable building the Keras side (backend=keras)
     label_smoothing: float = 0.0
 
-    outputs = ("images", "labels")   # what the recipes return, in order
+    def output_names(self, is_training: bool) -> tuple[str, ...]:
+        """What the recipes return, in order (the same for both splits)."""
+        return ("images", "labels")
+
+    def output_specs(self, *, batch: int, image_size: int, image_dtype: str, is_training: bool, model: DictConfig
+                     ) -> tuple[tuple[tuple[int, ...], str], ...]:
+        """(shape, dtype) of each batched output in HWC layout, for frameworks that need them up front (Keras)."""
+        return ((batch, image_size, image_size, 3), image_dtype), ((batch, 1), "int32")
 
     def prepare_data(self, data: DictConfig, verify: Verify) -> ImageFolderInfo:
         """Make sure the dataset is on disk (writing the bundled one if needed) and scan it; then check its
@@ -43,8 +50,8 @@ class ClassificationTask:
             raise HydraliError(bad_files_message(bad, " (data.verify=off skips this check)"))
         return info
 
-    def build_pipeline(self, *, pipeline: DictConfig, data: DictConfig, dataset: ImageFolderInfo, plan: Plan,
-                       shard: Shard, layout: str, is_training: bool):
+    def build_pipeline(self, *, pipeline: DictConfig, data: DictConfig, model: DictConfig, dataset: ImageFolderInfo,
+                       plan: Plan, shard: Shard, layout: str, is_training: bool):
         """The DALI pipeline (not yet built) of one replica's shard of one split."""
         source = Source(str(dataset.train_dir if is_training else dataset.val_dir), shard.shard_id,
                         plan.num_shards, is_training)
@@ -54,6 +61,10 @@ class ClassificationTask:
             seed=shard.pipeline_seed, prefetch_queue_depth=pipeline.prefetch_queue_depth,
             source=source, device=plan.device, layout=layout, image_size=data.image_size,
             dtype=str(pipeline.dtype), hw_decoder_load=pipeline.hw_decoder_load)
+
+    def artifacts(self) -> list:
+        """Files the task wrote for the run's tracker: none."""
+        return []
 
     def explain_decode_error(self, dataset: ImageFolderInfo) -> str | None:
         """After a decoder failed: one line naming the files of the dataset that cannot be decoded, if any."""

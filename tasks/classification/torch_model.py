@@ -9,6 +9,9 @@ from typing import Sequence
 import torch
 from torch import nn
 
+STEM_STRIDES = {"imagenet": 4, "small": 1}  # the stem's downsampling: 7x7/2 conv + 3x3/2 max-pool, or a 3x3/1 conv
+STAGE_STRIDE = 2  # every stage after the first halves the resolution
+
 
 def _conv_bn(cin: int, cout: int, kernel: int, stride: int = 1) -> list[nn.Module]:
     return [nn.Conv2d(cin, cout, kernel, stride, kernel // 2, bias=False), nn.BatchNorm2d(cout)]
@@ -48,8 +51,20 @@ class Bottleneck(BasicBlock):
 BLOCKS = {"basic": BasicBlock, "bottleneck": Bottleneck}
 
 
+def stage_strides(stem: str, num_stages: int) -> tuple[int, ...]:
+    """The stride (input pixels per feature-map pixel) of each stage's output of a ResNet with this stem:
+    4, 8, 16, 32 ... for stem "imagenet"; 1, 2, 4, 8 ... for stem "small"."""
+    if stem not in STEM_STRIDES:
+        raise ValueError(f"model.stem={stem!r}: choose imagenet or small")
+    return tuple(STEM_STRIDES[stem] * STAGE_STRIDE ** i for i in range(num_stages))
+
+
 class ResNet(nn.Module):
-    """A ResNet: stem, stages of residual blocks (each after the first halves the resolution), pooled head."""
+    """A ResNet: stem, stages of residual blocks (each after the first halves the resolution), pooled head.
+
+    `features(x)` gives the output of every stage (the feature maps a detector builds on), and
+    `stage_strides()` / `stage_channels()` their strides and channel counts.
+    """
 
     def __init__(self, num_classes: int, block: str = "basic", layers: Sequence[int] = (2, 2, 2, 2),
                  widths: Sequence[int] = (64, 128, 256, 512), stem: str = "imagenet", in_channels: int = 3):
@@ -70,10 +85,12 @@ class ResNet(nn.Module):
         for i, (depth, width) in enumerate(zip(layers, widths)):
             blocks = []
             for j in range(depth):
-                blocks.append(kind(cin, width, 2 if (j == 0 and i > 0) else 1))
+                blocks.append(kind(cin, width, STAGE_STRIDE if (j == 0 and i > 0) else 1))
                 cin = width * kind.expansion
             stages.append(nn.Sequential(*blocks))
         self.stages = nn.Sequential(*stages)
+        self._stem = stem  # plain attributes (not in the state_dict), for stage_strides / stage_channels
+        self._channels = tuple(int(w) * kind.expansion for w in widths)
         self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, num_classes))
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
@@ -81,3 +98,20 @@ class ResNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.stages(self.stem(x)))
+
+    def features(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """The output of every stage, finest first: [B, stage_channels()[i], H / s_i, W / s_i] with
+        s_i = stage_strides()[i] (for H and W multiples of the largest stride). Nothing of the head runs."""
+        outputs, x = [], self.stem(x)
+        for stage in self.stages:
+            x = stage(x)
+            outputs.append(x)
+        return outputs
+
+    def stage_strides(self) -> tuple[int, ...]:
+        """The stride of each stage's output (see the module function `stage_strides`)."""
+        return stage_strides(self._stem, len(self.stages))
+
+    def stage_channels(self) -> tuple[int, ...]:
+        """The channel count of each stage's output (width times the block's expansion)."""
+        return self._channels[:len(self.stages)]

@@ -36,9 +36,21 @@ class TorchClassification(nn.Module):
         self.val_metrics.update(logits, labels)
         return self.loss_fn(logits, labels), labels.numel()
 
+    def val_metrics_compute(self, epoch: int) -> dict[str, torch.Tensor]:
+        """The validation metrics of the epoch over every process's shard (val/acc), then reset for the next."""
+        values = self.val_metrics.compute()
+        self.val_metrics_reset()
+        return values
 
-def build(task, model_cfg: DictConfig, num_classes: int) -> TorchClassification:
-    """The torch side of `task` with the network described by `model_cfg` (any _target_ returning an nn.Module)."""
+    def val_metrics_reset(self) -> None:
+        """Forget the batches seen (e.g. after Lightning's sanity check)."""
+        self.val_metrics.reset()
+
+
+def build(task, model_cfg: DictConfig, dataset, image_size: int) -> TorchClassification:
+    """The torch side of `task` with the network described by `model_cfg` (any _target_ returning an nn.Module)
+    for `dataset`'s classes."""
+    num_classes = dataset.num_classes
     spec = model_cfg.copy()
     with open_dict(spec):
         spec.pop("keras_target", None)  # the Keras side's builder of the same network

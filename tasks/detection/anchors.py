@@ -45,6 +45,7 @@ against DALI's output in tests/test_detection_anchors.py:
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,6 +61,7 @@ DEFAULT_STRIDES = (8, 16, 32)
 DEFAULT_MIN_SCALE = 0.1
 DEFAULT_MAX_SCALE = 0.9
 DEFAULT_ASPECT_RATIO = 2.0
+ANCHOR_KEYS = frozenset({"strides", "min_scale", "max_scale", "aspect_ratios"})  # a model config's `anchors` node
 CELL_CENTRE = 0.5  # anchors sit at the centre of their grid cell: ((x + 0.5) / f, (y + 0.5) / f)
 
 
@@ -127,6 +129,19 @@ def spec_for(image_size: int, strides: tuple[int, ...] = DEFAULT_STRIDES, *,
     scales = tuple(float(s) for s in np.linspace(min_scale, max_scale, levels + 1))
     ratios = aspect_ratios if aspect_ratios is not None else ((DEFAULT_ASPECT_RATIO,),) * levels
     return AnchorSpec(image_size, tuple(image_size // s for s in strides), scales, tuple(ratios))
+
+
+def anchor_spec(image_size: int, anchors: Mapping) -> AnchorSpec:
+    """The AnchorSpec of a model config's `anchors` node (strides, min_scale, max_scale, aspect_ratios: one
+    list applied to every level): the one call the recipe's encoder and both models' heads make."""
+    unknown = sorted(set(anchors) - ANCHOR_KEYS)
+    if unknown:
+        raise ValueError(f"model.anchors.{unknown[0]} is not an anchor setting: they are {', '.join(sorted(ANCHOR_KEYS))}")
+    strides = tuple(int(s) for s in anchors["strides"])
+    ratios = tuple(float(r) for r in anchors.get("aspect_ratios", (DEFAULT_ASPECT_RATIO,)))
+    return spec_for(int(image_size), strides, min_scale=float(anchors.get("min_scale", DEFAULT_MIN_SCALE)),
+                    max_scale=float(anchors.get("max_scale", DEFAULT_MAX_SCALE)),
+                    aspect_ratios=(ratios,) * len(strides))
 
 
 def cell_anchor_sizes(spec: AnchorSpec, level: int) -> np.ndarray:

@@ -1,0 +1,84 @@
+"""The detection task on Keras: the SSD network, its multibox loss and its validation, used by the Keras backend."""
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from hydrali.tasks.detection.keras_decode import detect
+from hydrali.tasks.detection.keras_loss import MultiboxLoss
+
+IMAGE_IDS = 2     # position of the image ids in a validation batch: (images, targets, image_ids)
+
+
+class DetectionMetrics(keras.callbacks.Callback):
+    """Adds the validation's COCO mAP to the logs of each epoch that validated (val_map, val_map50)."""
+
+    def __init__(self, validation):
+        super().__init__()
+        self.validation = validation
+
+    def on_test_begin(self, logs=None) -> None:
+        self.validation.evaluator.reset()
+
+    def on_epoch_end(self, epoch: int, logs=None) -> None:
+        if logs is None or "val_loss" not in logs:
+            return   # no validation this epoch
+        metrics = self.validation.finish(epoch, draw=True)   # one process drives every replica
+        logs.update({"val_" + name.removeprefix("val/"): value for name, value in metrics.items()})
+
+
+class KerasDetection:
+    """The Keras side of a detection task: the network of `model`, the multibox loss, and the decoding of
+    each validation batch into detections scored by the framework-neutral validation."""
+
+    def __init__(self, task, dataset):
+        self.task = task
+        self.validation = task.validation(dataset)
+        self.anchors: np.ndarray | None = None
+
+    def build_model(self, model_cfg: DictConfig, num_classes: int, image_size: int) -> keras.Model:
+        """The network described by `model_cfg`, built through its `keras_target` (a callable returning a
+        keras.Model mapping [B, S, S, 3] images to [B, N, 4 + 1 + K] raw outputs)."""
+        spec = model_cfg.copy()
+        if "keras_target" not in spec:
+            raise ValueError(f"model={spec.get('_target_')} has no keras_target: it cannot be built on Keras")
+        with open_dict(spec):
+            spec._target_ = spec.pop("keras_target")
+        model = instantiate(spec, num_classes=num_classes, image_size=image_size,
+                            anchors=OmegaConf.to_container(model_cfg.anchors, resolve=True))
+        if not isinstance(model, keras.Model):
+            raise TypeError(f"model.keras_target={spec._target_} returned {type(model).__name__}, not a keras.Model")
+        self.anchors = self.task.anchors(model_cfg, image_size)
+        return model
+
+    def loss(self) -> keras.losses.Loss:
+        """The multibox loss with the task's settings."""
+        return MultiboxLoss(**self.task.loss_args())
+
+    def metrics(self) -> list:
+        """No Keras metric: mAP is computed over the whole validation by DetectionMetrics."""
+        return []
+
+    def on_val_batch(self, data, y_pred, weights) -> None:
+        """Decode a validation batch (in the graph) and hand its real samples' detections to the validation."""
+        boxes, scores, labels, counts = detect(y_pred, tf.constant(self.anchors), **self.task.detection_args())
+        tf.numpy_function(self._collect, [data[IMAGE_IDS], boxes, scores, labels, counts, weights], Tout=tf.int32,
+                          stateful=True, name="collect_detections")
+
+    def _collect(self, image_ids, boxes, scores, labels, counts, weights) -> np.int32:
+        real = np.flatnonzero(weights > 0)   # the shard's padding (weight 0) is not scored
+        self.validation.add_batch(image_ids.reshape(-1)[real].tolist(), boxes[real], scores[real], labels[real],
+                                  counts=counts[real].tolist())
+        return np.int32(len(real))
+
+    def callbacks(self) -> list:
+        """The callback that adds val_map and val_map50 to each validated epoch's logs."""
+        return [DetectionMetrics(self.validation)]
+
+
+def build(task, dataset) -> KerasDetection:
+    """The Keras side of `task` (its config's keras_target) for `dataset`."""
+    return KerasDetection(task, dataset)

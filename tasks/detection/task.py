@@ -1,0 +1,127 @@
+"""The detection task, framework-neutral: its data, its DALI pipelines, its outputs and its validation.
+
+Framework code lives beside it in torch_*.py and keras_*.py, named by the task's config
+(`torch_target`, `keras_target`) and imported only by the backend that uses it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from hydrali.core.errors import HydraliError
+from hydrali.core.image_files import Verify, bad_files_message, find_bad_files, verify_files
+from hydrali.core.pipelines import make_pipeline
+from hydrali.core.plan import Plan, Shard
+from hydrali.tasks.detection.anchors import anchor_spec, default_boxes
+from hydrali.tasks.detection.coco import CocoInfo, default_annotations, scan_coco
+from hydrali.tasks.detection.digits import write_digits_detection
+from hydrali.tasks.detection.recipes import CocoSource
+from hydrali.tasks.detection.validation import DetectionValidation
+
+TARGET_COLUMNS = 5    # per anchor: 4 encoded box offsets and the label (tasks/detection/recipes.py)
+IMAGE_ID_COLUMNS = 1
+
+
+@dataclass
+class DetectionTask:
+    """Single-stage object detection on a COCO-layout dataset; SSD losses; COCO mAP."""
+    name: str
+    monitor: str
+    mode: str
+    torch_target: str = ""
+    keras_target: str = ""
+    loss: str = "hard_negatives"
+    neg_pos_ratio: float = 3.0
+    focal_alpha: float = 0.25
+    focal_gamma: float = 2.0
+    score_threshold: float = 0.05
+    iou_threshold: float = 0.5
+    pre_nms_top_k: int = 200
+    max_detections: int = 100
+    pictures: int = 4
+    pictures_dir: str = "pictures"
+
+    def output_names(self, is_training: bool) -> tuple[str, ...]:
+        """What the recipes return, in order: validation adds each image's id."""
+        return ("images", "targets") if is_training else ("images", "targets", "image_ids")
+
+    def output_specs(self, *, batch: int, image_size: int, image_dtype: str, is_training: bool, model: DictConfig
+                     ) -> tuple[tuple[tuple[int, ...], str], ...]:
+        """(shape, dtype) of each batched output in HWC layout, for frameworks that need them up front (Keras)."""
+        anchors = len(self.anchors(model, image_size))
+        specs = [((batch, image_size, image_size, 3), image_dtype), ((batch, anchors, TARGET_COLUMNS), "float")]
+        if not is_training:
+            specs.append(((batch, IMAGE_ID_COLUMNS), "int32"))
+        return tuple(specs)
+
+    @staticmethod
+    def anchors(model: DictConfig, image_size: int):
+        """[N, 4] ltrb anchors of the model's `anchors` settings at this image size (what the encoder and heads use)."""
+        try:
+            return default_boxes(anchor_spec(image_size, OmegaConf.to_container(model.anchors, resolve=True)))
+        except (ValueError, KeyError) as err:
+            raise HydraliError(f"model.anchors does not fit data.image_size={image_size}: {err}") from err
+
+    def prepare_data(self, data: DictConfig, verify: Verify) -> CocoInfo:
+        """Make sure the dataset is on disk (writing the bundled one if needed), check its annotation files
+        (fixing what can be fixed in cleaned copies) and, as `verify` says, its image files."""
+        if data.generate is not None:
+            write_digits_detection(data.root, **OmegaConf.to_container(data.generate, resolve=True),
+                                   train_dir=data.train_dir, val_dir=data.val_dir,
+                                   annotations_dir=data.annotations_dir)
+        info = scan_coco(
+            data.root, train_dir=data.train_dir, val_dir=data.val_dir, clean_dir=data.clean_dir,
+            train_annotations=data.train_annotations or default_annotations(data.train_dir, data.annotations_dir),
+            val_annotations=data.val_annotations or default_annotations(data.val_dir, data.annotations_dir))
+        if data.num_classes is not None and data.num_classes != info.num_classes:
+            raise HydraliError(f"data.num_classes={data.num_classes} but {info.train.annotation_file} has "
+                               f"{info.num_classes} categories: set data.num_classes=null or fix the data")
+        bad = verify_files(self._image_files(info), verify)
+        if bad:
+            raise HydraliError(bad_files_message(bad, " (data.verify=off skips this check)"))
+        return info
+
+    @staticmethod
+    def _image_files(info: CocoInfo) -> list[Path]:
+        return sorted(p for split in (info.train, info.val) for p in split.images_dir.iterdir() if p.is_file())
+
+    def build_pipeline(self, *, pipeline: DictConfig, data: DictConfig, model: DictConfig, dataset: CocoInfo,
+                       plan: Plan, shard: Shard, layout: str, is_training: bool):
+        """The DALI pipeline (not yet built) of one replica's shard of one split."""
+        split = dataset.train if is_training else dataset.val
+        source = CocoSource(str(split.images_dir), shard.shard_id, plan.num_shards, is_training,
+                            annotation_file=str(split.annotation_file))
+        return make_pipeline(
+            pipeline.recipe, OmegaConf.to_container(pipeline.options, resolve=True),
+            batch_size=plan.per_replica_batch, num_threads=pipeline.num_threads, device_id=shard.device_id,
+            seed=shard.pipeline_seed, prefetch_queue_depth=pipeline.prefetch_queue_depth,
+            source=source, device=plan.device, layout=layout, image_size=data.image_size,
+            dtype=str(pipeline.dtype), hw_decoder_load=pipeline.hw_decoder_load,
+            anchors=self.anchors(model, data.image_size))
+
+    def validation(self, dataset: CocoInfo) -> DetectionValidation:
+        """A fresh scorer of validation detections (COCO mAP against the val annotation file), which also
+        draws the pictures."""
+        return DetectionValidation(dataset.val, pictures=self.pictures, pictures_dir=Path(self.pictures_dir))
+
+    def detection_args(self) -> dict:
+        """How raw outputs become detections, the same on every backend (score and IoU thresholds, top-k, cap)."""
+        return {"score_threshold": self.score_threshold, "iou_threshold": self.iou_threshold,
+                "pre_nms_top_k": self.pre_nms_top_k, "max_detections": self.max_detections}
+
+    def loss_args(self) -> dict:
+        """The multibox loss's settings, the same on every backend."""
+        return {"kind": self.loss, "neg_pos_ratio": self.neg_pos_ratio, "focal_alpha": self.focal_alpha,
+                "focal_gamma": self.focal_gamma}
+
+    def artifacts(self) -> list[tuple[Path, str]]:
+        """Files the task wrote for the run's tracker: (path, artifact folder)."""
+        folder = Path(self.pictures_dir)
+        return [(p, "pictures") for p in sorted(folder.glob("*.png"))] if folder.is_dir() else []
+
+    def explain_decode_error(self, dataset: CocoInfo) -> str | None:
+        """After a decoder failed: one line naming the dataset's image files that cannot be decoded, if any."""
+        bad = find_bad_files(self._image_files(dataset), Verify.full)
+        return bad_files_message(bad) if bad else None

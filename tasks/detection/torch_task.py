@@ -1,0 +1,96 @@
+"""The detection task on torch: the SSD network, its multibox loss and its validation, used by the Lightning backend."""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.distributed as dist
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf, open_dict
+from torch import nn
+
+from hydrali.tasks.detection.torch_decode import detect
+from hydrali.tasks.detection.torch_loss import multibox_loss
+
+BOX_COLUMNS = 4   # raw outputs: 4 box offsets, then 1 + K class logits
+
+
+@contextlib.contextmanager
+def _one_thread_on_cpu(device: torch.device):
+    """Decoding's many small ops run several times faster on one thread on a busy CPU (measured on 2 cores)."""
+    if device.type != "cpu":
+        yield
+        return
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _gathered(share):
+    """Every process's `share` (just this one's outside DDP)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [share]
+    shares = [None] * dist.get_world_size()
+    dist.all_gather_object(shares, share)
+    return shares
+
+
+def _is_first_process() -> bool:
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+
+
+class TorchDetection(nn.Module):
+    """Holds the detector, its multibox loss and one validation's detections."""
+
+    def __init__(self, model: nn.Module, anchors, task, validation):
+        super().__init__()
+        self.model = model
+        self.register_buffer("anchors", torch.as_tensor(anchors, dtype=torch.float32), persistent=False)
+        self.loss_args = task.loss_args()
+        self.detection_args = task.detection_args()
+        self.validation = validation
+
+    def _loss(self, raw: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return multibox_loss(raw, targets, **self.loss_args).mean()
+
+    def training_loss(self, batch: dict) -> tuple[torch.Tensor, int]:
+        """The loss of one training batch and the number of images in it."""
+        images = batch["images"]
+        return self._loss(self.model(images), batch["targets"]), images.shape[0]
+
+    def validation_step(self, batch: dict) -> tuple[torch.Tensor, int]:
+        """Decode one batch into detections for the validation; return its loss and size."""
+        images = batch["images"]
+        raw = self.model(images)
+        with _one_thread_on_cpu(raw.device):
+            found = detect(raw[..., :BOX_COLUMNS], raw[..., BOX_COLUMNS:], self.anchors, **self.detection_args)
+        self.validation.add_batch(batch["image_ids"].reshape(-1).tolist(),
+                                  [boxes.cpu().numpy() for boxes, _, _ in found],
+                                  [scores.cpu().numpy() for _, scores, _ in found],
+                                  [labels.cpu().numpy() for _, _, labels in found])
+        return self._loss(raw, batch["targets"]), images.shape[0]
+
+    def val_metrics_compute(self, epoch: int) -> dict[str, float]:
+        """COCO mAP of the epoch's detections from every process (val/map, val/map50); then reset."""
+        self.validation.add_collected(_gathered(self.validation.collected()))  # its own images are skipped
+        return self.validation.finish(epoch, draw=_is_first_process())
+
+    def val_metrics_reset(self) -> None:
+        """Forget the detections collected (e.g. after Lightning's sanity check)."""
+        self.validation.evaluator.reset()
+
+
+def build(task, model_cfg: DictConfig, dataset, image_size: int) -> TorchDetection:
+    """The torch side of `task`: the network of `model_cfg` (any _target_ returning an nn.Module that maps
+    [B, 3, S, S] images to [B, N, 4 + 1 + K] raw outputs) for `dataset`'s categories."""
+    spec = model_cfg.copy()
+    with open_dict(spec):
+        spec.pop("keras_target", None)  # the Keras side's builder of the same network
+    model = instantiate(spec, num_classes=dataset.num_classes, image_size=image_size,
+                        anchors=OmegaConf.to_container(model_cfg.anchors, resolve=True))
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model._target_={model_cfg._target_} returned {type(model).__name__}, not an nn.Module")
+    return TorchDetection(model, task.anchors(model_cfg, image_size), task, task.validation(dataset))
