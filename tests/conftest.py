@@ -20,6 +20,14 @@ from hydrali.tasks.classification.datasets import write_digits
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def two_logical_cpus():
+    """TensorFlow splits the CPU into logical devices only before its runtime starts, once per process: split it
+    into 2 before any test runs, so that every in-process Keras run (1 or 2 replicas) finds what it needs."""
+    from hydrali.backends.keras.strategy import configure_devices
+    configure_devices(2, "cpu")
+
+
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory) -> Path:
     """One data dir for the whole session, so the digits JPEG files are written once."""

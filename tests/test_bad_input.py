@@ -29,7 +29,7 @@ def test_an_unknown_key_names_the_closest(tmp_path):
 
 def test_an_option_a_group_does_not_have_lists_the_options(tmp_path):
     _fails_at_composition_with(run_cli("pipeline=standrad", cwd=tmp_path),
-                               "pipeline=standrad is not an option of pipeline: choose one of light, standard")
+                               "pipeline=standrad is not an option of pipeline: choose one of light, scale_jitter, ssd, standard")
 
 
 def test_a_non_ascii_path_says_to_quote_it(tmp_path):

@@ -15,13 +15,6 @@ pytestmark = pytest.mark.slow
 QUIET = ["backend=keras", "backend.verbose=0"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def two_logical_cpus():
-    """TensorFlow splits the CPU into logical devices only before it starts: do it first, for every test here."""
-    from hydrali.backends.keras.strategy import configure_devices
-    configure_devices(2, "cpu")
-
-
 @pytest.fixture(scope="module")
 def keras_run(tmp_path_factory, data_dir):
     """The default experiment on Keras, shortened to 6 epochs, tracked in MLflow."""
