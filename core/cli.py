@@ -18,15 +18,19 @@ EXIT_INTERRUPTED = 130   # Ctrl+C (128 + SIGINT), as shells report it
 # Hydra re-raises composition errors (instead of printing them over many lines and exiting 1) when
 # HYDRA_FULL_ERROR=1; hydrali sets it to print them as one line, and marks that it did so.
 _FULL_ERROR, _SET_BY_HYDRALI = "HYDRA_FULL_ERROR", "HYDRALI_SET_HYDRA_FULL_ERROR"
-_job = {"started": False}
+_job = {"started": False, "sweep": None}   # whether a job started; under -m, where its sweep is tracked
 
 
 @hydra.main(config_path="pkg://hydrali.conf", config_name="config", version_base="1.3")
 def _hydra_entry(cfg: DictConfig) -> float | None:
+    from hydrali.core import sweep
     from hydrali.core.runner import run  # imported here so that `--help` and `--cfg` stay fast
 
     _job["started"] = True
     try:
+        if sweep.current_job() is not None:   # under -m a failed job is recorded and the sweep goes on
+            _job["sweep"] = sweep.sweep_store(cfg)
+            return sweep.run_job(cfg, run)
         return run(cfg)
     except HydraliError as err:
         print(f"hydrali: error: {err}", file=sys.stderr, flush=True)
@@ -38,13 +42,40 @@ def _hydra_entry(cfg: DictConfig) -> float | None:
         sys.exit(EXIT_INTERRUPTED)
 
 
+def _serve_ui(overrides: list[str]) -> None:
+    """`hydrali ui [overrides]`: MLflow's UI over the configured store; mistakes end in one line."""
+    from hydrali.core.ui import serve
+
+    try:
+        serve(overrides)
+    except HydraliError as err:
+        print(f"hydrali: error: {err}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_USER_ERROR)
+    except Exception as err:   # a composition error (an unknown key, a bad value)
+        from hydrali.core.config_errors import one_line
+
+        print(f"hydrali: error: {one_line(err, overrides)}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_USER_ERROR)
+
+
 def main() -> None:
-    """Run hydrali from the command line (the `hydrali` console script)."""
+    """Run hydrali from the command line (the `hydrali` console script); `hydrali ui` browses the runs."""
     register_schemas()
+    if sys.argv[1:2] == ["ui"]:
+        _serve_ui(sys.argv[2:])
     wants_trace = os.environ.get(_FULL_ERROR) == "1" and _SET_BY_HYDRALI not in os.environ
     os.environ[_FULL_ERROR] = os.environ[_SET_BY_HYDRALI] = "1"
     try:
         _hydra_entry()
+    except (KeyboardInterrupt, SystemExit) as stop:
+        interrupted = isinstance(stop, KeyboardInterrupt) or stop.code == EXIT_INTERRUPTED
+        if interrupted and _job["sweep"] is not None:   # Hydra ends a sweep without its callbacks: close it here
+            from hydrali.core.sweep_report import close_sweep
+            close_sweep(_job["sweep"], status="KILLED")
+        if isinstance(stop, KeyboardInterrupt):
+            print("hydrali: interrupted", file=sys.stderr, flush=True)
+            sys.exit(EXIT_INTERRUPTED)
+        raise
     except Exception as err:
         if _job["started"] or wants_trace:   # a failure while running, or a user asking for Hydra's trace
             raise

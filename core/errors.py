@@ -3,3 +3,8 @@
 
 class HydraliError(Exception):
     """A user-fixable problem; its message names what to change. Printed as one line, no traceback."""
+
+
+class SweepRefused(HydraliError):
+    """A setting that no job of a sweep can run with: the sweep ends at once, in one line, instead of
+    recording the same failure for every job."""

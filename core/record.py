@@ -17,6 +17,8 @@ import math
 import os
 from pathlib import Path
 
+from hydrali.core.errors import HydraliError
+
 log = logging.getLogger("hydrali")
 
 HISTORY_FILE = "history.json"
@@ -41,6 +43,19 @@ def epoch_line(row: dict, epochs: int | None = None) -> str:
                   key=lambda key: (rank.get(key.split("/")[0], len(rank)), key))
     shown = ", ".join(f"{key} {row[key]:.4g}" for key in keys)
     return f"epoch {row['epoch'] + 1}{f'/{epochs}' if epochs else ''}: {shown}"
+
+
+class TrainingDiverged(HydraliError):
+    """The training loss became NaN or infinite: the run stops (a sweep counts it as a failed job)."""
+
+
+def check_finite_loss(row: dict) -> None:
+    """Raise TrainingDiverged when the epoch's training loss is NaN or infinite (checked on every backend,
+    at the end of the epoch in which it happened)."""
+    loss = row.get("train/loss")
+    if loss is not None and not math.isfinite(loss):
+        raise TrainingDiverged(f"train/loss became {loss} in epoch {row['epoch'] + 1}: training diverged; "
+                               f"lower optim.lr (or raise optim.warmup_epochs) and run again")
 
 
 class RunRecord:
@@ -77,6 +92,7 @@ class RunRecord:
             self._save()
             self.tracker.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=epoch)
             log.info("%s", epoch_line(row, self.epochs))
+        check_finite_loss(row)
         return row
 
     def best(self, metric: str, mode: str) -> dict | None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from hydrali.core import devices, seeding, topology, tracking
+from hydrali.core import devices, seeding, sweep, topology, tracking
 from hydrali.core.checkpoints import resolve_checkpoint, write_trained_with
 from hydrali.core.epoch import make_contract
 from hydrali.core.errors import HydraliError
@@ -88,7 +88,7 @@ def run(cfg: DictConfig) -> float | None:
         enabled=cfg.tracking.enabled, is_global_zero=plan.global_rank == 0, uri=cfg.tracking.uri,
         experiment=cfg.tracking.experiment, artifact_location=cfg.tracking.artifact_location,
         output_dir=output_dir, run_name=f"{cfg.task.name}-{cfg.backend.name} {output_dir.name}",
-        sweep_dir=sweep_dir, resume=resume_from is not None)
+        sweep_dir=sweep_dir, resume=resume_from is not None, tags=sweep.job_tags())
     record = RunRecord.open(output_dir, tracker, resume=resume_from is not None, writer=plan.global_rank == 0,
                             epochs=cfg.epochs)
     status = "FAILED"
@@ -120,7 +120,11 @@ def run(cfg: DictConfig) -> float | None:
         output_dir=output_dir, task=cfg.task.name, backend=cfg.backend.name)
     write_summary(summary, output_dir)
     print(format_table(summary), flush=True)
-    return _optimized_value(summary, cfg.optimized_metric)
+    value = _optimized_value(summary, cfg.optimized_metric)
+    if value is not None:   # for the sweep's summary (hydrali.core.sweep_report)
+        tracker.set_tags({sweep.OBJECTIVE_TAG: value, sweep.OBJECTIVE_NAME_TAG: cfg.optimized_metric,
+                          sweep.OBJECTIVE_MODE_TAG: str(cfg.task.mode)})
+    return value
 
 
 def _trained_with(cfg: DictConfig, dataset) -> dict:

@@ -203,6 +203,8 @@ class TrackingConfig:
     experiment: str = "hydrali"
     artifact_location: Optional[str] = None
     log_checkpoint: bool = True
+    ui_host: str = "127.0.0.1"
+    ui_port: int = 5000
 
 
 @dataclass

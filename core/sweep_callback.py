@@ -1,4 +1,4 @@
-"""A Hydra callback that closes a sweep's parent MLflow run when `-m` ends."""
+"""A Hydra callback that closes a sweep's parent MLflow run, with the sweep's summary, when `-m` ends."""
 from __future__ import annotations
 
 from typing import Any
@@ -9,12 +9,16 @@ from omegaconf import DictConfig
 
 
 class CloseSweepRun(Callback):
-    """At the end of a multirun, mark the sweep's parent MLflow run FINISHED (if tracking made one)."""
+    """At the end of a multirun, summarize the sweep and close its parent MLflow run (if tracking made one)."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         HydraConfig.instance().set_config(config)  # so that ${hydra:...} in tracking.uri resolves
         if not config.tracking.enabled:
             return
-        from hydrali.core.tracking import close_sweep_parent
-        close_sweep_parent(uri=config.tracking.uri, experiment=config.tracking.experiment,
-                           sweep_dir=str(config.hydra.sweep.dir))
+        from hydrali.core.sweep import SweepStore
+        from hydrali.core.sweep_report import close_sweep
+
+        location = config.tracking.artifact_location
+        close_sweep(SweepStore(uri=str(config.tracking.uri), experiment=str(config.tracking.experiment),
+                               sweep_dir=str(config.hydra.sweep.dir),
+                               artifact_location=str(location) if location else None))

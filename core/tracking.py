@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 RUN_ID_FILE = "mlflow_run_id"       # in the run's output dir: lets a resumed job continue its MLflow run
 _PARAM_VALUE_LIMIT = 6000            # MLflow's limit on a param value's length
-_SWEEP_TAG = "hydrali.sweep_dir"
+SWEEP_TAG = "hydrali.sweep_dir"   # on a sweep's parent run: the sweep dir it stands for
 _EXPECTED_ON_RESUME = {"ckpt_path"}  # changes on every resume: logged, not announced
 _CONNECT_TIMEOUT_S = 5             # how long a tracking server may take to accept a connection
 
@@ -60,12 +60,17 @@ class NullTracker:
     def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
         """Do nothing."""
 
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        """Do nothing."""
+
     def finish(self, status: str) -> None:
         """Do nothing."""
 
 
 class MlflowTracker(NullTracker):
-    """One MLflow run, written through MlflowClient (no global fluent state)."""
+    """One MLflow run, written through MlflowClient (no global fluent state). On a SQLite store every write
+    holds the store's lock (`store_lock`), so that the processes of a parallel sweep never meet SQLite's
+    "database is locked"."""
 
     def __init__(self, client, run_id: str, uri: str):
         self.client = client
@@ -90,8 +95,9 @@ class MlflowTracker(NullTracker):
                 log.warning("resumed with changed settings (MLflow params %s*): %s", prefix,
                             "; ".join(f"{k} {existing[k]} -> {v}" for k, v in sorted(shown.items())))
         batch = [Param(k, v) for k, v in fresh.items()]
-        for i in range(0, len(batch), 100):
-            self.client.log_batch(self.run_id, params=batch[i:i + 100])
+        with store_lock(self.uri):
+            for i in range(0, len(batch), 100):
+                self.client.log_batch(self.run_id, params=batch[i:i + 100])
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         """Log one value per metric at `step` (the epoch index)."""
@@ -102,7 +108,8 @@ class MlflowTracker(NullTracker):
         now = int(time.time() * 1000)
         batch = [Metric(k, float(v), now, step) for k, v in metrics.items()]
         if batch:
-            self.client.log_batch(self.run_id, metrics=batch)
+            with store_lock(self.uri):
+                self.client.log_batch(self.run_id, metrics=batch)
 
     def log_text(self, text: str, artifact_file: str) -> None:
         """Store `text` as an artifact file of the run."""
@@ -112,12 +119,20 @@ class MlflowTracker(NullTracker):
         """Upload a file to the run's artifacts."""
         self.client.log_artifact(self.run_id, str(path), artifact_path)
 
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        """Set tags on the run (e.g. the value returned to a sweeper)."""
+        with store_lock(self.uri):
+            for key, value in tags.items():
+                self.client.set_tag(self.run_id, key, str(value)[:_PARAM_VALUE_LIMIT])
+
     def finish(self, status: str) -> None:
         """End the run with FINISHED, FAILED or KILLED."""
-        self.client.set_terminated(self.run_id, status)
+        with store_lock(self.uri):
+            self.client.set_terminated(self.run_id, status)
 
 
-def _quiet_mlflow_loggers() -> None:
+def quiet_mlflow_loggers() -> None:
+    """Keep MLflow's and alembic's start-up chatter out of a run's log."""
     for name in ("alembic", "mlflow.store.db.utils", "mlflow.tracking._tracking_service.utils"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
@@ -130,27 +145,43 @@ def _experiment_id(client, name: str, artifact_location: str | None) -> str:
     return client.create_experiment(name, artifact_location=location)
 
 
-def _sweep_parent(client, experiment_id: str, sweep_dir: str) -> str:
-    found = client.search_runs([experiment_id], filter_string=f"tags.`{_SWEEP_TAG}` = '{sweep_dir}'",
+def find_sweep_parent(client, experiment_id: str, sweep_dir: str) -> str | None:
+    """The id of the parent run of the sweep in `sweep_dir`, or None."""
+    found = client.search_runs([experiment_id], filter_string=f"tags.`{SWEEP_TAG}` = '{sweep_dir}'",
                                max_results=1)
+    return found[0].info.run_id if found else None
+
+
+def sweep_parent_unlocked(client, experiment_id: str, sweep_dir: str) -> str:
+    """The id of the parent run of the sweep in `sweep_dir`, made if there is none (the caller holds the lock)."""
+    found = find_sweep_parent(client, experiment_id, sweep_dir)
     if found:
-        return found[0].info.run_id
-    parent = client.create_run(experiment_id, run_name=f"sweep {Path(sweep_dir).name}",
-                               tags={_SWEEP_TAG: sweep_dir})
-    return parent.info.run_id
+        return found
+    return client.create_run(experiment_id, run_name=f"sweep {Path(sweep_dir).name}",
+                             tags={SWEEP_TAG: sweep_dir}).info.run_id
 
 
-def close_sweep_parent(*, uri: str, experiment: str, sweep_dir: str) -> None:
-    """Mark the parent run of the sweep in `sweep_dir` FINISHED (nothing if there is none)."""
-    _quiet_mlflow_loggers()
+def sweep_parent(client, experiment_id: str, sweep_dir: str) -> str:
+    """The id of the parent run of the sweep in `sweep_dir`, made by the first job that asks (under the
+    store's lock, so that parallel jobs find one parent)."""
+    with store_lock(client.tracking_uri):
+        return sweep_parent_unlocked(client, experiment_id, sweep_dir)
+
+
+def open_store(uri: str, experiment: str, artifact_location: str | None):
+    """(client, experiment id) of `experiment` in the store at `uri`, the experiment made if new; one line
+    naming tracking.uri if the store cannot be opened."""
+    quiet_mlflow_loggers()
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=uri)
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        return
-    for run in client.search_runs([exp.experiment_id], filter_string=f"tags.`{_SWEEP_TAG}` = '{sweep_dir}'"):
-        client.set_terminated(run.info.run_id, "FINISHED")
+    try:
+        with store_lock(uri):  # two runs starting on a fresh store would both create its tables
+            client = MlflowClient(tracking_uri=uri)
+            return client, _experiment_id(client, experiment, artifact_location)
+    except Exception as err:  # a bad URI or an unreadable store
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise HydraliError(f"cannot open the MLflow store tracking.uri={uri}: {first}: "
+                           f"fix tracking.uri or use tracking=none") from err
 
 
 def check_reachable(uri: str) -> None:
@@ -191,36 +222,29 @@ def store_lock(uri: str):
 
 def start_tracking(*, enabled: bool, is_global_zero: bool, uri: str | None, experiment: str,
                    artifact_location: str | None, output_dir: Path, run_name: str,
-                   sweep_dir: str | None, resume: bool) -> NullTracker:
-    """Open this job's MLflow run (or continue it when resuming in the same output dir); the runner has
-    already checked the store with `check_reachable`."""
+                   sweep_dir: str | None, resume: bool, tags: Mapping[str, str] | None = None) -> NullTracker:
+    """Open this job's MLflow run (or continue it when resuming in the same output dir), with `tags`; under -m
+    (`sweep_dir` set) a child of the sweep's parent run. The runner has already checked the store with
+    `check_reachable`."""
     if not enabled or not is_global_zero:
         return NullTracker()
     if not uri:
         raise HydraliError("tracking.uri is empty: set tracking.uri=sqlite:///path/mlflow.db or use tracking=none")
-    _quiet_mlflow_loggers()
-    from mlflow.tracking import MlflowClient
-
-    try:
-        with store_lock(uri):  # two runs starting on a fresh store would both create its tables
-            client = MlflowClient(tracking_uri=uri)
-            experiment_id = _experiment_id(client, experiment, artifact_location)
-    except Exception as err:  # a bad URI or an unreadable store
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise HydraliError(f"cannot open the MLflow store tracking.uri={uri}: {first}: "
-                           f"fix tracking.uri or use tracking=none") from err
+    client, experiment_id = open_store(uri, experiment, artifact_location)
 
     id_file = output_dir / RUN_ID_FILE
     if resume and id_file.exists():
         run_id = id_file.read_text().strip()
-        client.update_run(run_id, status="RUNNING")
+        with store_lock(uri):
+            client.update_run(run_id, status="RUNNING")
         log.info("continuing MLflow run %s", run_id)
         return MlflowTracker(client, run_id, uri)
 
-    tags = {"hydrali.output_dir": str(output_dir)}
+    tags = {"hydrali.output_dir": str(output_dir), **(tags or {})}
     if sweep_dir:
-        tags["mlflow.parentRunId"] = _sweep_parent(client, experiment_id, sweep_dir)
-    run = client.create_run(experiment_id, run_name=run_name, tags=tags)
+        tags["mlflow.parentRunId"] = sweep_parent(client, experiment_id, sweep_dir)
+    with store_lock(uri):
+        run = client.create_run(experiment_id, run_name=run_name, tags=tags)
     output_dir.mkdir(parents=True, exist_ok=True)
     id_file.write_text(run.info.run_id)
     return MlflowTracker(client, run.info.run_id, uri)

@@ -19,7 +19,7 @@ from hydrali.backends.lightning.callbacks import EpochRecorder, Throughput, prog
 from hydrali.backends.lightning.data import DaliDataModule
 from hydrali.backends.lightning.module import HydraliModule
 from hydrali.core.checkpoints import CHECKPOINT_DIR
-from hydrali.core.errors import HydraliError
+from hydrali.core.errors import HydraliError, SweepRefused
 from hydrali.core.plan import Plan
 from hydrali.core.record import RunRecord
 from hydrali.core.results import FitResult
@@ -41,7 +41,7 @@ def visible_gpus() -> int:
 def replicas(backend: DictConfig, device: str) -> tuple[int, int, int]:
     """Replicas per node, nodes, replicas per process: backend.devices one-replica processes per node."""
     if backend.devices > 1 and _in_sweep() and not _launched_externally():
-        raise HydraliError(
+        raise SweepRefused(
             f"-m with backend.devices={backend.devices} is not supported: Lightning's launcher would restart "
             f"the whole sweep in every process (Lightning issue 11300). Run the jobs one by one, or start "
             f"the processes with torchrun or srun")
