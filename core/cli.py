@@ -15,6 +15,7 @@ from hydrali.core.schema import register_schemas
 log = logging.getLogger("hydrali")
 EXIT_USER_ERROR = 2      # a mistake the user can fix: the message names it
 EXIT_INTERRUPTED = 130   # Ctrl+C (128 + SIGINT), as shells report it
+EXIT_FAILED_SWEEP = 1    # -m: every job of the sweep failed
 # Hydra re-raises composition errors (instead of printing them over many lines and exiting 1) when
 # HYDRA_FULL_ERROR=1; hydrali sets it to print them as one line, and marks that it did so.
 _FULL_ERROR, _SET_BY_HYDRALI = "HYDRA_FULL_ERROR", "HYDRALI_SET_HYDRA_FULL_ERROR"
@@ -42,6 +43,16 @@ def _hydra_entry(cfg: DictConfig) -> float | None:
         sys.exit(EXIT_INTERRUPTED)
 
 
+def _exit_if_every_job_failed() -> None:
+    """A sweep whose every job failed exits with 1 (its table, printed above, holds each job's error)."""
+    from hydrali.core.sweep_callback import last_sweep_status
+
+    if last_sweep_status() == "FAILED":
+        print("hydrali: error: every job of the sweep failed (the table above gives each job's error)",
+              file=sys.stderr, flush=True)
+        sys.exit(EXIT_FAILED_SWEEP)
+
+
 def _serve_ui(overrides: list[str]) -> None:
     """`hydrali ui [overrides]`: MLflow's UI over the configured store; mistakes end in one line."""
     from hydrali.core.ui import serve
@@ -67,6 +78,7 @@ def main() -> None:
     os.environ[_FULL_ERROR] = os.environ[_SET_BY_HYDRALI] = "1"
     try:
         _hydra_entry()
+        _exit_if_every_job_failed()
     except (KeyboardInterrupt, SystemExit) as stop:
         interrupted = isinstance(stop, KeyboardInterrupt) or stop.code == EXIT_INTERRUPTED
         if interrupted and _job["sweep"] is not None:   # Hydra ends a sweep without its callbacks: close it here

@@ -1,0 +1,207 @@
+"""Sweeps as a user runs them (`hydrali -m ...`, subprocesses), observed through MLflow's client, the REST API
+of the server `hydrali ui` starts, Optuna's own results file and the pictures' pixels: one parent per sweep
+with a child per job, failed jobs recorded and the sweep going on, the parent always closed with a summary."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+from PIL import Image
+
+from tests.conftest import REPO, run_cli
+
+pytestmark = pytest.mark.slow
+TINY = ["pipeline=light", "model.widths=[8,16,32]", "data.image_size=16", "backend.trainer.enable_progress_bar=false",
+        "backend.trainer.enable_model_summary=false"]   # a narrow network on 16 x 16 images: seconds per job
+# matplotlib's first line colours (its default cycle): the pictures draw job i in colour i
+CYCLE = [(0x1f, 0x77, 0xb4), (0xff, 0x7f, 0x0e), (0x2c, 0xa0, 0x2c), (0xd6, 0x27, 0x28), (0x94, 0x67, 0xbd)]
+
+
+def _sweep(tmp_path: Path, data_dir: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    return run_cli(*args, f"paths.data_dir={data_dir}", cwd=tmp_path, **kwargs)
+
+
+def _runs(tmp_path: Path):
+    """(client, parent runs, child runs) of the store in `tmp_path`."""
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("hydrali").experiment_id], max_results=1000)
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    return client, parents, children
+
+
+def _artifact(client: MlflowClient, run_id: str, path: str) -> Path:
+    return Path(client.download_artifacts(run_id, path))
+
+
+def _colours_drawn(png: Path) -> int:
+    """How many of matplotlib's first line colours the picture holds (pixels of exactly that colour)."""
+    pixels = np.asarray(Image.open(png).convert("RGB")).reshape(-1, 3).astype(int)
+    found = [bool((np.abs(pixels - colour).max(axis=1) <= 2).sum() >= 20) for colour in CYCLE]
+    return found.index(False) if False in found else len(found)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _rest(port: int, endpoint: str, body: dict) -> dict:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/2.0/mlflow/{endpoint}",
+                                     data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory, data_dir):
+    """A 2 x 2 grid sweep of 2 epochs per job."""
+    root = tmp_path_factory.mktemp("grid")
+    out = _sweep(root, data_dir, "-m", "optim.lr=0.05,0.1", "data.batch_size=32,64", "epochs=2", *TINY)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return root, out
+
+
+def test_a_grid_sweep_is_one_parent_with_a_child_per_job(grid):
+    root, out = grid
+    client, parents, children = _runs(root)
+    assert len(parents) == 1 and len(children) == 4
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
+    assert sorted((c.data.params["optim.lr"], c.data.params["data.batch_size"]) for c in children) == [
+        ("0.05", "32"), ("0.05", "64"), ("0.1", "32"), ("0.1", "64")]
+    assert all(c.info.status == "FINISHED" for c in children)
+    parent = client.get_run(parents[0].info.run_id)
+    assert parent.info.status == "FINISHED"
+    assert (parent.data.metrics["sweep/jobs"], parent.data.metrics["sweep/failed"]) == (4, 0)
+    best_child = max(children, key=lambda c: c.data.metrics["val/acc"])
+    assert parent.data.metrics["sweep/best"] == pytest.approx(best_child.data.metrics["val/acc"])
+    assert parent.data.params["best/optim.lr"] == best_child.data.params["optim.lr"]
+    assert "hydrali sweep summary: 4 job(s), 0 failed; parent run FINISHED" in out.stdout
+
+
+def test_the_parent_holds_the_summary_table_and_two_pictures_with_a_line_per_child(grid):
+    root, _ = grid
+    client, parents, children = _runs(root)
+    parent = parents[0].info.run_id
+    assert sorted(a.path for a in client.list_artifacts(parent, "sweep")) == [
+        "sweep/metric_per_epoch.png", "sweep/params_vs_metric.png", "sweep/summary.json", "sweep/summary.txt"]
+    table = json.loads(_artifact(client, parent, "sweep/summary.json").read_text())
+    rows = dict(zip(table["columns"], zip(*table["data"])))
+    assert sorted(rows["run_id"]) == sorted(c.info.run_id for c in children)
+    assert set(rows["status"]) == {"FINISHED"}
+    lines = _artifact(client, parent, "sweep/metric_per_epoch.png")
+    assert Image.open(lines).format == "PNG" and _colours_drawn(lines) == 4
+    scatter = _artifact(client, parent, "sweep/params_vs_metric.png")
+    assert Image.open(scatter).format == "PNG" and Image.open(scatter).width > Image.open(lines).width // 2
+
+
+def test_hydrali_ui_serves_the_sweep_over_rest(grid):
+    root, _ = grid
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    server = subprocess.Popen([sys.executable, "-m", "hydrali.core", "ui", f"tracking.ui_port={port}"], cwd=root,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None, server.communicate()[0][-3000:]
+            try:
+                experiments = _rest(port, "experiments/search", {"max_results": 10})["experiments"]
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the UI server did not answer in 120 s"
+                time.sleep(1)
+        (experiment,) = [e for e in experiments if e["name"] == "hydrali"]
+        runs = _rest(port, "runs/search", {"experiment_ids": [experiment["experiment_id"]]})["runs"]
+        tags = [{t["key"]: t["value"] for t in r["data"].get("tags", [])} for r in runs]
+        parents = {t["mlflow.parentRunId"] for t in tags if "mlflow.parentRunId" in t}
+        assert len(runs) == 5 and len(parents) == 1
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+
+
+def test_a_failed_job_is_a_failed_child_and_the_sweep_goes_on(tmp_path, data_dir):
+    out = _sweep(tmp_path, data_dir, "-m", "data.batch_size=4000,64", "epochs=1", *TINY)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "hydrali: job 0 failed: data.batch_size=4000 is larger than a shard" in out.stderr
+    client, parents, children = _runs(tmp_path)
+    by_batch = {c.data.params["data.batch_size"]: c for c in children}
+    failed, finished = by_batch["4000"], by_batch["64"]
+    assert failed.info.status == "FAILED" and finished.info.status == "FINISHED"
+    assert "data.batch_size=4000 is larger than a shard" in failed.data.tags["hydrali.error"]
+    assert "Traceback" in _artifact(client, failed.info.run_id, "error/traceback.txt").read_text()
+    assert "val/acc" in finished.data.metrics
+    parent = client.get_run(parents[0].info.run_id)
+    assert parent.info.status == "FINISHED"
+    assert (parent.data.metrics["sweep/jobs"], parent.data.metrics["sweep/failed"]) == (2, 1)
+    assert "2 job(s), 1 failed" in _artifact(client, parent.info.run_id, "sweep/summary.txt").read_text()
+
+
+def test_a_diverging_job_stops_in_its_first_epoch_and_fails_the_sweep(tmp_path, data_dir):
+    out = _sweep(tmp_path, data_dir, "-m", "optim.lr=1e6", "epochs=4", *TINY)
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "train/loss became nan in epoch 1" in out.stderr
+    client, parents, (child,) = _runs(tmp_path)
+    assert child.info.status == "FAILED" and "diverged" in child.data.tags["hydrali.error"]
+    assert [m.step for m in client.get_metric_history(child.info.run_id, "train/loss")] == [0]
+    assert client.get_run(parents[0].info.run_id).info.status == "FAILED", "every job failed"
+
+
+def test_ctrl_c_during_a_sweep_leaves_no_run_running(tmp_path, data_dir):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "hydrali.core", "-m", "optim.lr=0.05,0.1", "epochs=3",
+                             f"paths.data_dir={data_dir}", *TINY], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not list(tmp_path.glob("multirun/*/*/0/history.json")):   # the first job finished an epoch
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 130, stderr[-3000:]
+    client, parents, children = _runs(tmp_path)
+    assert len(children) == 1 and children[0].info.status == "KILLED"
+    assert [p.info.status for p in parents] == ["KILLED"]
+
+
+def test_an_optuna_search_of_three_trials_records_the_best(tmp_path, data_dir):
+    out = _sweep(tmp_path, data_dir, "hparams_search=classification_optuna", "hydra.sweeper.n_trials=3",
+                 "epochs=1", *TINY)
+    assert out.returncode == 0, out.stderr[-3000:]
+    client, parents, children = _runs(tmp_path)
+    assert len(children) == 3 and all(c.info.status == "FINISHED" for c in children)
+    (results,) = tmp_path.glob("multirun/*/*/optimization_results.yaml")   # Optuna's own record of the study
+    optuna_best = yaml.safe_load(results.read_text())
+    parent = client.get_run(parents[0].info.run_id)
+    assert parent.data.metrics["sweep/best"] == pytest.approx(optuna_best["best_value"])
+    for key, value in optuna_best["best_params"].items():
+        assert float(parent.data.params[f"best/{key}"]) == pytest.approx(float(value))
+
+
+def test_a_parallel_joblib_sweep_records_every_job_completely(tmp_path, data_dir):
+    out = _sweep(tmp_path, data_dir, "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                 "optim.lr=0.05,0.1", "epochs=2", *TINY)
+    assert out.returncode == 0, out.stderr[-3000:]
+    client, parents, children = _runs(tmp_path)
+    assert len(parents) == 1 and len(children) == 2
+    assert sorted(c.data.params["optim.lr"] for c in children) == ["0.05", "0.1"]
+    for child in children:
+        assert child.info.status == "FINISHED"
+        for key in ("train/loss", "val/acc", "val/loss", "lr/last"):
+            assert [m.step for m in client.get_metric_history(child.info.run_id, key)] == [0, 1], key
+    parent = client.get_run(parents[0].info.run_id)
+    assert parent.info.status == "FINISHED" and parent.data.metrics["sweep/jobs"] == 2
