@@ -19,7 +19,7 @@ EXIT_FAILED_SWEEP = 1    # -m: every job of the sweep failed
 # Hydra re-raises composition errors (instead of printing them over many lines and exiting 1) when
 # HYDRA_FULL_ERROR=1; hydrali sets it to print them as one line, and marks that it did so.
 _FULL_ERROR, _SET_BY_HYDRALI = "HYDRA_FULL_ERROR", "HYDRALI_SET_HYDRA_FULL_ERROR"
-_job = {"started": False, "sweep": None}   # whether a job started; under -m, where its sweep is tracked
+_job = {"started": False}   # whether a job started in this process
 
 
 @hydra.main(config_path="pkg://hydrali.conf", config_name="config", version_base="1.3")
@@ -30,7 +30,6 @@ def _hydra_entry(cfg: DictConfig) -> float | None:
     _job["started"] = True
     try:
         if sweep.current_job() is not None:   # under -m a failed job is recorded and the sweep goes on
-            _job["sweep"] = sweep.sweep_store(cfg)
             return sweep.run_job(cfg, run)
         return run(cfg)
     except HydraliError as err:
@@ -41,6 +40,22 @@ def _hydra_entry(cfg: DictConfig) -> float | None:
         print(f"hydrali: interrupted: the run is marked KILLED; resume it with ckpt_path=last "
               f"hydra.run.dir={cfg.paths.output_dir}", file=sys.stderr, flush=True)
         sys.exit(EXIT_INTERRUPTED)
+
+
+def _close_stopped_sweep(status: str) -> None:
+    """Hydra ends a sweep that a job or the sweeper stopped without its callbacks: close its parent run here,
+    with its jobs still running, as `status` (KILLED on Ctrl+C, FAILED otherwise)."""
+    from hydrali.core.sweep_callback import open_sweep_store
+
+    store = open_sweep_store()
+    if store is None:
+        return
+    from hydrali.core.sweep_report import close_sweep
+
+    try:
+        close_sweep(store, status=status)
+    except Exception as err:   # noqa: BLE001 - the store's trouble must not hide why the sweep stopped
+        print(f"hydrali: warning: the sweep's parent MLflow run could not be closed: {err}", file=sys.stderr)
 
 
 def _exit_if_every_job_failed() -> None:
@@ -81,16 +96,18 @@ def main() -> None:
         _exit_if_every_job_failed()
     except (KeyboardInterrupt, SystemExit) as stop:
         interrupted = isinstance(stop, KeyboardInterrupt) or stop.code == EXIT_INTERRUPTED
-        if interrupted and _job["sweep"] is not None:   # Hydra ends a sweep without its callbacks: close it here
-            from hydrali.core.sweep_report import close_sweep
-            close_sweep(_job["sweep"], status="KILLED")
+        if not (isinstance(stop, SystemExit) and stop.code in (0, None)):
+            _close_stopped_sweep("KILLED" if interrupted else "FAILED")
         if isinstance(stop, KeyboardInterrupt):
             print("hydrali: interrupted", file=sys.stderr, flush=True)
             sys.exit(EXIT_INTERRUPTED)
         raise
     except Exception as err:
-        if _job["started"] or wants_trace:   # a failure while running, or a user asking for Hydra's trace
-            raise
+        _close_stopped_sweep("FAILED")
+        from hydrali.core.sweep_callback import sweep_started
+
+        if _job["started"] or sweep_started() or wants_trace:   # a failure while running, or a user asking
+            raise                                               #   for Hydra's trace
         from hydrali.core.config_errors import one_line
 
         print(f"hydrali: error: {one_line(err, sys.argv[1:])}", file=sys.stderr, flush=True)

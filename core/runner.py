@@ -10,14 +10,14 @@ from pathlib import Path
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from hydrali.core import devices, seeding, sweep, topology, tracking
+from hydrali.core import devices, job_context, local_launch, seeding, sweep, topology, tracking
 from hydrali.core.checkpoints import resolve_checkpoint, write_trained_with
 from hydrali.core.epoch import make_contract
 from hydrali.core.errors import HydraliError
 from hydrali.core.plan import Plan, make_plan
 from hydrali.core.record import RunRecord
 from hydrali.core.run_files import accept_run
-from hydrali.core.summary import build_summary, format_table, write_summary
+from hydrali.core.summary import build_summary, format_table, read_summary, write_summary
 from hydrali.core.validate import check_config
 
 log = logging.getLogger("hydrali")
@@ -31,18 +31,6 @@ def load_backend(name: str):
         if err.name and err.name.startswith(f"hydrali.backends.{name}"):
             raise HydraliError(f"backend={name} does not exist: see `hydrali --help` for the backends") from err
         raise HydraliError(f"backend={name} needs a package that is not installed: {err.name}") from err
-
-
-def _hydra_context() -> tuple[list[str], str | None]:
-    """The command-line overrides of this job and, under -m, its sweep dir (empty outside Hydra)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    if not HydraConfig.initialized():
-        return [], None
-    hc = HydraConfig.get()
-    sweep_dir = hc.sweep.dir if hc.mode == RunMode.MULTIRUN else None
-    return list(hc.overrides.task), sweep_dir
 
 
 def build_plan(cfg: DictConfig, backend, dataset) -> Plan:
@@ -75,6 +63,10 @@ def run(cfg: DictConfig) -> float | None:
     trained_with = _trained_with(cfg, dataset)
     resume_from = resolve_checkpoint(cfg.ckpt_path, output_dir, cfg.backend.name, backend.newest_checkpoint,
                                      backend.checkpoint_epochs, cfg.epochs, trained_with)
+    processes = backend.processes_to_start(cfg.backend)
+    if processes > 1:   # the job's processes, started from its resolved config (one seed, one run dir)
+        local_launch.run_processes(cfg, processes, int(cfg.backend.get("num_nodes", 1)), plan.seed)
+        return _optimized_value(read_summary(output_dir), cfg.optimized_metric)
     seeding.seed_everything(plan.seed, cfg.deterministic)
     log.info("plan: %d replica(s) x batch %d = global batch %d; lr %g x %s(%d/%d) = %g; seed %d; "
              "rank %d reads shard %s/%d, DALI on %s; %d steps per epoch", plan.world_size, plan.per_replica_batch,
@@ -83,12 +75,12 @@ def run(cfg: DictConfig) -> float | None:
              plan.num_shards, plan.device, plan.epoch.train_steps)
 
     accept_run(cfg, output_dir, write_config=plan.global_rank == 0)   # checks passed: now the run dir may change
-    overrides, sweep_dir = _hydra_context()
+    job = job_context.current()
     tracker = tracking.start_tracking(
         enabled=cfg.tracking.enabled, is_global_zero=plan.global_rank == 0, uri=cfg.tracking.uri,
         experiment=cfg.tracking.experiment, artifact_location=cfg.tracking.artifact_location,
         output_dir=output_dir, run_name=f"{cfg.task.name}-{cfg.backend.name} {output_dir.name}",
-        sweep_dir=sweep_dir, resume=resume_from is not None, tags=sweep.job_tags())
+        sweep_dir=job.sweep_dir, resume=resume_from is not None, tags=sweep.job_tags())
     record = RunRecord.open(output_dir, tracker, resume=resume_from is not None, writer=plan.global_rank == 0,
                             epochs=cfg.epochs)
     status = "FAILED"
@@ -96,7 +88,7 @@ def run(cfg: DictConfig) -> float | None:
         resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
         tracker.log_params({**tracking.flatten(resolved), **plan.params(), **dataset.params()})
         tracker.log_text(OmegaConf.to_yaml(resolved), "config/config.yaml")
-        tracker.log_text("\n".join(overrides) + "\n", "config/overrides.txt")
+        tracker.log_text("\n".join(job.overrides) + "\n", "config/overrides.txt")
         if plan.global_rank == 0 and resume_from is None:
             write_trained_with(output_dir, trained_with)
         result = backend.fit(cfg=cfg, task=task, dataset=dataset, plan=plan, record=record,

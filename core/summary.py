@@ -79,3 +79,8 @@ def format_table(summary: dict) -> str:
     line = "-" * (width + 3 + max(len(v) for _, v in rows))
     body = "\n".join(f"{k.ljust(width)} : {v}" for k, v in rows)
     return f"{line}\nhydrali run summary\n{line}\n{body}\n{line}"
+
+
+def read_summary(output_dir: Path) -> dict:
+    """The summary.json a run wrote into `output_dir`."""
+    return json.loads((Path(output_dir) / "summary.json").read_text())

@@ -7,6 +7,7 @@ Every child run carries the tags below, so that the summary is read from the sto
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 import sys
@@ -14,13 +15,15 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from hydrali.core import job_context, topology
 from hydrali.core.errors import HydraliError, SweepRefused
 
 log = logging.getLogger("hydrali")
 
-FAILED_VALUE = float("nan")          # what a failed job returns to the sweeper: Optuna counts a NaN as a failed trial
+FAILED_VALUE = None                  # what a failed job returns to the sweeper: Optuna records a trial with no value
+                                     #   as FAILED (a NaN would end hydra-optuna-sweeper's whole search)
 JOB_TAG = "hydrali.job"              # the job's number in the sweep (hydra.job.num)
-OVERRIDES_TAG = "hydrali.overrides"  # the job's command-line overrides, space-separated
+OVERRIDES_TAG = "hydrali.overrides"  # the job's command-line overrides, a JSON list
 ERROR_TAG = "hydrali.error"          # a failed job's one-line message (its traceback: artifact error/traceback.txt)
 OBJECTIVE_TAG = "hydrali.objective"  # the value the job returned to the sweeper
 OBJECTIVE_NAME_TAG = "hydrali.objective_name"   # optimized_metric
@@ -38,13 +41,8 @@ class SweepStore:
 
 def current_job() -> tuple[str, list[str]] | None:
     """(job number, overrides) of the running job of a sweep; None outside -m."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
-        return None
-    hc = HydraConfig.get()
-    return str(hc.job.num), list(hc.overrides.task)
+    job = job_context.current()
+    return (job.num, job.overrides) if job.in_sweep else None
 
 
 def job_tags() -> dict[str, str]:
@@ -53,17 +51,24 @@ def job_tags() -> dict[str, str]:
     if job is None:
         return {}
     num, overrides = job
-    return {JOB_TAG: num, OVERRIDES_TAG: " ".join(overrides)}
+    return {JOB_TAG: num, OVERRIDES_TAG: json.dumps(overrides)}
+
+
+def job_overrides(tags: dict) -> list[str]:
+    """The overrides a child run's tags hold (an empty list if none)."""
+    try:
+        return list(json.loads(tags.get(OVERRIDES_TAG, "[]")))
+    except ValueError:
+        return []
 
 
 def sweep_store(cfg) -> SweepStore | None:
     """The store of the running sweep, if this job is part of one and tracking is on."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if current_job() is None or not cfg.tracking.enabled or not cfg.tracking.uri:
+    job = job_context.current()
+    if not job.in_sweep or not cfg.tracking.enabled or not cfg.tracking.uri:
         return None
     location = cfg.tracking.artifact_location
-    return SweepStore(str(cfg.tracking.uri), str(cfg.tracking.experiment), str(HydraConfig.get().sweep.dir),
+    return SweepStore(str(cfg.tracking.uri), str(cfg.tracking.experiment), job.sweep_dir,
                       str(location) if location else None)
 
 
@@ -77,8 +82,8 @@ def one_line(err: BaseException) -> str:
 
 def run_job(cfg, run) -> float | None:
     """Run one job of a sweep with `run(cfg)`. A failure does not end the sweep: it is printed in one line,
-    recorded as a FAILED child run (message and traceback), and NaN is returned to the sweeper. Only a
-    setting no job can run with (SweepRefused) ends the sweep."""
+    recorded as a FAILED child run (message and traceback), and None is returned to the sweeper (a failed
+    trial for Optuna). Only a setting no job can run with (SweepRefused) ends the sweep."""
     try:
         value = run(cfg)
     except SweepRefused:
@@ -87,12 +92,18 @@ def run_job(cfg, run) -> float | None:
         message = one_line(err)
         num = current_job()[0]
         print(f"hydrali: job {num} failed: {message}", file=sys.stderr, flush=True)
-        store = sweep_store(cfg)
-        if store is not None:
-            record_failed_job(store, Path(cfg.paths.output_dir), message, traceback.format_exc())
+        trace = traceback.format_exc()
+        try:
+            store = sweep_store(cfg) if topology.is_first_process() else None
+            if store is not None:
+                record_failed_job(store, Path(cfg.paths.output_dir), message, trace)
+        except Exception as record_err:   # noqa: BLE001 - the store's own trouble must not end the sweep either
+            log.warning("job %s: its failure could not be recorded in MLflow: %s", num, one_line(record_err))
         return FAILED_VALUE
     if value is not None and not math.isfinite(value):
-        log.warning("job %s returned %s for %s", current_job()[0], value, cfg.optimized_metric)
+        log.warning("job %s returned %s for %s: the sweeper counts it as failed", current_job()[0], value,
+                    cfg.optimized_metric)
+        return FAILED_VALUE
     return value
 
 
@@ -110,8 +121,8 @@ def record_failed_job(store: SweepStore, output_dir: Path, message: str, trace: 
             parent = tracking.sweep_parent_unlocked(client, experiment_id, store.sweep_dir)
             tags = {**job_tags(), "mlflow.parentRunId": parent, "hydrali.output_dir": str(output_dir)}
             run_id = client.create_run(experiment_id, run_name=f"failed {output_dir.name}", tags=tags).info.run_id
-            overrides = (override.split("=", 1) for override in tags.get(OVERRIDES_TAG, "").split())
-            for key, value in (pair for pair in overrides if len(pair) == 2):
+            pairs = (override.split("=", 1) for override in job_overrides(tags))
+            for key, value in (pair for pair in pairs if len(pair) == 2):
                 client.log_param(run_id, key.lstrip("+~"), value)
         client.set_tag(run_id, ERROR_TAG, message[:5000])
         client.set_terminated(run_id, "FAILED")

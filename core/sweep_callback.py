@@ -8,27 +8,51 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 
-_closed: dict[str, str] = {}   # the status the last sweep of this process closed its parent with
+_sweep: dict = {"started": False, "store": None, "status": None}   # the sweep this process launches, where it
+                                                                  #   is tracked, how its parent closed
+
+
+def sweep_started() -> bool:
+    """Whether this process launched a sweep (its jobs may run in other processes)."""
+    return _sweep["started"]
 
 
 def last_sweep_status() -> str | None:
     """FINISHED, FAILED (every job failed) or None (no sweep closed here, or tracking off)."""
-    return _closed.get("status")
+    return _sweep["status"]
+
+
+def open_sweep_store():
+    """Where the sweep this process launches is tracked, if it has not been closed yet (else None)."""
+    return _sweep["store"] if _sweep["status"] is None else None
+
+
+def _store(config: DictConfig):
+    from hydrali.core.sweep import SweepStore
+
+    HydraConfig.instance().set_config(config)  # so that ${hydra:...} in tracking.uri resolves
+    if not config.tracking.enabled or not config.tracking.uri:
+        return None
+    location = config.tracking.artifact_location
+    return SweepStore(uri=str(config.tracking.uri), experiment=str(config.tracking.experiment),
+                      sweep_dir=str(config.hydra.sweep.dir), artifact_location=str(location) if location else None)
 
 
 class CloseSweepRun(Callback):
     """At the end of a multirun, summarize the sweep and close its parent MLflow run (if tracking made one)."""
 
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Remember where the sweep is tracked, in the process that launches its jobs (they may run in others)."""
+        _sweep["started"], _sweep["store"] = True, _store(config)
+
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        HydraConfig.instance().set_config(config)  # so that ${hydra:...} in tracking.uri resolves
-        if not config.tracking.enabled:
+        """Summarize the sweep and close its parent run (in the job's first process only, under torchrun/srun)."""
+        from hydrali.core import topology
+
+        store = _store(config)
+        if store is None or not topology.is_first_process():
             return
-        from hydrali.core.sweep import SweepStore
         from hydrali.core.sweep_report import close_sweep
 
-        location = config.tracking.artifact_location
-        summary = close_sweep(SweepStore(uri=str(config.tracking.uri), experiment=str(config.tracking.experiment),
-                               sweep_dir=str(config.hydra.sweep.dir),
-                               artifact_location=str(location) if location else None))
-        if summary is not None:
-            _closed["status"] = summary.status
+        summary = close_sweep(store)
+        _sweep["status"] = summary.status if summary is not None else "FINISHED"

@@ -22,7 +22,7 @@ class JobRow:
     job: str
     run_id: str
     status: str
-    overrides: str
+    overrides: list[str]
     value: float | None      # what it returned to the sweeper (None: failed or nothing to return)
     error: str | None
 
@@ -48,7 +48,7 @@ def _job_rows(client, children) -> list[JobRow]:
         tags = run.data.tags
         value = float(tags[sweep.OBJECTIVE_TAG]) if sweep.OBJECTIVE_TAG in tags else None
         rows.append(JobRow(job=tags.get(sweep.JOB_TAG, "?"), run_id=run.info.run_id, status=run.info.status,
-                           overrides=tags.get(sweep.OVERRIDES_TAG, ""),
+                           overrides=sweep.job_overrides(tags),
                            value=value if value is not None and math.isfinite(value) else None,
                            error=tags.get(sweep.ERROR_TAG)))
     return sorted(rows, key=lambda row: (int(row.job) if row.job.isdigit() else math.inf, row.run_id))
@@ -78,7 +78,7 @@ def _settings(row: JobRow, keys: list[str]) -> str:
     """The row's values of `keys` (all its overrides if no key is swept), as `key=value` words."""
     overrides = _parse_overrides(row.overrides)
     if not keys:
-        return row.overrides
+        return " ".join(row.overrides)
     return " ".join(f"{key}={_short(overrides[key])}" for key in keys if key in overrides)
 
 
@@ -101,8 +101,8 @@ def format_sweep_table(summary: SweepSummary) -> str:
     return "\n".join([rule, head, rule, *(line.rstrip() for line in body), rule])
 
 
-def _parse_overrides(text: str) -> dict[str, str]:
-    pairs = (item.split("=", 1) for item in text.split())
+def _parse_overrides(overrides: list[str]) -> dict[str, str]:
+    pairs = (item.split("=", 1) for item in overrides)
     return {key.lstrip("+~"): value for key, value in (pair for pair in pairs if len(pair) == 2)}
 
 
@@ -180,18 +180,28 @@ def close_sweep(store: sweep.SweepStore, status: str | None = None) -> SweepSumm
         return None
     children = client.search_runs([experiment.experiment_id], max_results=10000,
                                   filter_string=f"tags.`mlflow.parentRunId` = '{parent}'")
-    if status == "KILLED":
+    if status in ("KILLED", "FAILED"):   # the sweep was stopped: so were the jobs still running
         with tracking.store_lock(store.uri):
             for run in children:
                 if run.info.status == "RUNNING":
-                    client.set_terminated(run.info.run_id, "KILLED")
+                    client.set_terminated(run.info.run_id, status)
         children = [client.get_run(run.info.run_id) for run in children]
     summary = summarize(client, children, status)
+    try:
+        _report(client, parent, summary)
+    finally:   # whatever the report meets, the parent does not stay RUNNING
+        with tracking.store_lock(store.uri):
+            client.set_terminated(parent, summary.status)
+    return summary
+
+
+def _report(client, parent: str, summary: SweepSummary) -> None:
+    """Print the table and log it, the pictures, the counts and the best job to the parent run."""
     table = format_sweep_table(summary)
     print(table, flush=True)
 
     with tempfile.TemporaryDirectory() as tmp:
-        histories = {f"job {row.job}: {row.overrides}"[:60]: [(m.step, m.value) for m in sorted(
+        histories = {f"job {row.job}: {_settings(row, swept_keys(summary.rows))}"[:60]: [(m.step, m.value) for m in sorted(
                         client.get_metric_history(row.run_id, summary.metric), key=lambda m: m.step)]
                      for row in summary.rows}
         plot_metric_per_epoch({k: v for k, v in histories.items() if v}, summary.metric,
@@ -203,17 +213,15 @@ def close_sweep(store: sweep.SweepStore, status: str | None = None) -> SweepSumm
     client.log_text(parent, table + "\n", "sweep/summary.txt")
     client.log_table(parent, data={
         "job": [row.job for row in summary.rows], "status": [row.status for row in summary.rows],
-        summary.metric: [row.value for row in summary.rows], "overrides": [row.overrides for row in summary.rows],
+        summary.metric: [row.value for row in summary.rows], "overrides": [" ".join(row.overrides) for row in summary.rows],
         "error": [row.error or "" for row in summary.rows], "run_id": [row.run_id for row in summary.rows]},
         artifact_file="sweep/summary.json")
-    with tracking.store_lock(store.uri):
+    with tracking.store_lock(client.tracking_uri):
         client.log_metric(parent, "sweep/jobs", len(summary.rows))
         client.log_metric(parent, "sweep/failed", summary.failed)
         if summary.best is not None:
             client.log_metric(parent, "sweep/best", summary.best.value)
             client.set_tag(parent, "hydrali.best_run_id", summary.best.run_id)
-            client.set_tag(parent, "hydrali.best_overrides", summary.best.overrides)
+            client.set_tag(parent, "hydrali.best_overrides", " ".join(summary.best.overrides))
             for key, value in _parse_overrides(summary.best.overrides).items():
                 client.log_param(parent, f"best/{key}", value)
-        client.set_terminated(parent, summary.status)
-    return summary

@@ -58,6 +58,16 @@ def _env_int(env: dict, *names: str) -> int | None:
     return None
 
 
+LAUNCHER_VARIABLES = ("TORCHELASTIC_RUN_ID", "SLURM_PROCID", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+
+
+def launched_externally(env: dict | None = None) -> bool:
+    """Whether a launcher (torchrun, SLURM, Open MPI, a PMI launcher, or hydrali's own) started this process:
+    then no framework or hydrali starts more."""
+    env = os.environ if env is None else env
+    return any(name in env for name in LAUNCHER_VARIABLES)
+
+
 def is_first_process(env: dict | None = None) -> bool:
     """Whether this is the job's first process (rank 0 on node 0), known before the backend is: the
     one that does job-wide work once, such as checking the dataset's files."""

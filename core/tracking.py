@@ -146,9 +146,10 @@ def _experiment_id(client, name: str, artifact_location: str | None) -> str:
 
 
 def find_sweep_parent(client, experiment_id: str, sweep_dir: str) -> str | None:
-    """The id of the parent run of the sweep in `sweep_dir`, or None."""
-    found = client.search_runs([experiment_id], filter_string=f"tags.`{SWEEP_TAG}` = '{sweep_dir}'",
-                               max_results=1)
+    """The id of the running parent run of the sweep in `sweep_dir`, or None (a sweep dir used again starts
+    a parent of its own)."""
+    found = client.search_runs([experiment_id], max_results=1,
+                               filter_string=f"tags.`{SWEEP_TAG}` = '{sweep_dir}' and attributes.status = 'RUNNING'")
     return found[0].info.run_id if found else None
 
 

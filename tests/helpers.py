@@ -56,3 +56,23 @@ class KerasRecordPolicies:
                     json.dump(policies, fh)
 
         return _Record()
+
+
+class RecordTorchSeed:
+    """Write the seed torch's generator was seeded with, and the process's rank, into <folder>/seed_rank<R>.txt
+    when training starts, on Lightning: what each DDP process really trains with."""
+
+    def __new__(cls, folder: str):
+        import os
+        from pathlib import Path
+
+        import lightning as L
+        import torch
+
+        class _Record(L.Callback):
+            def on_train_start(self, trainer, pl_module) -> None:
+                Path(folder).mkdir(parents=True, exist_ok=True)
+                (Path(folder) / f"seed_rank{trainer.global_rank}.txt").write_text(
+                    f"{torch.initial_seed()} {os.getpid()} {trainer.world_size}\n")
+
+        return _Record()

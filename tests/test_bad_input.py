@@ -157,7 +157,8 @@ def test_a_checkpoint_of_the_other_backend_is_refused(tmp_path):
                 "checkpoint of backend=lightning")
 
 
-def test_a_sweep_over_lightning_ddp_processes_is_refused(tmp_path):
-    out = run_cli("-m", "optim.lr=0.1,0.2", "backend.accelerator=cpu", "backend.devices=2", "backend.strategy=ddp",
-                  cwd=tmp_path)
-    _fails_with(out, "-m with backend.devices=2 is not supported", "torchrun")
+def test_a_sweep_over_lightning_spawned_processes_is_refused(tmp_path):
+    # strategy=ddp: hydrali starts each job's processes (tests/test_launch.py); ddp_spawn would be Lightning's
+    out = run_cli("-m", "optim.lr=0.1,0.2", "backend.accelerator=cpu", "backend.devices=2",
+                  "backend.strategy=ddp_spawn", cwd=tmp_path)
+    _fails_with(out, "-m with backend.devices=2 and backend.strategy=ddp_spawn is not supported", "torchrun")

@@ -29,6 +29,11 @@ newest_checkpoint = checkpoints.newest
 checkpoint_epochs = checkpoints.epochs_in
 
 
+def processes_to_start(backend: DictConfig) -> int:
+    """One: a Keras job is one process driving every replica of its machine."""
+    return 1
+
+
 def replicas(backend: DictConfig, device: str) -> tuple[int, int, int]:
     """Replicas per node, nodes, replicas per process: one process drives every replica of its node
     (the GPUs TensorFlow sees, or `backend.replicas` logical CPUs on a machine without one)."""

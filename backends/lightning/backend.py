@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from hydrali.backends.lightning.callbacks import EpochRecorder, Throughput, progress_bar
 from hydrali.backends.lightning.data import DaliDataModule
 from hydrali.backends.lightning.module import HydraliModule
+from hydrali.core import job_context, topology
 from hydrali.core.checkpoints import CHECKPOINT_DIR
 from hydrali.core.errors import HydraliError, SweepRefused
 from hydrali.core.plan import Plan
@@ -30,6 +31,7 @@ warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*
 # hydrali manages the run's checkpoints/ (trained_with.json, resume): a non-empty folder is expected there
 warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
 FRAMEWORK = "torch"
+SELF_LAUNCHED = ("auto", "ddp", "ddp_find_unused_parameters_true")   # strategies whose processes hydrali starts
 LAST = "last.ckpt"
 
 
@@ -38,13 +40,22 @@ def visible_gpus() -> int:
     return torch.cuda.device_count()
 
 
+def processes_to_start(backend: DictConfig) -> int:
+    """How many processes hydrali starts for this job on this node: backend.devices under DDP (from the job's
+    resolved config, not by re-running the command line as Lightning's launcher would), one when a launcher
+    (torchrun, SLURM, MPI) started the processes or the strategy is not DDP."""
+    if backend.devices > 1 and str(backend.strategy) in SELF_LAUNCHED and not topology.launched_externally():
+        return backend.devices
+    return 1
+
+
 def replicas(backend: DictConfig, device: str) -> tuple[int, int, int]:
     """Replicas per node, nodes, replicas per process: backend.devices one-replica processes per node."""
-    if backend.devices > 1 and _in_sweep() and not _launched_externally():
+    if processes_to_start(backend) == 1 and backend.devices > 1 and _in_sweep() and not topology.launched_externally():
         raise SweepRefused(
-            f"-m with backend.devices={backend.devices} is not supported: Lightning's launcher would restart "
-            f"the whole sweep in every process (Lightning issue 11300). Run the jobs one by one, or start "
-            f"the processes with torchrun or srun")
+            f"-m with backend.devices={backend.devices} and backend.strategy={backend.strategy} is not supported: "
+            f"Lightning's launcher would restart the whole sweep in every process (Lightning issue 11300). Use "
+            f"backend.strategy=ddp (hydrali then starts each job's processes), or start them with torchrun or srun")
     return backend.devices, backend.num_nodes, 1
 
 
@@ -68,15 +79,7 @@ def checkpoint_epochs(path: Path) -> int:
 
 
 def _in_sweep() -> bool:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-
-
-def _launched_externally() -> bool:
-    """Whether torchrun or SLURM started this process (then Lightning starts no processes itself)."""
-    return any(k in os.environ for k in ("TORCHELASTIC_RUN_ID", "SLURM_PROCID", "LOCAL_RANK"))
+    return job_context.current().in_sweep
 
 
 def _torch_task(task, cfg: DictConfig, dataset):
