@@ -8,6 +8,7 @@ from tests.conftest import check_each_val_image_counted_once, read_summary, run_
 
 pytestmark = pytest.mark.slow
 QUIET = ["backend.trainer.enable_progress_bar=false", "backend.trainer.enable_model_summary=false"]
+TINY = ["pipeline=light", "model.widths=[8,16,32]", "data.image_size=16"]   # a narrow network on 16 x 16 images
 
 
 def test_ddp_with_two_processes_reads_two_shards_and_doubles_the_global_batch(tmp_path, data_dir):
@@ -60,7 +61,7 @@ def test_two_runs_started_together_on_a_fresh_sqlite_store_are_both_recorded(tmp
     env = {**os.environ, "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
     store = f"sqlite:///{tmp_path}/fresh.db"
     procs = [subprocess.Popen([sys.executable, "-m", "hydrali.core", "epochs=1", f"tracking.uri={store}",
-                               f"paths.data_dir={data_dir}", f"hydra.run.dir={tmp_path / name}", *QUIET],
+                               f"paths.data_dir={data_dir}", f"hydra.run.dir={tmp_path / name}", *QUIET, *TINY],
                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for name in ("a", "b")]
     for proc in procs:

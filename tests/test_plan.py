@@ -92,3 +92,12 @@ def test_schedule_warms_up_linearly_then_decays_to_zero():
     assert lr_factor(50, **kw) == pytest.approx(0.0, abs=1e-12)
     assert lr_factor(25, **{**kw, "schedule": "constant"}) == 1.0
     assert math.isclose(lr_factor(3, **{**kw, "warmup_epochs": 0}), 0.5 * (1 + math.cos(math.pi * 3 / 50)))
+
+
+@pytest.mark.parametrize("size_variable,launcher", [("OMPI_COMM_WORLD_SIZE", "Open MPI"), ("PMI_SIZE", "PMI")])
+def test_processes_of_a_launcher_whose_ranks_are_not_read_are_one_error_not_n_rank_zeros(size_variable, launcher):
+    with pytest.raises(HydraliError, match=f"4 processes were started by .*{launcher}.*torchrun or srun"):
+        detect(1, 1, env={size_variable: "4", "OMPI_COMM_WORLD_RANK": "2", "PMI_RANK": "2"})
+    # one process of such a launcher, or its processes with torchrun's variables exported, are read as usual
+    assert detect(1, 1, env={size_variable: "1"}).global_rank == 0
+    assert detect(2, 2, env={size_variable: "4", "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4"}).global_rank == 3
