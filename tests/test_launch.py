@@ -35,3 +35,24 @@ def test_a_sweep_of_ddp_jobs_trains_each_job_with_two_processes_that_share_one_d
         assert pid0 != pid1 and world0 == world1 == "2"
         logged = client.get_run(summary["mlflow_run_id"]).data.params["plan/seed"]
         assert seed0 == seed1 == logged, "both ranks train with the one seed that is logged"
+
+
+def test_a_job_runs_through_the_submitit_launcher_of_the_slurm_config_group(tmp_path, data_dir):
+    from tests.conftest import compose_config
+
+    # hydra/launcher=slurm sizes each SLURM job from the backend: nodes x tasks (one per device)
+    cfg = compose_config(["hydra/launcher=slurm", "backend.devices=4", "backend.num_nodes=2"], tmp_path, data_dir)
+    from hydra.core.hydra_config import HydraConfig
+    launcher = HydraConfig.get().launcher
+    assert (launcher.nodes, launcher.tasks_per_node, launcher.gpus_per_node) == (2, 4, 4)
+    assert launcher._target_.endswith("SlurmLauncher") and cfg.backend.devices == 4
+    # the same group's local launcher runs a job for real, in a process submitit starts
+    out = run_cli("-m", "hydra/launcher=submitit_local", "optim.lr=0.05", "epochs=1", *TINY,
+                  f"paths.data_dir={data_dir}", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (job,) = [p for p in tmp_path.glob("multirun/*/*/0")]
+    assert list(job.parent.glob(".submitit/*")), "submitit ran the job"
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    (child,) = [r for r in client.search_runs([client.get_experiment_by_name("hydrali").experiment_id])
+                if "mlflow.parentRunId" in r.data.tags]
+    assert child.info.status == "FINISHED" and read_summary(job)["epochs"] == 1
