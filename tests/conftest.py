@@ -18,6 +18,8 @@ from hydrali.core.schema import register_schemas
 from hydrali.tasks.classification.datasets import write_digits
 
 REPO = Path(__file__).resolve().parents[1]
+# A narrow network on 16 x 16 images: for tests of what happens around training, not of what it learns
+SMALL_NET = ["model.widths=[8,16,32]", "data.image_size=16"]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -126,7 +128,7 @@ def check_validation_every_second_epoch(make_cfg, tmp_path: Path, args: list[str
     from hydrali.core.runner import run
 
     out = tmp_path / "every2"
-    run(make_cfg("epochs=3", *args, output_dir=out))
+    run(make_cfg("epochs=3", *SMALL_NET, *args, output_dir=out))
     summary = read_summary(out)
     val_keys = [sorted(k for k in row if k.startswith("val/")) for row in summary["history"]]
     assert val_keys[0] == val_keys[2] == [] and "val/acc" in val_keys[1]

@@ -6,7 +6,7 @@ from mlflow.tracking import MlflowClient
 
 from hydrali.core.runner import run
 from tests.conftest import (check_each_val_image_counted_once, check_resume_keeps_the_record,
-                            check_validation_every_second_epoch, read_summary)
+                            SMALL_NET, check_validation_every_second_epoch, read_summary)
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +65,7 @@ def test_the_run_is_in_mlflow_with_params_metrics_and_config(trained):
 
 def _losses(make_cfg, tmp_path, seed: int, name: str) -> list[float]:
     out = tmp_path / name
-    run(make_cfg(f"seed={seed}", "epochs=2", "tracking=none", *QUIET, output_dir=out))
+    run(make_cfg(f"seed={seed}", "epochs=2", "tracking=none", *SMALL_NET, *QUIET, output_dir=out))
     return [row["train/loss"] for row in read_summary(out)["history"]]
 
 
