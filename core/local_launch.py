@@ -84,8 +84,8 @@ def run_processes(cfg: DictConfig, processes: int, num_nodes: int, seed: int) ->
         procs.append(subprocess.Popen([sys.executable, "-m", "hydrali.core.local_launch", str(folder)], env=env))
     try:
         failed = _wait(procs)
-    except KeyboardInterrupt:   # the processes got the same Ctrl+C: let them mark the run KILLED
-        _end(procs, signal.SIGINT)
+    except KeyboardInterrupt:   # a Ctrl+C reaches the processes too: let them end their run (KILLED) first
+        _end(procs, signal.SIGINT, wait_first=True)
         raise
     if failed is not None:
         rank, code = failed
@@ -110,7 +110,12 @@ def _wait(procs: list[subprocess.Popen]) -> tuple[int, int] | None:
         time.sleep(_POLL_S)
 
 
-def _end(procs: list[subprocess.Popen], sig: int) -> None:
+def _end(procs: list[subprocess.Popen], sig: int, wait_first: bool = False) -> None:
+    """End the processes still running: `sig` (after a grace period if `wait_first`), then a kill."""
+    if wait_first:
+        deadline = time.monotonic() + _GRACE_S
+        while any(proc.poll() is None for proc in procs) and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
     for proc in procs:
         if proc.poll() is None:
             proc.send_signal(sig)
