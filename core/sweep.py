@@ -1,4 +1,4 @@
-"""Sweeps (-m) that survive their jobs: a failed job becomes a FAILED child run and a NaN for the sweeper, and
+"""Sweeps (-m) that survive their jobs: a failed job becomes a FAILED child run and no value for the sweeper, and
 the parent run is always closed (FINISHED, FAILED when every job failed, KILLED on Ctrl+C) with the sweep's
 summary: a table printed and logged, and two pictures (see hydrali.core.sweep_report).
 
@@ -38,6 +38,15 @@ class SweepStore:
     sweep_dir: str
     artifact_location: str | None = None
 
+    @classmethod
+    def from_config(cls, tracking_cfg, sweep_dir: str) -> "SweepStore | None":
+        """The store that `tracking_cfg` (the tracking group) names for the sweep in `sweep_dir`; None when off."""
+        if not tracking_cfg.enabled or not tracking_cfg.uri:
+            return None
+        location = tracking_cfg.artifact_location
+        return cls(str(tracking_cfg.uri), str(tracking_cfg.experiment), str(sweep_dir),
+                   str(location) if location else None)
+
 
 def current_job() -> tuple[str, list[str]] | None:
     """(job number, overrides) of the running job of a sweep; None outside -m."""
@@ -65,11 +74,7 @@ def job_overrides(tags: dict) -> list[str]:
 def sweep_store(cfg) -> SweepStore | None:
     """The store of the running sweep, if this job is part of one and tracking is on."""
     job = job_context.current()
-    if not job.in_sweep or not cfg.tracking.enabled or not cfg.tracking.uri:
-        return None
-    location = cfg.tracking.artifact_location
-    return SweepStore(str(cfg.tracking.uri), str(cfg.tracking.experiment), job.sweep_dir,
-                      str(location) if location else None)
+    return SweepStore.from_config(cfg.tracking, job.sweep_dir) if job.in_sweep else None
 
 
 def one_line(err: BaseException) -> str:

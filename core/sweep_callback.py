@@ -31,11 +31,7 @@ def _store(config: DictConfig):
     from hydrali.core.sweep import SweepStore
 
     HydraConfig.instance().set_config(config)  # so that ${hydra:...} in tracking.uri resolves
-    if not config.tracking.enabled or not config.tracking.uri:
-        return None
-    location = config.tracking.artifact_location
-    return SweepStore(uri=str(config.tracking.uri), experiment=str(config.tracking.experiment),
-                      sweep_dir=str(config.hydra.sweep.dir), artifact_location=str(location) if location else None)
+    return SweepStore.from_config(config.tracking, config.hydra.sweep.dir)
 
 
 class CloseSweepRun(Callback):
