@@ -10,7 +10,7 @@ from pathlib import Path
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from hydrali.core import devices, job_context, local_launch, seeding, sweep, topology, tracking
+from hydrali.core import agreement, devices, job_context, local_launch, seeding, sweep, topology, tracking
 from hydrali.core.checkpoints import resolve_checkpoint, write_trained_with
 from hydrali.core.epoch import make_contract
 from hydrali.core.errors import HydraliError
@@ -33,7 +33,7 @@ def load_backend(name: str):
         raise HydraliError(f"backend={name} needs a package that is not installed: {err.name}") from err
 
 
-def build_plan(cfg: DictConfig, backend, dataset) -> Plan:
+def build_plan(cfg: DictConfig, backend, dataset, seed: int) -> Plan:
     """The plan of this process: topology from the environment, batch and lr rules, seeds, epoch contract."""
     device = devices.resolve_device(str(cfg.pipeline.device), backend.visible_gpus(), backend.FRAMEWORK)
     per_node, nodes, per_process = backend.replicas(cfg.backend, device)
@@ -41,7 +41,7 @@ def build_plan(cfg: DictConfig, backend, dataset) -> Plan:
     plan = make_plan(
         topology=topo, batch_size=cfg.data.batch_size, base_lr=cfg.optim.lr, ref_batch=cfg.optim.ref_batch,
         rule=str(cfg.optim.scale), warmup_epochs=cfg.optim.warmup_epochs, epochs=cfg.epochs,
-        seed=seeding.resolve_seed(cfg.seed), device=device)
+        seed=seed, device=device)
     contract = make_contract(train_samples=dataset.num_train, val_samples=dataset.num_val,
                              num_shards=plan.num_shards, batch=plan.per_replica_batch,
                              last_batch=str(cfg.pipeline.train_last_batch))
@@ -59,7 +59,15 @@ def run(cfg: DictConfig) -> float | None:
     # before the backend loads, so that bad data fails in a second; files are checked by one process only
     dataset = task.prepare_data(cfg.data, verify=cfg.data.verify if topology.is_first_process() else "off")
     backend = load_backend(cfg.backend.name)
-    plan = build_plan(cfg, backend, dataset)
+    plan = build_plan(cfg, backend, dataset, seeding.resolve_seed(cfg.seed, announce=False))
+    if agreement.needed(plan.world_size // len(plan.shards)):   # torchrun, srun, TF_CONFIG: rank 0 decides
+        agreed = agreement.agree(backend.share_from_rank0, agreement.StartValues(str(output_dir), plan.seed), plan)
+        agreement.move_to_run_dir(output_dir, Path(agreed.output_dir), plan.global_rank)
+        output_dir = Path(agreed.output_dir)
+        cfg.paths.output_dir = agreed.output_dir
+        plan = build_plan(cfg, backend, dataset, agreed.seed)
+    if cfg.seed is None and plan.global_rank == 0:
+        seeding.announce_drawn(plan.seed)
     trained_with = _trained_with(cfg, dataset)
     resume_from = resolve_checkpoint(cfg.ckpt_path, output_dir, cfg.backend.name, backend.newest_checkpoint,
                                      backend.checkpoint_epochs, cfg.epochs, trained_with)

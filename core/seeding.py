@@ -17,12 +17,18 @@ _DALI_SEED_MULTIPLIER = 1_000_003  # a prime, so that nearby seeds give unrelate
 _DALI_SEED_MODULUS = 2**31
 
 
-def resolve_seed(seed: int | None) -> int:
-    """Return `seed`, or a freshly drawn one (logged) when it is None. 0 is a seed like any other."""
+def resolve_seed(seed: int | None, announce: bool = True) -> int:
+    """Return `seed`, or a freshly drawn one when it is None (logged, with `announce`). 0 is a seed like any other."""
     if seed is None:
         seed = secrets.randbelow(2**31)
-        log.info("seed=null: drew seed %d (pass seed=%d to repeat this run)", seed, seed)
+        if announce:
+            announce_drawn(seed)
     return int(seed)
+
+
+def announce_drawn(seed: int) -> None:
+    """Log the seed that `seed=null` drew, with how to repeat the run."""
+    log.info("seed=null: drew seed %d (pass seed=%d to repeat this run)", seed, seed)
 
 
 def pipeline_seed(seed: int, shard_id: int) -> int:

@@ -76,3 +76,44 @@ class RecordTorchSeed:
                     f"{torch.initial_seed()} {os.getpid()} {trainer.world_size}\n")
 
         return _Record()
+
+
+class RecordTrainingLabels:
+    """Append the labels of every training batch this process trains on to <folder>/labels_rank<R>.txt, one
+    line per batch, on Lightning: in a dataset whose every image is its own class, the files each rank read."""
+
+    def __new__(cls, folder: str):
+        from pathlib import Path
+
+        import lightning as L
+
+        class _Record(L.Callback):
+            def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
+                Path(folder).mkdir(parents=True, exist_ok=True)
+                labels = batch["labels"].reshape(-1).tolist()
+                with open(Path(folder) / f"labels_rank{trainer.global_rank}.txt", "a") as fh:
+                    fh.write(" ".join(str(int(label)) for label in labels) + "\n")
+
+        return _Record()
+
+
+def write_one_image_per_class(root, classes: int, size: int = 24) -> None:
+    """An image folder (train/ and val/) where every training image is its own class: a label names its file."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for c in range(classes):
+            folder = root / split / f"c{c:03d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            pixels = rng.integers(0, 256, size=(size, size, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(folder / "0.jpg", quality=90)
+
+
+def torch_model_without_batchnorm(num_classes: int, **unused):
+    """A small conv net with no BatchNorm, on torch: its gradients do not depend on how a batch is split."""
+    from torch import nn
+
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 16, 3, stride=2, padding=1),
+                         nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, num_classes))

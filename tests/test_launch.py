@@ -56,3 +56,85 @@ def test_a_job_runs_through_the_submitit_launcher_of_the_slurm_config_group(tmp_
     (child,) = [r for r in client.search_runs([client.get_experiment_by_name("hydrali").experiment_id])
                 if "mlflow.parentRunId" in r.data.tags]
     assert child.info.status == "FINISHED" and read_summary(job)["epochs"] == 1
+
+
+def _torchrun_node(node_rank: int, port: int, args: list[str], cwd, env: dict):
+    """One node of a two-node job on 127.0.0.1: torchrun starting one hydrali process."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    full_env = {**os.environ, "HYDRA_FULL_ERROR": "0", **env,
+                "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
+               f"--node-rank={node_rank}", "--master-addr=127.0.0.1", f"--master-port={port}",
+               "-m", "hydrali.core", *args]
+    return subprocess.Popen(command, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def test_two_nodes_started_by_torchrun_read_disjoint_shards_into_one_run_dir_and_one_mlflow_run(tmp_path):
+    from hydrali.core.local_launch import _free_port
+    from tests.helpers import write_one_image_per_class
+
+    classes, batch = 32, 8   # 2 nodes x 2 steps x batch 8: every image once per epoch
+    write_one_image_per_class(tmp_path / "ds", classes)
+    record = tmp_path / "record"
+    args = ["data=imagefolder", f"data.root={tmp_path / 'ds'}", f"data.batch_size={batch}", "epochs=1", "seed=null",
+            "backend.num_nodes=2", "backend.accelerator=cpu", *TINY,
+            "+backend.callbacks.labels={_target_: tests.helpers.RecordTrainingLabels, folder: " + str(record) + "}",
+            "+backend.callbacks.seed={_target_: tests.helpers.RecordTorchSeed, folder: " + str(record) + "}"]
+    port = _free_port()
+    node0 = _torchrun_node(0, port, args, tmp_path, {})
+    other_machine = tmp_path / "node1"   # node 1 runs from its own folder: its own outputs/ and run dir
+    other_machine.mkdir()
+    node1 = _torchrun_node(1, port, args, other_machine, {})
+    outputs = [node.communicate(timeout=600)[0] for node in (node0, node1)]
+    assert node0.returncode == 0 and node1.returncode == 0, "\n".join(out[-3000:] for out in outputs)
+
+    read = [[int(x) for line in (record / f"labels_rank{r}.txt").read_text().split("\n") for x in line.split()]
+            for r in (0, 1)]
+    assert len(read[0]) == len(read[1]) == classes // 2, "each rank trained on its half of the epoch"
+    assert set(read[0]).isdisjoint(read[1]), "the two nodes read disjoint shards"
+    assert sorted(read[0] + read[1]) == list(range(classes)), "together they cover the dataset"
+
+    run_dirs = [p for p in tmp_path.glob("**/outputs/*/*") if p.is_dir()]
+    assert len(run_dirs) == 1, f"one run dir for the job, not one per node: {run_dirs}"
+    assert run_dirs[0].is_relative_to(tmp_path / "outputs"), "node 0's, where the job was started"
+    summary = read_summary(run_dirs[0])
+    assert summary["world_size"] == 2 and summary["epochs"] == 1
+    assert (run_dirs[0] / "hydrali_rank1.log").is_file(), "node 1 logs into the job's run dir"
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("hydrali").experiment_id])
+    seeds = {(record / f"seed_rank{r}.txt").read_text().split()[0] for r in (0, 1)}
+    assert seeds == {run.data.params["plan/seed"]}, "both nodes train with the one seed that is logged"
+
+
+def test_one_step_of_two_ddp_processes_at_batch_b_equals_one_process_at_batch_2b(tmp_path):
+    import torch
+
+    from tests.helpers import write_one_image_per_class
+
+    batch = 8   # 16 images: one step of 2 x 8 or of 1 x 16 on the same samples (no random augmentation)
+    write_one_image_per_class(tmp_path / "ds", 2 * batch)
+    common = ["data=imagefolder", f"data.root={tmp_path / 'ds'}", "epochs=1", "seed=7", "optim=sgd",
+              "optim.warmup_epochs=0", "optim.schedule=constant", "optim.lr=0.5",
+              "model._target_=tests.helpers.torch_model_without_batchnorm", "tracking=none", *TINY]
+    runs = {"ddp": (*DDP, f"data.batch_size={batch}"), "one": ("backend.accelerator=cpu", f"data.batch_size={2 * batch}")}
+    for name, args in runs.items():
+        out = run_cli(*common, *args, f"hydra.run.dir={tmp_path / name}", cwd=tmp_path)
+        assert out.returncode == 0, out.stderr[-3000:]
+    ddp, one = (torch.load(tmp_path / name / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+                for name in runs)
+    assert read_summary(tmp_path / "ddp")["world_size"] == 2 and read_summary(tmp_path / "one")["world_size"] == 1
+    assert ddp["global_step"] == one["global_step"] == 1, "one optimizer step each"
+    for key, weight in one["state_dict"].items():
+        torch.testing.assert_close(ddp["state_dict"][key], weight, atol=1e-5, rtol=0, msg=key)
+    # the step moved the weights: SGD's momentum buffer after one step is the (averaged) gradient
+    (ddp_grads, one_grads) = ([s["momentum_buffer"] for s in ckpt["optimizer_states"][0]["state"].values()]
+                              for ckpt in (ddp, one))
+    assert all(g.abs().max() > 1e-4 for g in one_grads), "every parameter got a gradient"
+    for ddp_grad, one_grad in zip(ddp_grads, one_grads, strict=True):
+        torch.testing.assert_close(ddp_grad, one_grad, atol=1e-5, rtol=0)

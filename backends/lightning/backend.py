@@ -15,6 +15,7 @@ from hydra.utils import get_method, instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
+from hydrali.backends.lightning.agreement import share_from_rank0  # noqa: F401 (the runner's)
 from hydrali.backends.lightning.callbacks import EpochRecorder, Throughput, progress_bar
 from hydrali.backends.lightning.data import DaliDataModule
 from hydrali.backends.lightning.module import HydraliModule
