@@ -11,6 +11,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from hydrali.core import agreement, devices, job_context, local_launch, seeding, sweep, topology, tracking
+from hydrali.core.mpi_ranks import adopt_mpi_ranks
 from hydrali.core.checkpoints import resolve_checkpoint, write_trained_with
 from hydrali.core.epoch import make_contract
 from hydrali.core.errors import HydraliError
@@ -52,6 +53,7 @@ def run(cfg: DictConfig) -> float | None:
     """Train and evaluate as `cfg` says; return the value of `optimized_metric` (for sweepers)."""
     started = time.perf_counter()
     check_config(cfg)
+    adopt_mpi_ranks()   # mpirun's ranks, as torchrun's variables: the frameworks read those
     if cfg.tracking.enabled and cfg.tracking.uri and topology.is_first_process():
         tracking.check_reachable(cfg.tracking.uri)   # in seconds, before anything heavy is loaded
     output_dir = Path(cfg.paths.output_dir)

@@ -138,3 +138,31 @@ def test_one_step_of_two_ddp_processes_at_batch_b_equals_one_process_at_batch_2b
     assert all(g.abs().max() > 1e-4 for g in one_grads), "every parameter got a gradient"
     for ddp_grad, one_grad in zip(ddp_grads, one_grads, strict=True):
         torch.testing.assert_close(ddp_grad, one_grad, atol=1e-5, rtol=0)
+
+
+def test_processes_started_by_mpirun_train_one_job_at_their_ranks(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from hydrali.core.local_launch import _free_port
+    from tests.conftest import REPO
+    from tests.helpers import write_one_image_per_class
+
+    write_one_image_per_class(tmp_path / "ds", 16)
+    record = tmp_path / "record"
+    args = ["data=imagefolder", f"data.root={tmp_path / 'ds'}", "data.batch_size=4", "epochs=1", "seed=null",
+            *DDP, *TINY, "+backend.callbacks.labels={_target_: tests.helpers.RecordTrainingLabels, folder: "
+            + str(record) + "}"]
+    meet = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "PYTHONPATH": str(REPO)}
+    procs = [subprocess.Popen([sys.executable, "-m", "hydrali.core", *args], cwd=tmp_path, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              env={**os.environ, **meet, "OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": "2",
+                                   "OMPI_COMM_WORLD_LOCAL_RANK": str(rank), "OMPI_COMM_WORLD_LOCAL_SIZE": "2"})
+             for rank in (0, 1)]   # as `mpirun -np 2 -x MASTER_ADDR -x MASTER_PORT hydrali ...` starts them
+    outputs = [proc.communicate(timeout=600)[0] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], "\n".join(out[-3000:] for out in outputs)
+    read = [{int(x) for x in (record / f"labels_rank{r}.txt").read_text().split()} for r in (0, 1)]
+    assert read[0].isdisjoint(read[1]) and read[0] | read[1] == set(range(16)), "rank 0 and rank 1, two shards"
+    (run_dir,) = [p for p in tmp_path.glob("outputs/*/*") if p.is_dir()]
+    assert read_summary(run_dir)["world_size"] == 2
