@@ -22,31 +22,48 @@ SYNTHETIC_CLASSES, SYNTHETIC_PER_CLASS = 8, 250
 BENCH_DEFAULTS = {"warmup": 5, "batches": 40, "repeats": 3}
 
 
-def write_synthetic(root: Path) -> Path:
-    """ImageNet-like JPEG files in train/ and val/ (written once): smooth random colour fields."""
-    from PIL import Image
+def write_synthetic(root: Path, classes: int = SYNTHETIC_CLASSES, train_per_class: int = SYNTHETIC_PER_CLASS,
+                    val_per_class: int = 4) -> Path:
+    """ImageNet-like JPEG files in train/ and val/ (written once, one process per core): smooth random colour
+    fields of 400-640 x 300-480 pixels, quality 90, `classes` class folders of each split."""
+    from concurrent.futures import ProcessPoolExecutor
 
     if (root / "train").is_dir():
         return root
-    rng = np.random.default_rng(0)
+    root.parent.mkdir(parents=True, exist_ok=True)
     tmp = root.parent / f".{root.name}.tmp-{os.getpid()}"
-    for split, count in (("train", SYNTHETIC_PER_CLASS), ("val", 4)):
-        for c in range(SYNTHETIC_CLASSES):
-            folder = tmp / split / f"class{c}"
-            folder.mkdir(parents=True)
-            for i in range(count):
-                w, h = int(rng.integers(400, 641)), int(rng.integers(300, 481))
-                small = rng.integers(0, 256, size=(h // 16 + 1, w // 16 + 1, 3), dtype=np.uint8)
-                Image.fromarray(small).resize((w, h), Image.Resampling.BILINEAR).save(folder / f"{i}.jpg", quality=90)
+    jobs = [(tmp / split / f"class{c}", count, (seed, c)) for seed, (split, count) in
+            enumerate((("train", train_per_class), ("val", val_per_class))) for c in range(classes)]
+    with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
+        list(pool.map(_write_class, *zip(*jobs)))
     tmp.rename(root)
     return root
 
 
-class PilTrainingSet:
-    """The baseline's dataset: PIL decode, random-resized crop, flip, normalize, as a CHW float tensor."""
+def _write_class(folder: Path, count: int, seed: tuple[int, int]) -> None:
+    from PIL import Image
 
-    def __init__(self, files: list[str], size: int, seed: int = 0):
-        self.files, self.size, self.seed = files, size, seed
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True)
+    for i in range(count):
+        w, h = int(rng.integers(400, 641)), int(rng.integers(300, 481))
+        small = rng.integers(0, 256, size=(h // 16 + 1, w // 16 + 1, 3), dtype=np.uint8)
+        Image.fromarray(small).resize((w, h), Image.Resampling.BILINEAR).save(folder / f"{i}.jpg", quality=90)
+
+
+class PilTrainingSet:
+    """The baseline's dataset: what a classification recipe does, with PIL, as a CHW float tensor. `standard`:
+    random-resized crop (the recipe's random_area and random_aspect_ratio), resize, flip; `light`: resize the
+    whole image, flip; both normalize with the recipe's mean and std and flip with its flip_probability."""
+
+    def __init__(self, files: list[str], size: int, seed: int = 0, recipe: str = "standard", options: dict | None = None):
+        self.files, self.size, self.seed, self.recipe = files, size, seed, recipe
+        options = options or {}
+        self.area = tuple(options.get("random_area", (0.08, 1.0)))
+        self.aspect = tuple(options.get("random_aspect_ratio", (3 / 4, 4 / 3)))
+        self.flip = float(options.get("flip_probability", 0.5))
+        self.mean = tuple(options.get("mean", (0.485, 0.456, 0.406)))
+        self.std = tuple(options.get("std", (0.229, 0.224, 0.225)))
 
     def __len__(self) -> int:
         return len(self.files)
@@ -58,15 +75,17 @@ class PilTrainingSet:
         rng = np.random.default_rng((self.seed, index))
         with Image.open(self.files[index]) as img:
             img = img.convert("RGB")
-            w, h = img.size
-            area = w * h * rng.uniform(0.08, 1.0)
-            ratio = np.exp(rng.uniform(np.log(3 / 4), np.log(4 / 3)))
-            cw, ch = min(w, int(round(np.sqrt(area * ratio)))), min(h, int(round(np.sqrt(area / ratio))))
-            x, y = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
-            img = img.crop((x, y, x + cw, y + ch)).resize((self.size, self.size), Image.Resampling.BILINEAR)
-            if rng.random() < 0.5:
+            if self.recipe == "standard":
+                w, h = img.size
+                area = w * h * rng.uniform(*self.area)
+                ratio = np.exp(rng.uniform(np.log(self.aspect[0]), np.log(self.aspect[1])))
+                cw, ch = min(w, int(round(np.sqrt(area * ratio)))), min(h, int(round(np.sqrt(area / ratio))))
+                x, y = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
+                img = img.crop((x, y, x + cw, y + ch))
+            img = img.resize((self.size, self.size), Image.Resampling.BILINEAR)
+            if rng.random() < self.flip:
                 img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        arr = (np.asarray(img, dtype=np.float32) / 255.0 - (0.485, 0.456, 0.406)) / (0.229, 0.224, 0.225)
+        arr = (np.asarray(img, dtype=np.float32) / 255.0 - self.mean) / self.std
         return torch.from_numpy(arr.transpose(2, 0, 1).astype(np.float32)), 0
 
 

@@ -1,0 +1,108 @@
+"""The benchmark's torch side: the Lightning step timer, and the same network trained by a plain PyTorch loop,
+on batches already on the GPU (the upper bound) or fed by the task's DALI pipeline.
+
+Both loops train what the Lightning backend trains: the task's torch side (`task.torch_target`, its
+`training_loss`), hydrali's optimizer (backends/lightning/module.py make_optimizer) at the plan's lr, the
+precision of `backend.precision` (autocast) and `backend.channels_last`.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import lightning as L
+import torch
+from hydra.utils import get_method
+from omegaconf import DictConfig
+
+from hydrali.core.bench_timing import StepWindow, time_steps
+
+AUTOCAST = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
+
+
+def synchronize() -> None:
+    """Wait for the GPU's queued work (nothing to wait for without CUDA)."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+class LightningStepTimer(L.Callback):
+    """Times `steps` training steps after `warmup` ones (CUDA synchronized at both ends), then stops the
+    fit; the images/s land in hydrali.core.bench_timing.STEP_WINDOWS[key]."""
+
+    def __init__(self, key: str, warmup: int, steps: int, images_per_step: int):
+        self.window = StepWindow(key, warmup, steps, images_per_step)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.window.step_end(synchronize):
+            trainer.should_stop = True
+
+
+class TorchLoop:
+    """The task's network trained by a plain loop: `feed` = "gpu" (one batch of random tensors already on the
+    GPU: the upper bound) or "dali" (the task's training pipeline through DALIGenericIterator)."""
+
+    def __init__(self, task, cfg: DictConfig, dataset, plan, feed: str, warmup: int, steps: int):
+        self.task, self.cfg, self.dataset, self.plan, self.feed = task, cfg, dataset, plan, feed
+        self.warmup, self.steps = warmup, steps
+        self._state = None
+
+    def _build(self):
+        from hydrali.backends.lightning.module import make_optimizer
+
+        device = torch.device("cuda")
+        torch_task = get_method(self.task.torch_target)(self.task, self.cfg.model, self.dataset,
+                                                        self.cfg.data.image_size).to(device)
+        if self.cfg.backend.channels_last:
+            torch_task.to(memory_format=torch.channels_last)
+        optimizer = make_optimizer(torch_task.parameters(), self.cfg.optim, self.plan.effective_lr)
+        precision = str(self.cfg.backend.precision)
+        scaler = torch.amp.GradScaler("cuda") if precision == "16-mixed" else None
+        return torch_task, optimizer, precision, scaler, self._batches(device)
+
+    def _batches(self, device):
+        if self.feed == "gpu":
+            size, batch = self.cfg.data.image_size, self.plan.per_replica_batch
+            fixed = {"images": torch.randn(batch, 3, size, size, device=device),
+                     "labels": torch.randint(0, self.dataset.num_classes, (batch, 1), device=device, dtype=torch.int32)}
+            while True:
+                yield fixed
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator
+
+        pipe = self.task.build_pipeline(pipeline=self.cfg.pipeline, data=self.cfg.data, model=self.cfg.model,
+                                        dataset=self.dataset, plan=self.plan, shard=self.plan.shard, layout="CHW",
+                                        is_training=True)
+        pipe.build()
+        iterator = DALIGenericIterator([pipe], list(self.task.output_names(True)))
+        while True:
+            yield next(iterator)[0]
+
+    def once(self) -> float:
+        """Images/s of `steps` optimizer steps after `warmup` (CUDA synchronized)."""
+        if self._state is None:
+            self._state = self._build()
+        torch_task, optimizer, precision, scaler, batches = self._state
+        torch_task.train()
+
+        def step():
+            batch = next(batches)
+            dtype = AUTOCAST.get(precision)
+            cast = torch.autocast("cuda", dtype=dtype) if dtype is not None else contextlib.nullcontext()
+            with cast:
+                loss, _ = torch_task.training_loss(batch)
+            optimizer.zero_grad(set_to_none=True)
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                loss.backward()
+                optimizer.step()
+            return loss
+
+        return time_steps(step, warmup=self.warmup, steps=self.steps, images_per_step=self.plan.per_replica_batch,
+                          sync=lambda out: synchronize())
+
+    def close(self) -> None:
+        """Free the network, its optimizer and the pipeline."""
+        self._state = None
+        torch.cuda.empty_cache()
