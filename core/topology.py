@@ -1,12 +1,18 @@
 """Where this process sits in the job: world size, global, local and node rank, and its shards.
 
-Read from the launcher's environment (torchrun, SLURM, Lightning's own DDP launcher) and checked
-against what the backend was asked for (replicas per node x nodes). A DALI shard is one replica.
-A process drives one replica (Lightning DDP) or several (Keras MirroredStrategy); process rank r
-with k replicas reads shards r*k .. r*k+k-1 of num_shards = world size (all replicas of the job).
+Read from the launcher's environment (torchrun, SLURM, Lightning's own DDP launcher, TensorFlow's
+TF_CONFIG) and checked against what the backend was asked for (replicas per node x nodes). A DALI
+shard is one replica. A process drives one replica (Lightning DDP, a Keras worker) or several (Keras
+MirroredStrategy); process rank r with k replicas reads shards r*k .. r*k+k-1 of num_shards = world
+size (all replicas of the job).
+
+TF_CONFIG (Keras' MultiWorkerMirroredStrategy): every worker is a "node" of its own; the chief, when the
+cluster names one, is rank 0 and the workers follow it ({"worker": [a, b]} -> ranks 0, 1;
+{"chief": [a], "worker": [b, c]} -> chief 0, worker 0 -> 1, worker 1 -> 2).
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 
@@ -58,7 +64,45 @@ def _env_int(env: dict, *names: str) -> int | None:
     return None
 
 
-LAUNCHER_VARIABLES = ("TORCHELASTIC_RUN_ID", "SLURM_PROCID", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+LAUNCHER_VARIABLES = ("TORCHELASTIC_RUN_ID", "SLURM_PROCID", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
+                      "TF_CONFIG")
+# Variables that give a rank to a process started by torchrun, SLURM or Lightning: they take precedence over TF_CONFIG
+_TORCH_OR_SLURM_RANKS = ("RANK", "LOCAL_RANK", "SLURM_PROCID")
+TRAINING_TASKS = ("chief", "worker")   # TF_CONFIG task types that train (rank order: chief first)
+EXAMPLE_TF_CONFIG = """'{"cluster": {"worker": ["host1:12345", "host2:12345"]}, "task": {"type": "worker", "index": 0}}'"""
+
+
+@dataclass(frozen=True)
+class TFWorkers:
+    """TensorFlow's multi-worker cluster as TF_CONFIG describes it: how many workers train, and this one's rank."""
+    count: int
+    rank: int
+
+
+def tf_config_workers(env: dict | None = None) -> TFWorkers | None:
+    """The training workers of TF_CONFIG (chief first, then the workers) and this process's rank among them;
+    None without TF_CONFIG, or when torchrun's or SLURM's ranks are set (those are read instead)."""
+    env = os.environ if env is None else env
+    text = env.get("TF_CONFIG", "")
+    if not text.strip() or any(env.get(name, "") != "" for name in _TORCH_OR_SLURM_RANKS):
+        return None
+    try:
+        config = json.loads(text)
+        cluster, task = config.get("cluster") or {}, config.get("task") or {}
+        kind, index = str(task.get("type", "")), int(task.get("index", 0))
+        sizes = {name: len(cluster.get(name) or ()) for name in TRAINING_TASKS}
+    except (ValueError, TypeError, AttributeError) as err:
+        raise HydraliError(f"TF_CONFIG is not TensorFlow's cluster JSON ({err}): export e.g. TF_CONFIG="
+                           + EXAMPLE_TF_CONFIG) from err
+    if kind not in TRAINING_TASKS:
+        raise HydraliError(f"TF_CONFIG's task type is {kind!r}: hydrali trains with MultiWorkerMirroredStrategy, "
+                           f"whose tasks are 'chief' or 'worker' (no 'ps' or 'evaluator')")
+    if sizes["chief"] > 1:
+        raise HydraliError(f"TF_CONFIG names {sizes['chief']} chiefs: a cluster has at most one")
+    if not 0 <= index < sizes[kind]:
+        raise HydraliError(f"TF_CONFIG's task is {kind} {index} but its cluster lists {sizes[kind]} {kind}(s)")
+    rank = index if kind == "chief" else sizes["chief"] + index
+    return TFWorkers(count=sizes["chief"] + sizes["worker"], rank=rank)
 
 
 # Launchers whose ranks hydrali does not pass on to the frameworks: (name, its world-size variable)
@@ -88,6 +132,9 @@ def is_first_process(env: dict | None = None) -> bool:
     """Whether this is the job's first process (rank 0 on node 0), known before the backend is: the
     one that does job-wide work once, such as checking the dataset's files."""
     env = dict(os.environ if env is None else env)
+    workers = tf_config_workers(env)
+    if workers is not None:
+        return workers.rank == 0
     ranks = ("RANK", "SLURM_PROCID", "LOCAL_RANK", "SLURM_LOCALID", "NODE_RANK", "GROUP_RANK", "SLURM_NODEID")
     return all((_env_int(env, name) or 0) == 0 for name in ranks)
 
@@ -98,8 +145,9 @@ def detect(replicas_per_node: int, num_nodes: int, env: dict | None = None,
     `replicas_per_process` of them in each process.
 
     Ranks come from torchrun (RANK, LOCAL_RANK, GROUP_RANK/NODE_RANK, WORLD_SIZE), SLURM
-    (SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID, SLURM_NTASKS) or Lightning's launcher
-    (LOCAL_RANK, NODE_RANK); a lone process is rank 0 of a one-node job.
+    (SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID, SLURM_NTASKS), Lightning's launcher
+    (LOCAL_RANK, NODE_RANK) or TF_CONFIG (one worker per node: global and node rank = the worker's
+    rank, chief first; local rank 0); a lone process is rank 0 of a one-node job.
     """
     env = dict(os.environ if env is None else env)
     if replicas_per_node < 1:
@@ -121,6 +169,9 @@ def detect(replicas_per_node: int, num_nodes: int, env: dict | None = None,
     world = _env_int(env, "WORLD_SIZE")
     if world is None and "SLURM_NTASKS" in env and "SLURM_PROCID" in env:
         world = _env_int(env, "SLURM_NTASKS")
+    workers = tf_config_workers(env)
+    if workers is not None:
+        global_rank, local_rank, node_rank, world = workers.rank, 0, workers.rank, workers.count
     if world is not None and world != expected_world:
         raise HydraliError(
             f"the launcher started {world} processes but the backend asks for {expected_world} "

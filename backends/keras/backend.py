@@ -10,7 +10,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_method, instantiate
 from omegaconf import DictConfig
 
-from hydrali.backends.keras import checkpoints
+from hydrali.backends.keras import checkpoints, workers
 from hydrali.backends.keras.callbacks import EpochRecorder, Throughput
 from hydrali.backends.keras.data import dali_dataset, distribute
 from hydrali.backends.keras.strategy import configure_devices, make_strategy, placement, visible_gpus  # noqa: F401
@@ -36,8 +36,13 @@ def processes_to_start(backend: DictConfig) -> int:
 
 def replicas(backend: DictConfig, device: str) -> tuple[int, int, int]:
     """Replicas per node, nodes, replicas per process: one process drives every replica of its node
-    (the GPUs TensorFlow sees, or `backend.replicas` logical CPUs on a machine without one)."""
+    (the GPUs TensorFlow sees, or `backend.replicas` logical CPUs on a machine without one); TF_CONFIG
+    workers drive one replica each, every worker counted as a node."""
     gpus = visible_gpus()
+    cluster = workers.cluster()
+    if cluster is not None:
+        workers.one_replica_per_worker(backend.replicas, gpus)
+        return 1, cluster.count, 1
     count = backend.replicas if backend.replicas is not None else max(1, gpus)
     if count < 1:
         raise HydraliError(f"backend.replicas={count}: it needs at least 1 (or null for every visible GPU)")
@@ -47,6 +52,13 @@ def replicas(backend: DictConfig, device: str) -> tuple[int, int, int]:
         raise HydraliError("DALI runs on the GPU but TensorFlow sees none: install TensorFlow with CUDA "
                            "(tensorflow[and-cuda]) or set pipeline.device=cpu")
     return count, 1, count
+
+
+def share_from_rank0(values: dict, plan: Plan) -> dict:
+    """Rank 0's `values` (JSON-able) on every TF_CONFIG worker, through the job's MultiWorkerMirroredStrategy
+    (created here: it must exist before TensorFlow runs its first op)."""
+    configure_devices(len(plan.shards), "gpu" if visible_gpus() else "cpu")
+    return workers.share_from_rank0(values, "gpu" if visible_gpus() else "cpu")
 
 
 def _keras_task(task, dataset):
@@ -83,8 +95,9 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
         output_dir: Path) -> FitResult:
     """Train `task` with one replica per shard of this process, as the plan says; checkpoint every epoch."""
     checkpoint_dir = output_dir / CHECKPOINT_DIR
+    chief = plan.global_rank == 0   # the one writer among TF_CONFIG workers (the only process otherwise)
     initial_epoch = checkpoints.epochs_done(resume_from) if resume_from is not None else 0
-    if resume_from is not None:
+    if resume_from is not None and chief:
         checkpoints.drop_later(checkpoint_dir, initial_epoch)
     keras.utils.set_random_seed(plan.seed)
     if cfg.deterministic:
@@ -112,11 +125,12 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
         recorder, throughput = EpochRecorder(record, contract.train_steps), Throughput()
         callbacks = [
             *framework.callbacks(),   # first: the task's validation metrics join the epoch's logs
-            keras.callbacks.ModelCheckpoint(str(checkpoint_dir / checkpoints.PATTERN), save_weights_only=True),
+            keras.callbacks.ModelCheckpoint(str(checkpoint_dir / checkpoints.PATTERN), save_weights_only=True)
+            if chief else workers.ThrowawayCheckpoint(),   # every worker saves, at the same point
             recorder,   # before the pruning, which keeps the best epoch of the record
-            checkpoints.PruneCheckpoints(checkpoint_dir, cfg.backend.keep_checkpoints, record, cfg.task.monitor,
-                                         str(cfg.task.mode)),
-            keras.callbacks.TensorBoard(log_dir=str(output_dir / "tensorboard")),
+            *([checkpoints.PruneCheckpoints(checkpoint_dir, cfg.backend.keep_checkpoints, record, cfg.task.monitor,
+                                            str(cfg.task.mode)),
+               keras.callbacks.TensorBoard(log_dir=str(output_dir / "tensorboard"))] if chief else []),
             ValidationPosition(), throughput, *(instantiate(spec) for spec in cfg.backend.callbacks.values()),
         ]
         try:

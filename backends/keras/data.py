@@ -21,8 +21,16 @@ def data_devices(devices: list[str], dali_device: str) -> list[str]:
 
 def distribute(strategy: tf.distribute.Strategy, devices: list[str], dali_device: str,
                replica_dataset: Callable[[int], tf.data.Dataset]):
-    """One dataset per replica, each built where its data sits: `replica_dataset(i)` for replica i."""
+    """One dataset per replica, each built where its data sits: `replica_dataset(i)` for replica i (the i-th
+    replica of this process). A TF_CONFIG worker drives one replica and reads its own dataset (PER_WORKER:
+    MultiWorkerMirroredStrategy has no PER_REPLICA)."""
     where = data_devices(devices, dali_device)
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        def worker_dataset(context: tf.distribute.InputContext) -> tf.data.Dataset:
+            with tf.device(where[0]):
+                return replica_dataset(0)
+
+        return strategy.distribute_datasets_from_function(worker_dataset)
     if len(devices) == 1:
         with tf.device(where[0]):
             return replica_dataset(0)

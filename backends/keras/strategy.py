@@ -2,8 +2,9 @@
 
 GPUs: MirroredStrategy over the first `replicas` visible GPUs. CPU: the CPU is split into
 `replicas` logical devices, so that N replicas really run (and really all-reduce) on one CPU.
-One replica: TensorFlow's default strategy. Several workers (MultiWorkerMirroredStrategy) would
-plug in here, with the worker index offsetting the shards (see hydrali.core.topology).
+One replica: TensorFlow's default strategy. Several TF_CONFIG workers: MultiWorkerMirroredStrategy
+(hydrali.backends.keras.workers), one replica per worker, the worker's rank offsetting its shard
+(hydrali.core.topology).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import contextlib
 
 import tensorflow as tf
 
+from hydrali.backends.keras import workers
 from hydrali.core.errors import HydraliError
 
 
@@ -44,7 +46,10 @@ def configure_devices(replicas: int, device: str) -> list[str]:
 
 
 def make_strategy(devices: list[str]) -> tf.distribute.Strategy:
-    """MirroredStrategy over `devices`, or the default strategy for a single replica."""
+    """MultiWorkerMirroredStrategy for TF_CONFIG workers, MirroredStrategy over `devices`, or the default strategy
+    for a single replica."""
+    if workers.cluster() is not None:
+        return workers.strategy("gpu" if devices[0].startswith("/gpu") else "cpu")
     if len(devices) == 1:
         return tf.distribute.get_strategy()
     cross_device_ops = None if devices[0].startswith("/gpu") else tf.distribute.ReductionToOneDevice()
@@ -53,5 +58,5 @@ def make_strategy(devices: list[str]) -> tf.distribute.Strategy:
 
 def placement(devices: list[str]):
     """Where the model is built and fitted: a single replica sits on its device, as its dataset does
-    (a DALIDataset on a GPU is iterated there); several replicas are placed by the strategy."""
-    return tf.device(devices[0]) if len(devices) == 1 else contextlib.nullcontext()
+    (a DALIDataset on a GPU is iterated there); several replicas, or workers, are placed by the strategy."""
+    return tf.device(devices[0]) if len(devices) == 1 and workers.cluster() is None else contextlib.nullcontext()

@@ -160,18 +160,40 @@ class SampleCount(keras.metrics.Metric):
 
 class ContractModel(keras.Model):
     """The task's network, trained by Keras' own train step and validated under core's epoch contract:
-    sample i of validation batch `val_step` on replica r counts iff val_step * batch + i < the shard's size."""
+    sample i of validation batch `val_step` on replica r counts iff val_step * batch + i < the shard's size.
+    (A replica's id in sync, counted over every worker of the job, is its shard id.)"""
 
     def __init__(self, network: keras.Model, val_shard_sizes, batch: int, on_val_batch=None, **kwargs):
         super().__init__(**kwargs)
         self.network = network
         self.on_val_batch = on_val_batch   # the task's look at each validation batch: (data, y_pred, weights)
-        self.val_shard_sizes = [int(s) for s in val_shard_sizes]   # one per replica of this process
+        self.val_shard_sizes = [int(s) for s in val_shard_sizes]   # one per shard of the job
         self.batch = int(batch)
         self.val_step = keras.Variable(0, dtype="int32", trainable=False, name="val_step")
 
     def call(self, inputs, training=False):
         return self.network(inputs, training=training)
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        """Keras builds the model's metrics from a first batch, which it reduces across replicas as one nested
+        value; MultiWorkerMirroredStrategy reduces only single tensors: take this worker's batch instead."""
+        if iterator is not None and isinstance(self.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            for _, _, it in iterator:
+                data_batch = tf.nest.map_structure(
+                    lambda value: self.distribute_strategy.experimental_local_results(value)[0], next(it))
+                break
+            iterator = None
+        super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+
+    def train_step(self, data):
+        return self._reducible(super().train_step(data))
+
+    def _reducible(self, logs: dict) -> dict:
+        """A step's logs as Keras can average them over TF_CONFIG workers: under MultiWorkerMirroredStrategy it
+        reduces along axis 0, which a scalar lacks (elsewhere it averages the replicas' scalars as they are)."""
+        if not isinstance(self.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            return logs
+        return {name: ops.reshape(value, (1,)) if len(value.shape) == 0 else value for name, value in logs.items()}
 
     def valid_mask(self):
         """1.0 for the real samples of this replica's current validation batch, 0.0 for padding."""
@@ -190,7 +212,7 @@ class ContractModel(keras.Model):
         for metric in self.metrics:
             if metric.name == "loss":
                 metric.update_state(per_sample, sample_weight=weights)   # the mean over real samples only
-        return self.compute_metrics(x, y, y_pred, sample_weight=weights)
+        return self._reducible(self.compute_metrics(x, y, y_pred, sample_weight=weights))
 
 
 class ValidationPosition(keras.callbacks.Callback):
@@ -216,7 +238,7 @@ def compile_model(*, strategy, build_network, loss, metrics, optim: DictConfig, 
     """Build the network and its optimizer inside strategy.scope() and compile them under core's contracts."""
     with strategy.scope(), dtype_policy(precision):
         network = build_network()
-        model = ContractModel(network, [contract.val_shard_size(s.shard_id) for s in plan.shards],
+        model = ContractModel(network, [contract.val_shard_size(shard) for shard in range(plan.num_shards)],
                               plan.per_replica_batch, on_val_batch)
         model(keras.ops.zeros((1, *network.input_shape[1:])))  # build the wrapper's variables
         optimizer = make_optimizer(optim, plan_schedule(plan, optim, contract.train_steps))

@@ -1,0 +1,95 @@
+"""Several Keras workers training one job: TensorFlow's MultiWorkerMirroredStrategy from TF_CONFIG.
+
+Each worker is a process started by the user with its own TF_CONFIG (as torchrun starts Lightning's ranks)
+and drives one replica: its GPU, or its CPU. TF_CONFIG's chief (or worker 0 without one) is global rank 0
+(hydrali.core.topology): it alone tracks, checkpoints and writes the run's files. The strategy is created
+once per process, before TensorFlow runs any op (collectives are configured at its start); the workers
+share rank 0's start values (run dir, drawn seed) through its all-reduce.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from hydrali.core.errors import HydraliError
+from hydrali.core.topology import TFWorkers, tf_config_workers
+
+_strategy: tf.distribute.MultiWorkerMirroredStrategy | None = None
+
+
+def cluster() -> TFWorkers | None:
+    """This process's place among TF_CONFIG's training workers, when TF_CONFIG names more than one."""
+    workers = tf_config_workers()
+    return workers if workers is not None and workers.count > 1 else None
+
+
+def strategy(device: str) -> tf.distribute.MultiWorkerMirroredStrategy:
+    """The job's MultiWorkerMirroredStrategy (created on the first call, the same one after): collectives over
+    NCCL between GPUs (`device` "gpu"), over gRPC rings between CPUs."""
+    global _strategy
+    if _strategy is None:
+        kind = tf.distribute.experimental.CommunicationImplementation
+        options = tf.distribute.experimental.CommunicationOptions(
+            implementation=kind.NCCL if device == "gpu" else kind.RING)
+        try:
+            _strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+        except (RuntimeError, ValueError) as err:
+            raise HydraliError(f"TensorFlow could not start MultiWorkerMirroredStrategy from TF_CONFIG ({err}): "
+                               f"start every worker with the same cluster and its own task index") from err
+    return _strategy
+
+
+def one_replica_per_worker(replicas: int | None, gpus: int) -> None:
+    """Refuse what a worker cannot do: MultiWorkerMirroredStrategy reads one input pipeline per worker, so a
+    worker drives one replica (one DALI shard): start one worker per GPU."""
+    if (replicas if replicas is not None else 1) != 1:
+        raise HydraliError(f"backend.replicas={replicas} with TF_CONFIG workers: each worker drives one replica "
+                           f"(one GPU or its CPU); start one worker per GPU (CUDA_VISIBLE_DEVICES) and leave "
+                           f"backend.replicas at null or 1")
+    if gpus > 1:
+        raise HydraliError(f"this TF_CONFIG worker sees {gpus} GPUs but drives one: start one worker per GPU, "
+                           f"each with CUDA_VISIBLE_DEVICES set to its own GPU")
+
+
+def share_from_rank0(values: dict, device: str) -> dict:
+    """Rank 0's `values` (JSON-able) on every worker: its JSON text, all-reduced as bytes (the others add zeros)."""
+    workers = cluster()
+    if workers is None:
+        return values
+    job = strategy(device)
+    mine = np.frombuffer(json.dumps(values).encode(), dtype=np.uint8).astype(np.int32)
+    length = int(_sum_from_first_replica(job, np.array([mine.size], np.int32), workers.rank)[0])
+    padded = np.zeros(length, np.int32)
+    padded[:min(length, mine.size)] = mine[:length]
+    text = _sum_from_first_replica(job, padded, workers.rank).astype(np.uint8).tobytes().decode()
+    return json.loads(text)
+
+
+def _sum_from_first_replica(job, values: np.ndarray, rank: int) -> np.ndarray:
+    """Rank 0's `values` on every worker: an all-reduced sum to which the other workers (one replica each)
+    add zeros."""
+    def step():
+        mine = tf.constant(values) if rank == 0 else tf.zeros(values.shape, tf.int32)
+        return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, mine)
+
+    result = job.run(tf.function(step))
+    return job.experimental_local_results(result)[0].numpy()
+
+
+class ThrowawayCheckpoint(keras.callbacks.Callback):
+    """A non-chief worker's side of the chief's per-epoch checkpoint: Keras reads some variables (metrics' sums)
+    through collectives when it saves weights, so every worker saves, at the same point; this one saves into
+    a temporary dir and deletes it (as TensorFlow's multi-worker guide does)."""
+
+    def on_epoch_end(self, epoch: int, logs=None) -> None:
+        scratch = tempfile.mkdtemp(prefix="hydrali_worker_")
+        try:
+            self.model.save_weights(os.path.join(scratch, "throwaway.weights.h5"))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,55 @@
+"""Test helpers of tests/test_keras_workers.py, plugged into hydrali as a user would (`task.keras_target=...`).
+
+`recording_classification` is the classification task's Keras side whose training loss also appends the labels
+of each training batch to the file named by $HYDRALI_TEST_LABELS (one line per batch, as tf.print writes them),
+after a first line with the seed this process trains with (Python's hash seed, which hydrali sets from it).
+"""
+from __future__ import annotations
+
+import os
+import re
+
+import tensorflow as tf
+
+from hydrali.tasks.classification.keras_task import CrossEntropy, KerasClassification
+
+RECORD_ENV = "HYDRALI_TEST_LABELS"
+
+
+class LabelRecordingLoss(CrossEntropy):
+    """Cross-entropy that appends each training batch's labels to `path` (validation calls `call` directly)."""
+
+    def __init__(self, path: str, label_smoothing: float = 0.0, **kwargs):
+        super().__init__(label_smoothing, **kwargs)
+        self.path = path
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        if sample_weight is None:   # training: Keras gives no sample weights (validation weighs out the padding)
+            tf.print(tf.reshape(y_true, [-1]), output_stream=f"file://{self.path}", summarize=-1)
+        return super().__call__(y_true, y_pred, sample_weight)
+
+
+class RecordingClassification(KerasClassification):
+    """The classification task's Keras side, with the label-recording loss."""
+
+    def __init__(self, task, path: str):
+        super().__init__(task)
+        self.path = path
+        with open(path, "a") as fh:
+            fh.write(f"seed {os.environ.get('PYTHONHASHSEED')}\n")
+
+    def loss(self):
+        """The task's cross-entropy, recording the training labels."""
+        return LabelRecordingLoss(self.path, self.task.label_smoothing)
+
+
+def recording_classification(task, dataset) -> RecordingClassification:
+    """A task.keras_target: the classification task's Keras side recording into $HYDRALI_TEST_LABELS."""
+    return RecordingClassification(task, os.environ[RECORD_ENV])
+
+
+def read_record(path) -> tuple[str, list[list[int]]]:
+    """The seed line's value and the labels of each training batch, from a file the loss wrote."""
+    lines = open(path).read().splitlines()
+    seed = lines[0].split()[1]
+    return seed, [[int(n) for n in re.findall(r"-?\d+", line)] for line in lines[1:] if line.strip()]

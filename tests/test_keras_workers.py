@@ -1,0 +1,143 @@
+"""Keras workers started by the user with their own TF_CONFIG train one job (MultiWorkerMirroredStrategy):
+each reads the shard of its rank, they agree on rank 0's run dir and seed, and the chief alone writes."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from hydrali.core.errors import HydraliError
+from hydrali.core.topology import TFWorkers, detect, is_first_process, launched_externally, tf_config_workers
+from tests.conftest import REPO, read_summary
+from tests.keras_worker_helpers import RECORD_ENV, read_record
+
+
+def tf_config(workers: list[str], kind: str, index: int, chief: str | None = None) -> str:
+    """TF_CONFIG for the task `kind` `index` of a cluster of `workers` (and a chief)."""
+    cluster = {"worker": workers, **({"chief": [chief]} if chief else {})}
+    return json.dumps({"cluster": cluster, "task": {"type": kind, "index": index}})
+
+
+def test_tf_config_maps_workers_onto_ranks_chief_first():
+    two = ["127.0.0.1:1", "127.0.0.1:2"]
+    for index in (0, 1):
+        env = {"TF_CONFIG": tf_config(two, "worker", index)}
+        topo = detect(1, 2, env)
+        assert (topo.world_size, topo.global_rank, topo.node_rank, topo.local_rank) == (2, index, index, 0)
+        assert topo.shard_ids == (index,) and topo.num_shards == 2
+        assert is_first_process(env) == (index == 0) and launched_externally(env)
+    # a chief is rank 0; the workers follow it
+    assert tf_config_workers({"TF_CONFIG": tf_config(two, "chief", 0, chief="h:0")}) == TFWorkers(count=3, rank=0)
+    assert tf_config_workers({"TF_CONFIG": tf_config(two, "worker", 1, chief="h:0")}) == TFWorkers(count=3, rank=2)
+    assert not is_first_process({"TF_CONFIG": tf_config(two, "worker", 0, chief="h:0")})
+    assert detect(1, 3, {"TF_CONFIG": tf_config(two, "worker", 0, chief="h:0")}).shard_ids == (1,)
+    # torchrun's or SLURM's ranks win over a TF_CONFIG left in the environment; none at all: no workers
+    assert tf_config_workers({"TF_CONFIG": tf_config(two, "worker", 1), "RANK": "0"}) is None
+    assert tf_config_workers({}) is None
+    with pytest.raises(HydraliError, match="'ps'"):
+        tf_config_workers({"TF_CONFIG": json.dumps({"cluster": {"ps": ["h:1"]}, "task": {"type": "ps"}})})
+    with pytest.raises(HydraliError, match="worker 2 but its cluster lists 2"):
+        tf_config_workers({"TF_CONFIG": tf_config(two, "worker", 2)})
+    with pytest.raises(HydraliError, match="not TensorFlow's cluster JSON"):
+        tf_config_workers({"TF_CONFIG": "{not json"})
+    with pytest.raises(HydraliError, match="started 2 processes"):
+        detect(1, 1, {"TF_CONFIG": tf_config(two, "worker", 0)})
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` TCP ports free on 127.0.0.1 now."""
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def one_image_per_class(root: Path, images: int) -> Path:
+    """An image folder where training image i is alone in class i (its label says which file was read)."""
+    for split in ("train", "val"):
+        for i in range(images):
+            folder = root / split / f"c{i:03d}"
+            folder.mkdir(parents=True)
+            Image.new("RGB", (16, 16), ((37 * i) % 256, (91 * i) % 256, 128)).save(folder / "0.jpg", quality=90)
+    return root
+
+
+IMAGES, BATCH = 32, 8   # 2 workers x 1 replica: shards of 16 images, 2 training steps per epoch
+# (pipeline.options.initial_fill=1: DALI's shuffle buffer draws nothing from the next pass, so one epoch reads each
+# image of a shard exactly once)
+
+
+@pytest.mark.slow
+def test_two_keras_workers_from_tf_config_train_one_epoch_on_disjoint_shards_and_the_chief_alone_writes(tmp_path):
+    data = one_image_per_class(tmp_path / "images", IMAGES)
+    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    args = ["backend=keras", "pipeline=light", "data=imagefolder", f"data.root={data}", f"data.batch_size={BATCH}",
+            "data.image_size=16", "model.widths=[8,16,32]", "pipeline.options.initial_fill=1", "epochs=1",
+            "seed=null", "task.keras_target=tests.keras_worker_helpers.recording_classification"]
+    procs = []
+    for index in (0, 1):
+        (tmp_path / f"tmp{index}").mkdir()
+        env = {**os.environ, "HYDRA_FULL_ERROR": "0", "TF_CONFIG": tf_config(workers, "worker", index),
+               RECORD_ENV: str(tmp_path / f"labels{index}.txt"), "TMPDIR": str(tmp_path / f"tmp{index}"),
+               "PYTHONPATH": str(REPO)}
+        procs.append(subprocess.Popen([sys.executable, "-m", "hydrali.core", *args], cwd=tmp_path, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        time.sleep(1.2)   # a later second: Hydra's ${now:...} run dir differs, the workers must agree on one
+    outputs = [proc.communicate(timeout=300)[0] for proc in procs]
+    for proc, out in zip(procs, outputs):
+        assert proc.returncode == 0, out[-4000:]
+
+    run_dirs = [d for d in tmp_path.glob("outputs/*/*") if d.is_dir()]
+    assert len(run_dirs) == 1, f"one run dir for the job: {run_dirs}"
+    run_dir = run_dirs[0]
+    summary = read_summary(run_dir)
+    assert summary["world_size"] == 2 and summary["global_batch"] == 2 * BATCH and summary["epochs"] == 1
+    assert [p.name for p in (run_dir / "checkpoints").glob("*.weights.h5")] == ["epoch001.weights.h5"]
+    assert (run_dir / "tensorboard").is_dir()
+    written = {name: sorted(p for p in tmp_path.rglob(name) if "mlartifacts" not in p.parts)
+               for name in ("summary.json", "*.weights.h5", "events.out.tfevents.*", "tensorboard", "checkpoints")}
+    assert all(run_dir in path.parents for paths in written.values() for path in paths), f"only the chief: {written}"
+    assert len(list(tmp_path.glob("mlartifacts/**/*.weights.h5"))) == 1, "the chief logged the best checkpoint"
+    assert not any((tmp_path / "tmp1").iterdir()), "the non-chief's throwaway checkpoint is gone"
+
+    from mlflow.tracking import MlflowClient
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("hydrali").experiment_id])
+    assert run.info.run_id == summary["mlflow_run_id"] and run.data.params["plan/world_size"] == "2"
+
+    (seed0, batches0), (seed1, batches1) = (read_record(tmp_path / f"labels{i}.txt") for i in (0, 1))
+    assert seed0 == seed1 == run.data.params["plan/seed"], "both workers train with the one seed that is logged"
+    assert len(batches0) == len(batches1) == 2 and all(len(b) == BATCH for b in batches0 + batches1)
+    read = [sorted(label for batch in batches for label in batch) for batches in (batches0, batches1)]
+    assert not set(read[0]) & set(read[1]), "the workers read disjoint samples"
+    assert sorted(read[0] + read[1]) == list(range(IMAGES)), "together they read the epoch, each image once"
+    assert read == [shard_labels(data / "train", shard, 2) for shard in (0, 1)], "worker r reads DALI's shard r"
+
+
+def shard_labels(folder: Path, shard: int, shards: int) -> list[int]:
+    """The labels in shard `shard` of `shards` of an image folder, as DALI's file reader cuts it for training
+    (it shuffles the file list once, with a fixed seed, before cutting it into shards)."""
+    from nvidia.dali import fn, pipeline_def
+
+    size = IMAGES // shards
+
+    @pipeline_def(batch_size=size, num_threads=1, device_id=None)
+    def reader():
+        _, labels = fn.readers.file(file_root=str(folder), shard_id=shard, num_shards=shards, random_shuffle=True,
+                                    stick_to_shard=True, initial_fill=1)
+        return labels
+
+    pipe = reader()
+    pipe.build()
+    (labels,) = pipe.run()
+    return sorted(int(labels.at(i)[0]) for i in range(size))
