@@ -51,6 +51,22 @@ def test_tf_config_maps_workers_onto_ranks_chief_first():
         detect(1, 1, {"TF_CONFIG": tf_config(two, "worker", 0)})
 
 
+def test_srun_tasks_are_keras_workers_ranked_by_slurm(monkeypatch):
+    from hydrali.backends.keras import workers
+
+    slurm = {"SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NODEID": "1", "SLURM_NTASKS": "4", "SLURM_NNODES": "2"}
+    assert workers.slurm_tasks(slurm) == (2, 2)
+    assert workers.slurm_tasks({**slurm, "SLURM_NTASKS": "1"}) is None, "one task: no workers"
+    assert workers.slurm_tasks({**slurm, "RANK": "3"}) is None, "torchrun inside srun: its ranks"
+    with pytest.raises(HydraliError, match="same number of tasks on every node"):
+        workers.slurm_tasks({**slurm, "SLURM_NTASKS": "3"})
+    for name, value in slurm.items():
+        monkeypatch.setenv(name, value)
+    assert workers.cluster() == TFWorkers(count=4, rank=3)
+    topo = detect(2, 2, replicas_per_process=1)
+    assert (topo.global_rank, topo.local_rank, topo.node_rank, topo.shard_ids) == (3, 1, 1, (3,))
+
+
 def free_ports(count: int) -> list[int]:
     """`count` TCP ports free on 127.0.0.1 now."""
     sockets = [socket.socket() for _ in range(count)]

@@ -42,7 +42,11 @@ def replicas(backend: DictConfig, device: str) -> tuple[int, int, int]:
     cluster = workers.cluster()
     if cluster is not None:
         workers.one_replica_per_worker(backend.replicas, gpus)
-        return 1, cluster.count, 1
+        per_node, nodes = workers.slurm_tasks() or (1, cluster.count)   # SLURM: its tasks; TF_CONFIG: a node each
+        if gpus and per_node > 1 and gpus != per_node:   # task i of a node takes the node's GPU i
+            raise HydraliError(f"{per_node} SLURM tasks per node but this task sees {gpus} GPU(s): start one task per "
+                               f"GPU of the node, each seeing all of them (no per-task GPU binding)")
+        return per_node, nodes, 1
     count = backend.replicas if backend.replicas is not None else max(1, gpus)
     if count < 1:
         raise HydraliError(f"backend.replicas={count}: it needs at least 1 (or null for every visible GPU)")
@@ -54,10 +58,16 @@ def replicas(backend: DictConfig, device: str) -> tuple[int, int, int]:
     return count, 1, count
 
 
+def _devices(plan: Plan) -> list[str]:
+    """This process's replica devices, made available (a SLURM task first picks its GPU)."""
+    workers.select_gpu(plan.local_rank)
+    return configure_devices(len(plan.shards), "gpu" if visible_gpus() else "cpu")
+
+
 def share_from_rank0(values: dict, plan: Plan) -> dict:
-    """Rank 0's `values` (JSON-able) on every TF_CONFIG worker, through the job's MultiWorkerMirroredStrategy
-    (created here: it must exist before TensorFlow runs its first op)."""
-    configure_devices(len(plan.shards), "gpu" if visible_gpus() else "cpu")
+    """Rank 0's `values` (JSON-able) on every Keras worker (TF_CONFIG's or SLURM's), through the job's
+    MultiWorkerMirroredStrategy (created here: it must exist before TensorFlow runs its first op)."""
+    _devices(plan)
     return workers.share_from_rank0(values, "gpu" if visible_gpus() else "cpu")
 
 
@@ -104,7 +114,7 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
         import tensorflow as tf
         tf.config.experimental.enable_op_determinism()
 
-    devices = configure_devices(len(plan.shards), "gpu" if visible_gpus() else "cpu")
+    devices = _devices(plan)
     strategy = make_strategy(devices)
     framework = _keras_task(task, dataset)
     contract = plan.epoch

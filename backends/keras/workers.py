@@ -1,10 +1,12 @@
-"""Several Keras workers training one job: TensorFlow's MultiWorkerMirroredStrategy from TF_CONFIG.
+"""Several Keras workers training one job: TensorFlow's MultiWorkerMirroredStrategy from TF_CONFIG or SLURM.
 
-Each worker is a process started by the user with its own TF_CONFIG (as torchrun starts Lightning's ranks)
-and drives one replica: its GPU, or its CPU. TF_CONFIG's chief (or worker 0 without one) is global rank 0
-(hydrali.core.topology): it alone tracks, checkpoints and writes the run's files. The strategy is created
-once per process, before TensorFlow runs any op (collectives are configured at its start); the workers
-share rank 0's start values (run dir, drawn seed) through its all-reduce.
+Each worker is a process started by the user with its own TF_CONFIG (as torchrun starts Lightning's ranks),
+or a task of `srun` (TensorFlow's SlurmClusterResolver: workers meet on port 8888 + the task's index on its
+node), and drives one replica: its GPU (SLURM: the node's GPU of its local task id), or its CPU. TF_CONFIG's
+chief (or worker 0 without one), or SLURM's task 0, is global rank 0 (hydrali.core.topology): it alone
+tracks, checkpoints and writes the run's files. The strategy is created once per process, before
+TensorFlow runs any op (collectives are configured at its start); the workers share rank 0's start values
+(run dir, drawn seed) through its all-reduce.
 """
 from __future__ import annotations
 
@@ -23,10 +25,38 @@ from hydrali.core.topology import TFWorkers, tf_config_workers
 _strategy: tf.distribute.MultiWorkerMirroredStrategy | None = None
 
 
+SLURM_PORT_BASE = 8888   # SlurmClusterResolver's: task i of a node listens on this port + i
+
+
+def slurm_tasks(env=None) -> tuple[int, int] | None:
+    """SLURM's tasks per node and nodes, when srun started several tasks (and no torchrun inside them)."""
+    env = os.environ if env is None else env
+    tasks = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or 1)
+    if env.get("SLURM_PROCID", "") == "" or env.get("RANK", "") != "" or tasks < 2:
+        return None
+    nodes = int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or 1)
+    if tasks % nodes:
+        raise HydraliError(f"srun started {tasks} tasks on {nodes} nodes: Keras workers need the same number of "
+                           f"tasks on every node (srun --ntasks-per-node=...)")
+    return tasks // nodes, nodes
+
+
 def cluster() -> TFWorkers | None:
-    """This process's place among TF_CONFIG's training workers, when TF_CONFIG names more than one."""
+    """This process's place among the job's workers (TF_CONFIG's, or SLURM's tasks), when there are several."""
+    slurm = slurm_tasks()
+    if slurm is not None:
+        return TFWorkers(count=slurm[0] * slurm[1], rank=int(os.environ["SLURM_PROCID"]))
     workers = tf_config_workers()
     return workers if workers is not None and workers.count > 1 else None
+
+
+def _resolver():
+    """SLURM's cluster as TensorFlow resolves it (None: TF_CONFIG's); hydrali places the GPUs itself."""
+    slurm = slurm_tasks()
+    if slurm is None:
+        return None
+    return tf.distribute.cluster_resolver.SlurmClusterResolver(
+        port_base=SLURM_PORT_BASE, gpus_per_node=slurm[0], gpus_per_task=1, auto_set_gpu=False)
 
 
 def strategy(device: str) -> tf.distribute.MultiWorkerMirroredStrategy:
@@ -37,22 +67,31 @@ def strategy(device: str) -> tf.distribute.MultiWorkerMirroredStrategy:
         kind = tf.distribute.experimental.CommunicationImplementation
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=kind.NCCL if device == "gpu" else kind.RING)
+        source = "SLURM's tasks" if slurm_tasks() else "TF_CONFIG"
         try:
-            _strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-        except (RuntimeError, ValueError) as err:
-            raise HydraliError(f"TensorFlow could not start MultiWorkerMirroredStrategy from TF_CONFIG ({err}): "
-                               f"start every worker with the same cluster and its own task index") from err
+            _strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=_resolver(),
+                                                                  communication_options=options)
+        except (RuntimeError, ValueError, KeyError) as err:
+            raise HydraliError(f"TensorFlow could not start MultiWorkerMirroredStrategy from {source} ({err}): start "
+                               f"every worker with the same cluster and its own task index") from err
     return _strategy
+
+
+def select_gpu(local_rank: int) -> None:
+    """Under SLURM, with every GPU of the node visible, let TensorFlow see only this task's (its local task id):
+    its replica's "/gpu:0". Before TensorFlow's runtime starts."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if slurm_tasks() is not None and len(gpus) > 1:
+        tf.config.set_visible_devices(gpus[local_rank], "GPU")
 
 
 def one_replica_per_worker(replicas: int | None, gpus: int) -> None:
     """Refuse what a worker cannot do: MultiWorkerMirroredStrategy reads one input pipeline per worker, so a
     worker drives one replica (one DALI shard): start one worker per GPU."""
     if (replicas if replicas is not None else 1) != 1:
-        raise HydraliError(f"backend.replicas={replicas} with TF_CONFIG workers: each worker drives one replica "
-                           f"(one GPU or its CPU); start one worker per GPU (CUDA_VISIBLE_DEVICES) and leave "
-                           f"backend.replicas at null or 1")
-    if gpus > 1:
+        raise HydraliError(f"backend.replicas={replicas} with several Keras workers: each worker drives one replica "
+                           f"(one GPU or its CPU); start one worker per GPU and leave backend.replicas at null or 1")
+    if gpus > 1 and slurm_tasks() is None:
         raise HydraliError(f"this TF_CONFIG worker sees {gpus} GPUs but drives one: start one worker per GPU, "
                            f"each with CUDA_VISIBLE_DEVICES set to its own GPU")
 
