@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass
 
 from hydrali.core.errors import HydraliError
+from hydrali.core.mpi_ranks import torchrun_variables
 
 
 @dataclass(frozen=True)
@@ -105,22 +106,6 @@ def tf_config_workers(env: dict | None = None) -> TFWorkers | None:
     return TFWorkers(count=sizes["chief"] + sizes["worker"], rank=rank)
 
 
-# Launchers whose ranks hydrali does not pass on to the frameworks: (name, its world-size variable)
-UNSUPPORTED_LAUNCHERS = (("Open MPI (mpirun)", "OMPI_COMM_WORLD_SIZE"), ("a PMI launcher (MPICH, Intel MPI)", "PMI_SIZE"))
-
-
-def _refuse_unknown_launcher(env: dict) -> None:
-    """One clear error, instead of every process training alone at rank 0, when a launcher whose ranks
-    hydrali does not read started several processes."""
-    if any(name in env for name in ("RANK", "SLURM_PROCID", "LOCAL_RANK")):
-        return   # torchrun, SLURM or hydrali's own variables are there too: those are read
-    for launcher, size in UNSUPPORTED_LAUNCHERS:
-        if (_env_int(env, size) or 1) > 1:
-            raise HydraliError(f"{env[size]} processes were started by {launcher}, whose ranks hydrali does not "
-                               f"read: start them with torchrun or srun (or export RANK, LOCAL_RANK, WORLD_SIZE, "
-                               f"MASTER_ADDR and MASTER_PORT in each)")
-
-
 def launched_externally(env: dict | None = None) -> bool:
     """Whether a launcher (torchrun, SLURM, Open MPI, a PMI launcher, or hydrali's own) started this process:
     then no framework or hydrali starts more."""
@@ -159,7 +144,7 @@ def detect(replicas_per_node: int, num_nodes: int, env: dict | None = None,
                            f"{replicas_per_process}")
     processes_per_node = replicas_per_node // replicas_per_process
     expected_world = processes_per_node * num_nodes  # processes, checked against the launcher
-    _refuse_unknown_launcher(env)
+    env.update(torchrun_variables(env))   # mpirun's or PMI's ranks; one error where they cannot be known
 
     local_rank = _env_int(env, "LOCAL_RANK", "SLURM_LOCALID") or 0
     node_rank = _env_int(env, "NODE_RANK", "GROUP_RANK", "SLURM_NODEID") or 0

@@ -95,7 +95,7 @@ def test_schedule_warms_up_linearly_then_decays_to_zero():
 
 
 @pytest.mark.parametrize("size_variable,launcher", [("OMPI_COMM_WORLD_SIZE", "Open MPI"), ("PMI_SIZE", "PMI")])
-def test_processes_of_a_launcher_whose_ranks_are_not_read_are_one_error_not_n_rank_zeros(size_variable, launcher):
+def test_mpi_processes_whose_ranks_cannot_be_known_are_one_error_not_n_rank_zeros(size_variable, launcher):
     with pytest.raises(HydraliError, match=f"4 processes were started by .*{launcher}.*torchrun or srun"):
         detect(1, 1, env={size_variable: "4", "OMPI_COMM_WORLD_RANK": "2", "PMI_RANK": "2"})
     # one process of such a launcher, or its processes with torchrun's variables exported, are read as usual
