@@ -11,3 +11,4 @@ class FitResult:
     first_epoch: int = 0            # 0-based index of the first epoch this invocation trained (>0 when resumed)
     epochs_completed: int = 0       # epochs done in total, resumed ones included
     train_seconds: float = 0.0      # time spent in training steps (validation excluded), this invocation
+    steady_images_per_second: float | None = None   # the same without each epoch's first steps (core/throughput.py)

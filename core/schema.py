@@ -263,6 +263,7 @@ class HydraliConfig:
     seed: Optional[int] = 42
     deterministic: bool = False
     epochs: int = 10
+    throughput_warmup_steps: int = 5
     ckpt_path: Optional[str] = None
     optimized_metric: str = "val/acc"
 

@@ -36,6 +36,8 @@ def build_summary(*, result: FitResult, record: RunRecord, plan: Plan, monitor: 
         "wall_seconds": round(wall_seconds, 3),
         "train_seconds": round(result.train_seconds, 3),
         "images_per_second": round(images_per_second, 1),
+        "steady_images_per_second": (round(result.steady_images_per_second, 1)
+                                     if result.steady_images_per_second is not None else None),
         "world_size": plan.world_size,
         "per_replica_batch": plan.per_replica_batch,
         "global_batch": plan.global_batch,
@@ -68,7 +70,9 @@ def format_table(summary: dict) -> str:
         ("images per epoch", f"{summary['history'][-1].get('train/images', 0):.0f} trained, "
                              f"{summary['val_images']} scored" if summary["history"] else "n/a"),
         ("wall time", f"{summary['wall_seconds']:.1f} s"),
-        ("images/s (train)", f"{summary['images_per_second']:.1f}"),
+        ("images/s (train)", f"{summary['images_per_second']:.1f} whole run, "
+                             + (f"{summary['steady_images_per_second']:.1f} steady state"
+                                if summary["steady_images_per_second"] is not None else "steady state n/a")),
         ("steps per epoch", str(summary["steps_per_epoch"])),
         ("replicas x batch", f"{summary['world_size']} x {summary['per_replica_batch']} = {summary['global_batch']}"),
         ("effective lr", f"{summary['effective_lr']:.6g}"),

@@ -78,3 +78,6 @@ def check_config(cfg: DictConfig) -> None:
     check_missing(cfg)
     check_pipeline_fits_task(cfg)
     check_options(cfg.pipeline.recipe, OmegaConf.to_container(cfg.pipeline.options, resolve=True))
+    if cfg.throughput_warmup_steps < 0:
+        raise HydraliError(f"throughput_warmup_steps={cfg.throughput_warmup_steps}: it cannot be negative (0 times "
+                           f"every step)")

@@ -50,6 +50,14 @@ def test_both_backends_take_the_same_steps_at_the_same_lr(both):
     assert lightning["history"][1]["lr/first"] == pytest.approx(0.2)
 
 
+def test_both_backends_report_whole_run_and_steady_state_throughput(both):
+    _, (lightning_out, lightning), (keras_out, keras) = both
+    for out, summary in ((lightning_out, lightning), (keras_out, keras)):
+        assert summary["images_per_second"] > 0 and summary["steady_images_per_second"] > 0
+        line = next(line for line in out.stdout.splitlines() if line.startswith("images/s (train)"))
+        assert f"{summary['steady_images_per_second']:.1f} steady state" in line
+
+
 def test_both_backends_log_the_same_params_and_metrics(both):
     tmp_path, (_, lightning), (_, keras) = both
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")

@@ -132,7 +132,8 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
                 raise HydraliError(f"ckpt_path={resume_from} does not fit this model and optimizer: {err}") from err
             log.info("resuming from %s at epoch %d", resume_from, initial_epoch + 1)
 
-        recorder, throughput = EpochRecorder(record, contract.train_steps), Throughput()
+        recorder = EpochRecorder(record, contract.train_steps)
+        throughput = Throughput(cfg.throughput_warmup_steps, plan.global_batch)
         callbacks = [
             *framework.callbacks(),   # first: the task's validation metrics join the epoch's logs
             keras.callbacks.ModelCheckpoint(str(checkpoint_dir / checkpoints.PATTERN), save_weights_only=True)
@@ -158,4 +159,5 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
         return FitResult(best_checkpoint=str(best_file) if best_file and best_file.exists() else None,
                          first_epoch=recorder.first_epoch if recorder.first_epoch is not None else initial_epoch,
                          epochs_completed=record.rows[-1]["epoch"] + 1 if record.rows else initial_epoch,
-                         train_seconds=throughput.seconds)
+                         train_seconds=throughput.clock.seconds,
+                         steady_images_per_second=throughput.clock.steady_images_per_second)

@@ -1,11 +1,10 @@
 """Keras callbacks of hydrali: each epoch's metrics into core's run record (Lightning's names), and throughput."""
 from __future__ import annotations
 
-import time
-
 import keras
 
 from hydrali.core.record import RunRecord
+from hydrali.core.throughput import StepClock
 
 
 def metric_name(keras_name: str) -> str:
@@ -49,23 +48,21 @@ class EpochRecorder(keras.callbacks.Callback):
 
 
 class Throughput(keras.callbacks.Callback):
-    """Time spent in training steps (validation excluded): with the record's train/images, the run's images/s."""
+    """Training steps timed by core's StepClock (validation excluded): the run's images/s, whole and steady."""
 
-    def __init__(self):
+    def __init__(self, warmup_steps: int, global_batch: int):
         super().__init__()
-        self.seconds = 0.0
-        self._start: float | None = None
+        self.clock = StepClock(warmup_steps)
+        self.global_batch = global_batch
 
     def on_epoch_begin(self, epoch: int, logs=None) -> None:
-        self._start = time.perf_counter()
+        self.clock.epoch_start()
+
+    def on_train_batch_end(self, batch: int, logs=None) -> None:
+        self.clock.step_end(self.global_batch)
 
     def on_test_begin(self, logs=None) -> None:
-        self._close()
+        self.clock.training_end()
 
     def on_epoch_end(self, epoch: int, logs=None) -> None:
-        self._close()
-
-    def _close(self) -> None:
-        if self._start is not None:
-            self.seconds += time.perf_counter() - self._start
-            self._start = None
+        self.clock.training_end()

@@ -129,7 +129,7 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
     # last.ckpt after every epoch (Lightning's save_last writes it only when a top-k file was saved)
     last = ModelCheckpoint(dirpath=checkpoint_dir, filename=Path(LAST).stem, save_top_k=1, monitor=None,
                            save_on_train_epoch_end=True, enable_version_counter=False)
-    recorder, throughput = EpochRecorder(record), Throughput()
+    recorder, throughput = EpochRecorder(record), Throughput(cfg.throughput_warmup_steps)
     trainer_options = OmegaConf.to_container(cfg.backend.trainer, resolve=True)
     show_bar = trainer_options.pop("enable_progress_bar", None)
     show_bar = sys.stdout.isatty() if show_bar is None else show_bar
@@ -160,7 +160,8 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
     best = checkpoint.best_model_path or last.best_model_path or None
     return FitResult(best_checkpoint=best,
                      first_epoch=recorder.first_epoch if recorder.first_epoch is not None else trainer.current_epoch,
-                     epochs_completed=trainer.current_epoch, train_seconds=throughput.seconds)
+                     epochs_completed=trainer.current_epoch, train_seconds=throughput.clock.seconds,
+                     steady_images_per_second=throughput.clock.steady_images_per_second)
 
 
 def _extra_callbacks(cfg: DictConfig) -> list[L.Callback]:

@@ -2,13 +2,12 @@
 progress bar that counts epochs from 1 (as the run log and the summary do)."""
 from __future__ import annotations
 
-import time
-
 import lightning as L
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 
 from hydrali.core.record import RunRecord
+from hydrali.core.throughput import StepClock
 
 
 class EpochRecorder(L.Callback):
@@ -52,25 +51,22 @@ class EpochRecorder(L.Callback):
 
 
 class Throughput(L.Callback):
-    """Time spent in training steps (validation excluded): with the record's train/images, the run's images/s."""
+    """Training steps timed by core's StepClock (validation excluded): the run's images/s, whole and steady."""
 
-    def __init__(self):
-        self.seconds = 0.0
-        self._epoch_start: float | None = None
+    def __init__(self, warmup_steps: int):
+        self.clock = StepClock(warmup_steps)
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
-        self._epoch_start = time.perf_counter()
+        self.clock.epoch_start()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.clock.step_end(int(next(iter(batch.values())).shape[0]) * trainer.world_size)
 
     def on_validation_start(self, trainer, pl_module) -> None:
-        self._close_epoch()
+        self.clock.training_end()
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
-        self._close_epoch()
-
-    def _close_epoch(self) -> None:
-        if self._epoch_start is not None:
-            self.seconds += time.perf_counter() - self._epoch_start
-            self._epoch_start = None
+        self.clock.training_end()
 
 
 class _RichEpochsFromOne(RichProgressBar):
