@@ -54,6 +54,13 @@ class Dtype(Choice):
     float16 = "float16"
 
 
+class CompileMode(Choice):
+    """torch.compile's modes (backend=lightning, backend.compile=true)."""
+    default = "default"
+    reduce_overhead = "reduce-overhead"
+    max_autotune = "max-autotune"
+
+
 class Optimizer(Choice):
     """The optimizers both backends build."""
     sgd = "sgd"
@@ -128,6 +135,11 @@ class PipelineConfig:
     train_last_batch: LastBatch = LastBatch.drop
     dtype: Dtype = Dtype.float
     options: Dict[str, Any] = field(default_factory=dict)
+    autotune: bool = False                     # probe num_threads (and hw_decoder_load on a GPU) before training
+    autotune_threads: List[int] = field(default_factory=list)   # num_threads candidates; empty: automatic
+    autotune_loads: List[float] = field(default_factory=lambda: [0.5, 0.8, 1.0])   # hw_decoder_load candidates
+    autotune_warmup: int = 3                   # batches run before timing, per candidate
+    autotune_batches: int = 10                 # batches timed per candidate
 
 
 @dataclass
@@ -227,6 +239,10 @@ class LightningBackendConfig:
     strategy: str = "auto"
     precision: Precision = Precision["32-true"]
     channels_last: bool = False
+    compile: bool = False
+    compile_mode: CompileMode = CompileMode.default
+    compile_fullgraph: bool = False
+    compile_dynamic: Optional[bool] = None
     save_top_k: int = 1
     callbacks: Dict[str, Any] = field(default_factory=dict)
     trainer: Dict[str, Any] = field(default_factory=dict)
@@ -241,6 +257,7 @@ class KerasBackendConfig:
     precision: Precision = Precision["32-true"]
     validation_freq: int = 1
     verbose: Any = "auto"
+    compile: bool = False
     jit_compile: bool = False
     keep_checkpoints: int = 3
     callbacks: Dict[str, Any] = field(default_factory=dict)

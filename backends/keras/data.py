@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from hydrali.core.plan import Plan
 
+LAYOUT = "HWC"   # the image layout Keras takes (also what core.autotune probes with)
 _TF_DTYPES = {"float": tf.float32, "float16": tf.float16, "int32": tf.int32, "int64": tf.int64}  # a task's output dtypes
 
 
@@ -51,7 +52,7 @@ def dali_dataset(*, task, cfg, dataset, plan: Plan, replica: int, is_training: b
     """The DALIDataset of one replica's shard (the task's outputs, NHWC images), endless: Keras counts the steps."""
     shard = plan.shards[replica]
     pipe = task.build_pipeline(pipeline=cfg.pipeline, data=cfg.data, model=cfg.model, dataset=dataset, plan=plan,
-                               shard=shard, layout="HWC", is_training=is_training)
+                               shard=shard, layout=LAYOUT, is_training=is_training)
     specs = task.output_specs(batch=plan.per_replica_batch, image_size=cfg.data.image_size,
                               image_dtype=str(cfg.pipeline.dtype), is_training=is_training, model=cfg.model)
     return dali_tf.DALIDataset(

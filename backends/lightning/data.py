@@ -7,6 +7,8 @@ from nvidia.dali.plugin.pytorch import DALIGenericIterator
 from hydrali.core.dali_errors import explain_dali_error
 from hydrali.core.epoch import EpochContract
 
+LAYOUT = "CHW"   # the image layout torch takes (also what core.autotune probes with)
+
 
 class DaliLoader:
     """An endless DALIGenericIterator as Lightning wants a loader: len() and iter() give one epoch of the
@@ -56,7 +58,7 @@ class DaliDataModule(L.LightningDataModule):
         contract: EpochContract = self.plan.epoch
         shard = self.plan.shard
         pipe = self.task.build_pipeline(pipeline=self.cfg.pipeline, data=self.cfg.data, model=self.cfg.model,
-                                        dataset=self.dataset, plan=self.plan, shard=shard, layout="CHW",
+                                        dataset=self.dataset, plan=self.plan, shard=shard, layout=LAYOUT,
                                         is_training=is_training)
         try:
             pipe.build()

@@ -1,0 +1,126 @@
+"""pipeline.autotune=true: candidates, selection, the probe on real DALI pipelines, and a run that trains with its choice."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from hydrali.core import autotune
+from hydrali.core.autotune import Setting, Trial
+from tests.conftest import SMALL_NET, read_summary
+
+QUIET = ["backend.trainer.enable_progress_bar=false", "backend.trainer.enable_model_summary=false"]
+
+
+class RecordPipelineThreads:
+    """A Lightning callback writing the num_threads of the DALI pipeline the training iterator holds, as JSON."""
+
+    def __new__(cls, path: str):
+        import lightning as L
+
+        class _Record(L.Callback):
+            def on_train_start(self, trainer, pl_module) -> None:
+                iterator = trainer.datamodule.train_dataloader().iterator
+                Path(path).write_text(json.dumps([pipe.num_threads for pipe in iterator._pipes]))
+
+        return _Record()
+
+
+def test_thread_candidates_stay_within_the_cores_without_duplicates_and_keep_the_configured_value():
+    cores = len(os.sched_getaffinity(0))
+    for configured in range(1, cores + 1):
+        values = autotune.thread_candidates(configured, cores)
+        assert configured in values and len(values) == len(set(values)) and values == sorted(values)
+        assert all(1 <= v <= cores for v in values)
+    assert autotune.thread_candidates(2, 16) == [2, 4, 8, 16]
+    assert autotune.thread_candidates(3, 16) == [2, 3, 4, 8, 16]
+    assert autotune.thread_candidates(2, 16, explicit=[4, 4, 32, 8]) == [2, 4, 8], "explicit: kept within the budget"
+    with pytest.raises(Exception, match="autotune_threads"):
+        autotune.thread_candidates(2, 16, explicit=[0])
+
+
+def test_the_core_budget_splits_a_shared_machine_between_the_node_s_pipelines():
+    assert autotune.core_budget(1, 1, cores=16, machine_cores=16) == 16
+    assert autotune.core_budget(8, 1, cores=16, machine_cores=16) == 2, "8 DDP processes share 16 cores"
+    assert autotune.core_budget(8, 1, cores=2, machine_cores=16) == 2, "a launcher bound this process to 2 cores"
+    assert autotune.core_budget(2, 2, cores=16, machine_cores=16) == 8, "one process, 2 replicas (Keras)"
+    assert autotune.core_budget(16, 1, cores=4, machine_cores=4) == 1
+
+
+def test_load_candidates_are_shares_and_keep_the_configured_value():
+    assert autotune.load_candidates(0.65, [0.5, 0.8, 1.0, 1.0]) == [0.5, 0.65, 0.8, 1.0]
+    with pytest.raises(Exception, match="not a share"):
+        autotune.load_candidates(0.65, [1.5])
+
+
+def test_pick_takes_the_fastest_complete_trial_and_the_configured_one_on_a_tie():
+    a, b, c = Setting(1, 0.65), Setting(2, 0.65), Setting(2, 1.0)
+    trials = [Trial(a, 100.0), Trial(b, 180.0), Trial(c, 0.0, complete=False)]
+    assert autotune.pick(trials, prefer=a) == b
+    assert autotune.pick([Trial(a, 100.0), Trial(b, 100.5)], prefer=a) == a, "within 1%: keep the configured"
+    assert autotune.pick([Trial(a, 100.0), Trial(b, 130.0)], prefer=a) == b
+
+
+@pytest.fixture
+def digits_source(data_dir):
+    from hydrali.core.pipelines import Source
+    from hydrali.tasks.classification.datasets import write_digits
+
+    root = write_digits(data_dir / "digits", size=32, val_fraction=0.2)
+    return Source(str(root / "train"), 0, 1, True)
+
+
+def _light(source, num_threads: int, image_size: int, batch: int = 64):
+    from hydrali.core.pipelines import make_pipeline
+
+    options = {"mean": [0.5] * 3, "std": [0.25] * 3, "initial_fill": 256}
+    pipe = make_pipeline("hydrali.tasks.classification.recipes.light", options, batch_size=batch,
+                         num_threads=num_threads, device_id=None, seed=1, prefetch_queue_depth=2, source=source,
+                         device="cpu", layout="CHW", image_size=image_size, dtype="float", hw_decoder_load=0.65)
+    pipe.build()
+    return pipe
+
+
+def test_the_probe_picks_the_faster_of_two_real_pipelines_and_tears_them_down(digits_source):
+    """Real DALI pipelines: the setting whose pipeline does ~250x the work per image (resize to 256 x 256 instead
+    of 16 x 16) is made clearly slower; the probe measures both, cuts the slow one short and picks the fast one.
+    Their worker threads are gone afterwards."""
+    fast, slow = Setting(1), Setting(2)
+    sizes = {fast: 16, slow: 256}
+    threads_before = len(os.listdir("/proc/self/task"))
+    for order in ([slow, fast], [fast, slow]):
+        trials = autotune.probe(order, lambda s: _light(digits_source, s.num_threads, sizes[s]), batch_size=64,
+                                warmup=2, batches=4)
+        assert [t.setting for t in trials] == order
+        assert autotune.pick(trials) == fast, trials
+    assert not trials[1].complete, "the slow one, probed after the fast one, is cut short"
+    assert len(os.listdir("/proc/self/task")) <= threads_before, "the probe's DALI threads are gone"
+
+
+def test_a_run_with_autotune_trains_with_the_chosen_threads(make_cfg, tmp_path, caplog):
+    """A tiny Lightning run with pipeline.autotune=true: the choice is logged in one line, is a candidate, is in the
+    MLflow run's params, and is what the training iterator's DALI pipeline runs with (read by a callback)."""
+    from mlflow.tracking import MlflowClient
+
+    from hydrali.core.runner import run
+
+    seen = tmp_path / "threads.json"
+    out = tmp_path / "run"
+    cfg = make_cfg(*SMALL_NET, *QUIET, "pipeline=light", "epochs=1", "pipeline.autotune=true",
+                   "pipeline.autotune_warmup=1", "pipeline.autotune_batches=3",
+                   f"+backend.callbacks.threads={{_target_: tests.test_autotune.RecordPipelineThreads, path: '{seen}'}}",
+                   output_dir=out)
+    cores = len(os.sched_getaffinity(0))
+    candidates = autotune.thread_candidates(cfg.pipeline.num_threads, autotune.core_budget(1, 1))
+    with caplog.at_level("INFO", logger="hydrali"):
+        run(cfg)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("autotune: ")]
+    assert len(lines) == 1 and "settings probed in" in lines[0], lines
+    params = MlflowClient(cfg.tracking.uri).get_run(read_summary(out)["mlflow_run_id"]).data.params
+    chosen = int(params["pipeline.num_threads"])
+    assert chosen in candidates and 1 <= chosen <= cores
+    assert f"num_threads {chosen} " in lines[0]
+    assert json.loads(seen.read_text()) == [chosen], "DALI trained with the chosen num_threads"
+    assert params["pipeline.autotune"] == "True"
