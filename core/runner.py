@@ -10,7 +10,7 @@ from pathlib import Path
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from hydrali.core import agreement, devices, job_context, local_launch, seeding, sweep, topology, tracking
+from hydrali.core import agreement, autotune, devices, job_context, local_launch, seeding, sweep, topology, tracking
 from hydrali.core.mpi_ranks import adopt_mpi_ranks
 from hydrali.core.checkpoints import resolve_checkpoint, write_trained_with
 from hydrali.core.epoch import make_contract
@@ -77,6 +77,8 @@ def run(cfg: DictConfig) -> float | None:
     if processes > 1:   # the job's processes, started from its resolved config (one seed, one run dir)
         local_launch.run_processes(cfg, processes, int(cfg.backend.get("num_nodes", 1)), plan.seed)
         return _optimized_value(read_summary(output_dir), cfg.optimized_metric)
+    if cfg.pipeline.autotune:   # every process probes its own DALI pipeline; the choice goes into cfg (and MLflow)
+        autotune.apply(cfg, task, dataset, plan, backend)
     seeding.seed_everything(plan.seed, cfg.deterministic)
     log.info("plan: %d replica(s) x batch %d = global batch %d; lr %g x %s(%d/%d) = %g; seed %d; "
              "rank %d reads shard %s/%d, DALI on %s; %d steps per epoch", plan.world_size, plan.per_replica_batch,
