@@ -70,10 +70,12 @@ class Choice:
     def line(self) -> str:
         """The one log line: chosen vs configured, and what the probe cost."""
         chosen, configured = self.rate(self.chosen), self.rate(self.configured)
-        gain = f", {chosen / configured:.2f}x" if chosen and configured else ""
-        was = f"{configured:,.0f} images/s" if configured else "slower"
-        return (f"autotune: {self.chosen} ({chosen or 0:,.0f} images/s{gain}; configured {self.configured}: {was}); "
-                f"{len(self.trials)} settings probed in {self.seconds:.1f} s")
+        probed = f"{len(self.trials)} settings probed in {self.seconds:.1f} s"
+        if self.chosen == self.configured:
+            return f"autotune: keeps {self.chosen} ({chosen or 0:,.0f} images/s, the fastest); {probed}"
+        was = f"{configured:,.0f} images/s, {chosen / configured:.2f}x" if chosen and configured else "slower"
+        return (f"autotune: {self.chosen} ({chosen or 0:,.0f} images/s; configured {self.configured}: {was}); "
+                f"{probed}")
 
 
 def core_budget(pipelines_on_node: int, pipelines_in_process: int, cores: int | None = None,
@@ -138,7 +140,9 @@ def measure(pipe, *, batch_size: int, warmup: int, batches: int, deadline: float
 
 def _wait_for(outputs) -> None:
     """Block until the GPU work of a batch is done: copy its smallest GPU output to the host."""
-    on_gpu = [out for out in outputs or () if hasattr(out, "as_cpu")]
+    from nvidia.dali.backend import TensorListGPU
+
+    on_gpu = [out for out in outputs or () if isinstance(out, TensorListGPU)]
     if on_gpu:
         min(on_gpu, key=lambda out: sum(_elements(s) for s in out.shape())).as_cpu()
 
@@ -151,21 +155,22 @@ def _elements(shape) -> int:
 
 
 def probe(settings: Sequence[Setting], build: Callable[[Setting], object], *, batch_size: int, warmup: int,
-          batches: int) -> list[Trial]:
+          batches: int, timed_whole: Setting | None = None, trials: Sequence[Trial] = ()) -> list[Trial]:
     """Build, time and tear down one pipeline per setting, in order; `build(setting)` returns a built pipeline.
-    A setting whose timed batches pass the best one's whole window is cut short (incomplete)."""
-    trials: list[Trial] = []
+    A setting whose timed batches pass the best one's whole window (of these or the earlier `trials`) is cut
+    short (incomplete), except `timed_whole` (the configured setting: its rate is the baseline of the log line)."""
+    done: list[Trial] = list(trials)
     for setting in settings:
-        best = max((t.images_per_s for t in trials if t.complete), default=0.0)
-        deadline = batches * batch_size / best if best else None
+        best = max((t.images_per_s for t in done if t.complete), default=0.0)
+        deadline = batches * batch_size / best if best and setting != timed_whole else None
         pipe = build(setting)
         try:
             rate, complete = measure(pipe, batch_size=batch_size, warmup=warmup, batches=batches, deadline=deadline)
         finally:
             del pipe
             release_memory()
-        trials.append(Trial(setting, rate, complete))
-    return trials
+        done.append(Trial(setting, rate, complete))
+    return done[len(trials):]
 
 
 def release_memory() -> None:
@@ -182,16 +187,15 @@ def search(configured: Setting, threads: Sequence[int], loads: Sequence[float] |
            build: Callable[[Setting], object], *, batch_size: int, warmup: int, batches: int) -> list[Trial]:
     """Coordinate search: with `loads` (GPU), each load at the most threads, then each thread count at the best
     load; without (CPU), each thread count. Every setting is probed once; returns all trials."""
-    run = dict(batch_size=batch_size, warmup=warmup, batches=batches)
+    run = dict(batch_size=batch_size, warmup=warmup, batches=batches, timed_whole=configured)
     if not loads:
         return probe([Setting(t) for t in threads], build, **run)
     trials = probe([Setting(max(threads), load) for load in loads], build, **run)
     best_load = pick(trials, prefer=Setting(max(threads), configured.hw_decoder_load)).hw_decoder_load
     rest = [Setting(t, best_load) for t in threads if t != max(threads)]
-    trials += probe(rest, build, **run)
-    if configured not in {t.setting for t in trials}:   # the configured setting is measured, for the log line
-        trials += probe([configured], build, **run)
-    return trials
+    if configured not in {*rest, *(t.setting for t in trials)}:   # measured too: the baseline of the log line
+        rest.append(configured)
+    return trials + probe(rest, build, trials=trials, **run)
 
 
 def tune(cfg: DictConfig, task, dataset, plan, backend) -> Choice:
@@ -202,6 +206,7 @@ def tune(cfg: DictConfig, task, dataset, plan, backend) -> Choice:
     if warmup < 0 or batches < 1:
         raise HydraliError(f"pipeline.autotune_warmup={warmup}, autotune_batches={batches}: "
                            f"the warm-up cannot be negative and at least one batch is timed")
+    warmup = max(warmup, int(p.prefetch_queue_depth) + 1)   # batches DALI prepared ahead are never timed
     per_node, _, _ = backend.replicas(cfg.backend, plan.device)
     budget = core_budget(per_node, len(plan.shards))
     threads = thread_candidates(int(p.num_threads), budget, list(p.autotune_threads or ()))

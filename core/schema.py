@@ -138,7 +138,7 @@ class PipelineConfig:
     autotune: bool = False                     # probe num_threads (and hw_decoder_load on a GPU) before training
     autotune_threads: List[int] = field(default_factory=list)   # num_threads candidates; empty: automatic
     autotune_loads: List[float] = field(default_factory=lambda: [0.5, 0.8, 1.0])   # hw_decoder_load candidates
-    autotune_warmup: int = 3                   # batches run before timing, per candidate
+    autotune_warmup: int = 3                   # batches run before timing (at least prefetch_queue_depth + 1)
     autotune_batches: int = 10                 # batches timed per candidate
 
 

@@ -99,6 +99,33 @@ def test_the_probe_picks_the_faster_of_two_real_pipelines_and_tears_them_down(di
     assert len(os.listdir("/proc/self/task")) <= threads_before, "the probe's DALI threads are gone"
 
 
+def test_the_gpu_search_tries_each_load_at_the_most_threads_then_the_threads_and_times_the_configured_whole(
+        digits_source):
+    """The coordinate search on real (CPU) pipelines, which take the load as a GPU decoder would and ignore it: each
+    load at the most threads, then the other thread counts at the chosen load, then the configured setting, timed
+    whole whatever the best so far (its rate is the log line's baseline)."""
+    configured = Setting(1, 0.65)
+    trials = autotune.search(configured, [1, 2], [0.5, 0.65, 1.0], lambda s: _light(digits_source, s.num_threads, 16),
+                             batch_size=64, warmup=2, batches=3)
+    settings = [t.setting for t in trials]
+    assert settings[:3] == [Setting(2, 0.5), Setting(2, 0.65), Setting(2, 1.0)]
+    best_load = autotune.pick(trials[:3], prefer=Setting(2, 0.65)).hw_decoder_load
+    assert settings[3:] == [Setting(1, best_load)] + ([configured] if best_load != 0.65 else [])
+    assert all(t.complete for t in trials if t.setting == configured)
+
+
+def test_the_probe_leaves_the_run_s_data_order_as_it_was(digits_source):
+    """The labels of a fresh training pipeline's first batches are the same before and after a probe of the same
+    recipe, shard and seed: the probe's pipelines share no state with the run's."""
+    def first_labels(pipe, batches=3):
+        return [pipe.run()[1].as_array().ravel().tolist() for _ in range(batches)]
+
+    before = first_labels(_light(digits_source, 2, 16))
+    autotune.probe([Setting(1), Setting(2)], lambda s: _light(digits_source, s.num_threads, 16), batch_size=64,
+                   warmup=2, batches=3)
+    assert first_labels(_light(digits_source, 2, 16)) == before
+
+
 def test_a_run_with_autotune_trains_with_the_chosen_threads(make_cfg, tmp_path, caplog):
     """A tiny Lightning run with pipeline.autotune=true: the choice is logged in one line, is a candidate, is in the
     MLflow run's params, and is what the training iterator's DALI pipeline runs with (read by a callback)."""
