@@ -12,3 +12,5 @@ class FitResult:
     epochs_completed: int = 0       # epochs done in total, resumed ones included
     train_seconds: float = 0.0      # time spent in training steps (validation excluded), this invocation
     steady_images_per_second: float | None = None   # the same without each epoch's first steps (core/throughput.py)
+    first_step_seconds: float | None = None   # the first epoch's start to the end of its first step (compile warm-up)
+    compiled: bool = False          # the model ran compiled (backend.compile: torch.compile or XLA)

@@ -38,6 +38,9 @@ def build_summary(*, result: FitResult, record: RunRecord, plan: Plan, monitor: 
         "images_per_second": round(images_per_second, 1),
         "steady_images_per_second": (round(result.steady_images_per_second, 1)
                                      if result.steady_images_per_second is not None else None),
+        "first_step_seconds": (round(result.first_step_seconds, 3)
+                               if result.first_step_seconds is not None else None),
+        "compiled": result.compiled,
         "world_size": plan.world_size,
         "per_replica_batch": plan.per_replica_batch,
         "global_batch": plan.global_batch,
@@ -73,6 +76,9 @@ def format_table(summary: dict) -> str:
         ("images/s (train)", f"{summary['images_per_second']:.1f} whole run, "
                              + (f"{summary['steady_images_per_second']:.1f} steady state"
                                 if summary["steady_images_per_second"] is not None else "steady state n/a")),
+        *([("first step", f"{summary['first_step_seconds']:.2f} s"
+                           + (" (compile warm-up included)" if summary.get("compiled") else ""))]
+          if summary.get("first_step_seconds") is not None else []),
         ("steps per epoch", str(summary["steps_per_epoch"])),
         ("replicas x batch", f"{summary['world_size']} x {summary['per_replica_batch']} = {summary['global_batch']}"),
         ("effective lr", f"{summary['effective_lr']:.6g}"),

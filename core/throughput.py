@@ -3,7 +3,8 @@
 Whole run: the images of every training step over the time of the training part of each epoch (from its
 start to its validation or its end). Steady state: the same with each epoch's first `warmup_steps` steps
 left out (data loaders filling, kernels chosen, the switch back from validation), timed from the end of
-the epoch's warm-up step to the end of its last training step: the figure a benchmark reports. Backends
+the epoch's warm-up step to the end of its last training step: the figure a benchmark reports. First step: the time from the first epoch's start to the end of its first step
+(loaders starting, and with backend.compile the compile warm-up), reported on its own. Backends
 call the clock from their own callbacks; timestamps are taken at step ends without a device sync.
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ class StepClock:
     seconds: float = 0.0               # training time, every step included
     steady_seconds: float = 0.0
     steady_images: int = 0
+    first_step_seconds: float | None = None   # the first epoch's start to the end of its first step
     _epoch_start: float | None = field(default=None, repr=False)
     _steps: int = field(default=0, repr=False)
     _steady_start: float | None = field(default=None, repr=False)
@@ -36,6 +38,8 @@ class StepClock:
         """A training step of `images` images (all replicas) ended."""
         now = time.perf_counter()
         self._steps += 1
+        if self.first_step_seconds is None and self._steps == 1 and self._epoch_start is not None:
+            self.first_step_seconds = now - self._epoch_start
         if self._steady_start is not None:
             self._pending_images += images
             self._last_step_end = now

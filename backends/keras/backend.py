@@ -88,11 +88,16 @@ def _compile(cfg: DictConfig, framework, strategy, dataset, plan: Plan):
     try:
         return compile_model(strategy=strategy, build_network=network, loss=framework.loss(),
                              metrics=framework.metrics(), optim=cfg.optim, plan=plan, contract=plan.epoch,
-                             precision=str(cfg.backend.precision), jit_compile=cfg.backend.jit_compile,
+                             precision=str(cfg.backend.precision), jit_compile=compiles(cfg.backend),
                              on_val_batch=framework.on_val_batch)
     except (InstantiationException, TypeError, ValueError) as err:
         raise HydraliError(f"the Keras optimizer or loss cannot be set up (optim={cfg.optim.name}, "
                            f"backend.precision={cfg.backend.precision}): {err}") from err
+
+
+def compiles(backend: DictConfig) -> bool:
+    """Whether the run asks for XLA: backend.compile, or its former name backend.jit_compile."""
+    return bool(backend.compile or backend.jit_compile)
 
 
 def _verbosity(verbose):
@@ -125,6 +130,12 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
 
     with placement(devices):  # one replica: the model sits where it computes
         model = _compile(cfg, framework, strategy, dataset, plan)
+        if compiles(cfg.backend):
+            if model.jit_compile:
+                log.info("backend.compile=true: XLA (jit_compile); the first step includes its warm-up")
+            else:
+                log.warning("backend.compile=true but Keras runs this model without XLA (deterministic=true, or a "
+                            "layer that XLA cannot compile)")
         if resume_from is not None:
             try:
                 model.load_weights(resume_from)
@@ -160,4 +171,5 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
                          first_epoch=recorder.first_epoch if recorder.first_epoch is not None else initial_epoch,
                          epochs_completed=record.rows[-1]["epoch"] + 1 if record.rows else initial_epoch,
                          train_seconds=throughput.clock.seconds,
-                         steady_images_per_second=throughput.clock.steady_images_per_second)
+                         steady_images_per_second=throughput.clock.steady_images_per_second,
+                         first_step_seconds=throughput.clock.first_step_seconds, compiled=bool(model.jit_compile))

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from hydrali.backends.lightning.agreement import share_from_rank0  # noqa: F401 (the runner's)
 from hydrali.backends.lightning.callbacks import EpochRecorder, Throughput, progress_bar
 from hydrali.backends.lightning.data import DaliDataModule
-from hydrali.backends.lightning.module import HydraliModule
+from hydrali.backends.lightning.module import HydraliModule, compile_network
 from hydrali.core import job_context, topology
 from hydrali.core.checkpoints import CHECKPOINT_DIR
 from hydrali.core.errors import HydraliError, SweepRefused
@@ -122,6 +122,11 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
     steps_per_epoch = plan.epoch.train_steps // cfg.backend.trainer.get("accumulate_grad_batches", 1)
     module = HydraliModule(_torch_task(task, cfg, dataset), cfg.optim, plan, max(1, steps_per_epoch),
                            channels_last=cfg.backend.channels_last)
+    if cfg.backend.compile:   # before the strategy wraps the module (DDP), as Lightning advises
+        compile_network(module.torch_task, mode=str(cfg.backend.compile_mode), fullgraph=cfg.backend.compile_fullgraph,
+                        dynamic=cfg.backend.compile_dynamic)
+        log.info("backend.compile=true: torch.compile (mode %s); the first step includes its warm-up",
+                 cfg.backend.compile_mode)
 
     checkpoint = ModelCheckpoint(dirpath=checkpoint_dir, filename="epoch{epoch:03d}", monitor=cfg.task.monitor,
                                  mode=str(cfg.task.mode), save_top_k=cfg.backend.save_top_k,
@@ -161,7 +166,8 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
     return FitResult(best_checkpoint=best,
                      first_epoch=recorder.first_epoch if recorder.first_epoch is not None else trainer.current_epoch,
                      epochs_completed=trainer.current_epoch, train_seconds=throughput.clock.seconds,
-                     steady_images_per_second=throughput.clock.steady_images_per_second)
+                     steady_images_per_second=throughput.clock.steady_images_per_second,
+                     first_step_seconds=throughput.clock.first_step_seconds, compiled=bool(cfg.backend.compile))
 
 
 def _extra_callbacks(cfg: DictConfig) -> list[L.Callback]:

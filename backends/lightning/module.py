@@ -5,6 +5,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig
 
+from hydrali.core.errors import HydraliError
 from hydrali.core.optimizer import ADAM_EPSILON, decays
 from hydrali.core.plan import Plan
 from hydrali.core.schedule import lr_factor
@@ -19,6 +20,22 @@ def make_optimizer(parameters, optim: DictConfig, lr: float) -> torch.optim.Opti
     if str(optim.name) == "sgd":
         return torch.optim.SGD(groups, lr=lr, momentum=optim.momentum, nesterov=optim.nesterov)
     return torch.optim.AdamW(groups, lr=lr, betas=tuple(optim.betas), eps=ADAM_EPSILON)
+
+
+def compile_network(torch_task: torch.nn.Module, *, mode: str = "default", fullgraph: bool = False,
+                    dynamic: bool | None = None) -> torch.nn.Module:
+    """torch.compile the task's network (its `model`) in place: its `forward` becomes the compiled one, with no
+    wrapper module, so the state_dict keys stay as they are and a checkpoint loads whether it was written compiled
+    or not. Training and validation both call the compiled network; the loss and metrics around it run eagerly.
+    (nn.Module.compile would compile `__call__`, which TorchDynamo skips for a network made of torch.nn containers
+    only, such as an nn.Sequential: nothing would be compiled.) Returns the network."""
+    network = getattr(torch_task, "model", None)
+    if not isinstance(network, torch.nn.Module):
+        raise HydraliError(f"backend.compile=true: the task's torch side ({type(torch_task).__name__}) keeps no "
+                           f"network in `.model` to compile: set backend.compile=false")
+    network.forward = torch.compile(network.forward, mode=None if mode == "default" else mode,
+                                    fullgraph=fullgraph, dynamic=dynamic)
+    return network
 
 
 class HydraliModule(L.LightningModule):

@@ -1,0 +1,71 @@
+"""backend.compile=true: torch.compile on Lightning, XLA on Keras; checkpoints unaffected; the first step apart."""
+import json
+
+import pytest
+import torch
+
+from hydrali.core.runner import run
+from hydrali.core.summary import format_table
+from hydrali.core.throughput import StepClock
+from tests.conftest import SMALL_NET, read_summary
+
+pytestmark = pytest.mark.slow
+# 3 batches of 120 score the 360 validation images: one shape for every step, so one graph per mode (train, eval).
+# The network without BatchNorm compiles in half the time of the small ResNet (inductor builds C++ kernels on a CPU)
+# and is an nn.Sequential, which nn.Module.compile would leave uncompiled (hydrali compiles its forward).
+TINY = [*SMALL_NET, "pipeline=light", "data.batch_size=120", "tracking=none", "data.verify=off",
+        "model._target_=tests.helpers.torch_model_without_batchnorm",
+        "model.keras_target=tests.helpers.keras_model_without_batchnorm"]
+
+
+def _checkpoint_keys(path) -> list[str]:
+    return list(torch.load(path, map_location="cpu", weights_only=True)["state_dict"])
+
+
+def test_first_step_is_timed_from_the_first_epochs_start_once():
+    clock = StepClock(warmup_steps=1)
+    clock.epoch_start()
+    assert clock.first_step_seconds is None
+    clock.step_end(8)
+    first = clock.first_step_seconds
+    assert first is not None and first >= 0
+    clock.step_end(8)
+    clock.training_end()
+    clock.epoch_start()
+    clock.step_end(8)
+    assert clock.first_step_seconds == first, "only the run's first step"
+
+
+def test_lightning_compiled_checkpoint_resumes_uncompiled_and_back(make_cfg, tmp_path):
+    out, graphs = tmp_path / "run", tmp_path / "graphs.json"
+    observe = f"+backend.callbacks.graphs={{_target_: tests.compile_helpers.RecordDynamoGraphs, path: '{graphs}'}}"
+    run(make_cfg(*TINY, "epochs=1", "backend.compile=true", observe, output_dir=out))
+    assert json.loads(graphs.read_text())["graphs"] >= 2, "TorchDynamo compiled the training and eval graphs"
+    compiled = read_summary(out)
+    assert compiled["compiled"] is True and compiled["first_step_seconds"] > 0
+    assert compiled["history"][0]["val/images"] == 360
+    assert "first step" in format_table(compiled) and "compile warm-up" in format_table(compiled)
+    compiled_keys = _checkpoint_keys(out / "checkpoints" / "last.ckpt")
+    assert not any("_orig_mod" in key for key in compiled_keys)
+
+    run(make_cfg(*TINY, "epochs=2", "ckpt_path=last", output_dir=out))
+    eager = read_summary(out)
+    assert (eager["first_epoch"], eager["epochs"], eager["compiled"]) == (1, 2, False)
+    assert eager["first_step_seconds"] > 0
+    assert _checkpoint_keys(out / "checkpoints" / "last.ckpt") == compiled_keys, "the same keys either way"
+
+    run(make_cfg(*TINY, "epochs=3", "ckpt_path=last", "backend.compile=true", output_dir=out))
+    again = read_summary(out)
+    assert (again["first_epoch"], again["epochs"], again["compiled"]) == (2, 3, True)
+    assert [row["epoch"] for row in again["history"]] == [0, 1, 2]
+
+
+def test_keras_compile_trains_with_xla(make_cfg, tmp_path):
+    out, jit = tmp_path / "keras", tmp_path / "jit.json"
+    observe = f"+backend.callbacks.jit={{_target_: tests.compile_helpers.KerasRecordJit, path: '{jit}'}}"
+    run(make_cfg(*TINY, "backend=keras", "backend.verbose=0", "epochs=1", "backend.compile=true", observe,
+                 output_dir=out))
+    assert json.loads(jit.read_text()) == {"jit_compile": True, "train_function": True}
+    summary = read_summary(out)
+    assert summary["compiled"] is True and summary["first_step_seconds"] > 0
+    assert summary["history"][0]["train/images"] == 11 * 120 and summary["history"][0]["val/images"] == 360
