@@ -212,7 +212,7 @@ def tune(cfg: DictConfig, task, dataset, plan, backend) -> Choice:
     threads = thread_candidates(int(p.num_threads), budget, list(p.autotune_threads or ()))
     gpu = plan.device == "gpu"
     loads = load_candidates(float(p.hw_decoder_load), p.autotune_loads) if gpu else None
-    configured = Setting(int(p.num_threads), float(p.hw_decoder_load) if gpu else None)
+    configured = Setting(int(p.num_threads), round(float(p.hw_decoder_load), 4) if gpu else None)
     layout = importlib.import_module(f"hydrali.backends.{cfg.backend.name}.data").LAYOUT
     shard = plan.shards[0]
 
