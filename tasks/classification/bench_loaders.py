@@ -141,7 +141,7 @@ class PilLoader:
     """The usual PyTorch loader: a DataLoader with `workers` processes doing the recipe's work with PIL.
 
     Each repeat starts its workers afresh (so that batches prepared while other loaders ran are not counted),
-    reads max(warmup, workers) batches (one round of the workers), then times max(batches, 3 x workers)."""
+    reads max(warmup, workers) batches (one round of the workers), then times max(batches, 2 x workers)."""
 
     def __init__(self, files: list[str], cfg: DictConfig, recipe: str, workers: int, warmup: int, batches: int):
         self.files, self.size, self.batch = files, cfg.data.image_size, cfg.data.batch_size
@@ -168,6 +168,6 @@ class PilLoader:
         stream = batches_forever()
         try:
             return time_steps(lambda: next(stream), warmup=max(self.warmup, self.workers),
-                              steps=max(self.batches, 3 * self.workers), images_per_step=self.batch)
+                              steps=max(self.batches, 2 * self.workers), images_per_step=self.batch)
         finally:
             stream.close()   # ends the workers now, not while the next loader is timed
