@@ -5,7 +5,8 @@
 - the lr at every step is the plan's effective lr times hydrali.core.schedule.lr_factor,
 - validation weighs each sample by hydrali.core.epoch's mask: the shard's padding counts for nothing,
 - `images` (a weighted metric) counts the samples trained on or scored,
-- backend.precision selects a Keras dtype policy (16-mixed scales the loss).
+- backend.precision selects a Keras dtype policy (16-mixed scales the loss),
+- backend.compile XLA-compiles the train step (jit_compile); validation runs without XLA.
 """
 from __future__ import annotations
 
@@ -187,6 +188,18 @@ class ContractModel(keras.Model):
 
     def train_step(self, data):
         return self._reducible(super().train_step(data))
+
+    def make_test_function(self, force=False):
+        """Keras' validation function, built without XLA even when the model is jit-compiled: XLA (backend.compile)
+        is for the train step; a task's validation may use ops that XLA cannot compile (detection's non-max
+        suppression), and it still runs as a TensorFlow graph."""
+        if not self.jit_compile:
+            return super().make_test_function(force)
+        self.jit_compile = False
+        try:
+            return super().make_test_function(force)
+        finally:
+            self.jit_compile = True
 
     def _reducible(self, logs: dict) -> dict:
         """A step's logs as Keras can average them over TF_CONFIG workers: under MultiWorkerMirroredStrategy it
