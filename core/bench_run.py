@@ -203,7 +203,8 @@ class Bench:
         task, dataset = self.task_and_data(cfg)
         self._check_steps(cfg, dataset)
         plan = one_replica_plan(cfg, dataset, "gpu")
-        what = f"{cfg.model._target_.rpartition('.')[2]} {cfg.model.get('layers', '')} {cfg.backend.precision}, batch {cfg.data.batch_size}"
+        what = (f"{cfg.model._target_.rpartition('.')[2]} {cfg.model.get('layers', '')} {cfg.backend.precision}"
+                f"{' compiled' if cfg.backend.compile else ''}, batch {cfg.data.batch_size}")
         steps = dict(warmup=t.warmup, steps=t.steps)
         pairs: list = []
         bound = self._add(pairs, Row("lightning", "train/torch/bound", f"{what}: plain loop on GPU tensors (upper bound)",

@@ -3,7 +3,8 @@ on batches already on the GPU (the upper bound) or fed by the task's DALI pipeli
 
 Both loops train what the Lightning backend trains: the task's torch side (`task.torch_target`, its
 `training_loss`), hydrali's optimizer (backends/lightning/module.py make_optimizer) at the plan's lr, the
-precision of `backend.precision` (autocast) and `backend.channels_last`.
+precision of `backend.precision` (autocast), `backend.channels_last` and, with `backend.compile=true`,
+the network compiled as the Lightning backend compiles it (the compiled bound; warm-up steps take the compile).
 """
 from __future__ import annotations
 
@@ -54,6 +55,11 @@ class TorchLoop:
                                                         self.cfg.data.image_size).to(device)
         if self.cfg.backend.channels_last:
             torch_task.to(memory_format=torch.channels_last)
+        if self.cfg.backend.compile:   # the compiled bound: the network compiled as the Lightning backend compiles it
+            from hydrali.backends.lightning.module import compile_network
+
+            b = self.cfg.backend
+            compile_network(torch_task, mode=str(b.compile_mode), fullgraph=b.compile_fullgraph, dynamic=b.compile_dynamic)
         optimizer = make_optimizer(torch_task.parameters(), self.cfg.optim, self.plan.effective_lr)
         precision = str(self.cfg.backend.precision)
         scaler = torch.amp.GradScaler("cuda") if precision == "16-mixed" else None
