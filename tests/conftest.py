@@ -77,6 +77,14 @@ def run_cli(*args: str, cwd: Path, env: dict | None = None, timeout: int = 600) 
                           text=True, timeout=timeout)
 
 
+def as_from_a_terminal() -> None:
+    """Popen's preexec_fn for a run the test presses Ctrl+C in: SIGINT as a terminal delivers it, even when the
+    tests themselves were started in the background (where a shell makes them, and their children, ignore it)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def read_summary(output_dir: Path) -> dict:
     """The summary.json a run wrote."""
     return json.loads((Path(output_dir) / "summary.json").read_text())

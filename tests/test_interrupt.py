@@ -8,7 +8,7 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import REPO, read_summary, run_cli
+from tests.conftest import REPO, as_from_a_terminal, read_summary, run_cli
 
 pytestmark = pytest.mark.slow
 QUIET = {"lightning": ["backend.trainer.enable_progress_bar=false", "backend.trainer.enable_model_summary=false"],
@@ -20,7 +20,7 @@ def test_ctrl_c_during_an_epoch_exits_130_marks_the_run_killed_and_resumes(tmp_p
     out = tmp_path / "run"
     args = [f"backend={backend}", "epochs=3", f"paths.data_dir={data_dir}", f"hydra.run.dir={out}", *QUIET[backend]]
     env = {**os.environ, "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
-    proc = subprocess.Popen([sys.executable, "-m", "hydrali.core", *args], cwd=tmp_path, env=env,
+    proc = subprocess.Popen(preexec_fn=as_from_a_terminal, args=[sys.executable, "-m", "hydrali.core", *args], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while not (out / "history.json").exists():  # written when the first epoch ends

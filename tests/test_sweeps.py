@@ -19,7 +19,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 from PIL import Image
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, as_from_a_terminal, run_cli
 
 pytestmark = pytest.mark.slow
 TINY = ["pipeline=light", "model.widths=[8,16,32]", "data.image_size=16", "backend.trainer.enable_progress_bar=false",
@@ -167,7 +167,7 @@ def test_a_diverging_job_stops_in_its_first_epoch_and_fails_the_sweep(tmp_path, 
 
 def test_ctrl_c_during_a_sweep_leaves_no_run_running(tmp_path, data_dir):
     env = {**os.environ, "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
-    proc = subprocess.Popen([sys.executable, "-m", "hydrali.core", "-m", "optim.lr=0.05,0.1", "epochs=3",
+    proc = subprocess.Popen(preexec_fn=as_from_a_terminal, args=[sys.executable, "-m", "hydrali.core", "-m", "optim.lr=0.05,0.1", "epochs=3",
                              f"paths.data_dir={data_dir}", *TINY], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
