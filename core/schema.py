@@ -258,7 +258,6 @@ class KerasBackendConfig:
     validation_freq: int = 1
     verbose: Any = "auto"
     compile: bool = False
-    jit_compile: bool = False
     keep_checkpoints: int = 3
     callbacks: Dict[str, Any] = field(default_factory=dict)
 

@@ -60,12 +60,12 @@ class KerasBound:
                 strategy=tf.distribute.get_strategy(),
                 build_network=lambda: framework.build_model(conf.model, dataset.num_classes, conf.data.image_size),
                 loss=framework.loss(), metrics=framework.metrics(), optim=conf.optim, plan=plan, contract=plan.epoch,
-                precision=str(conf.backend.precision), jit_compile=bool(conf.backend.jit_compile))
+                precision=str(conf.backend.precision), jit_compile=bool(conf.backend.compile))
             size = conf.data.image_size
             self.x = tf.random.normal((self.batch, size, size, 3))
             self.y = tf.random.uniform((self.batch, 1), maxval=dataset.num_classes, dtype=tf.int32)
         self.step = tf.function(lambda x, y: self.model.train_step((x, y)),
-                                jit_compile=bool(conf.backend.jit_compile))
+                                jit_compile=bool(conf.backend.compile))
 
     def once(self) -> float:
         """Images/s of `steps` train steps after `warmup` (the last step's loss fetched before the clock stops)."""

@@ -96,8 +96,8 @@ def _compile(cfg: DictConfig, framework, strategy, dataset, plan: Plan):
 
 
 def compiles(backend: DictConfig) -> bool:
-    """Whether the run asks for XLA: backend.compile, or its former name backend.jit_compile."""
-    return bool(backend.compile or backend.jit_compile)
+    """Whether the run asks for XLA (backend.compile)."""
+    return bool(backend.compile)
 
 
 def _verbosity(verbose):
