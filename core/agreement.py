@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from hydrali.core.errors import HydraliError
+from hydrali.core.errors import HydraliError, first_line
 from hydrali.core.local_launch import LAUNCHED_BY
 from hydrali.core.run_files import DeferredFileHandler, remove_if_empty
 
@@ -48,8 +48,7 @@ def agree(share_from_rank0, own: StartValues, plan) -> StartValues:
     except HydraliError:
         raise
     except Exception as err:   # a rank that cannot reach rank 0: one line, naming what to check
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise HydraliError(f"rank {plan.global_rank} could not get the run dir and seed from rank 0 ({first}): "
+        raise HydraliError(f"rank {plan.global_rank} could not get the run dir and seed from rank 0 ({first_line(err)}): "
                            f"check that every process was started with the same launcher settings") from err
     return StartValues(output_dir=str(shared["output_dir"]), seed=int(shared["seed"]))
 

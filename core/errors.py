@@ -8,3 +8,9 @@ class HydraliError(Exception):
 class SweepRefused(HydraliError):
     """A setting that no job of a sweep can run with: the sweep ends at once, in one line, instead of
     recording the same failure for every job."""
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of an exception's message, or the name of its type when the message is empty."""
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__

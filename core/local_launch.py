@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from hydrali.core import job_context
 from hydrali.core.errors import HydraliError

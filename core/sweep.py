@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hydrali.core import job_context, topology
-from hydrali.core.errors import HydraliError, SweepRefused
+from hydrali.core.errors import HydraliError, SweepRefused, first_line
 
 log = logging.getLogger("hydrali")
 
@@ -81,8 +81,7 @@ def one_line(err: BaseException) -> str:
     """A failure as one line: hydrali's own message, or the exception's type and first line."""
     if isinstance(err, HydraliError):
         return str(err)
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
+    return f"{type(err).__name__}: {first_line(err)}" if str(err).strip() else type(err).__name__
 
 
 def run_job(cfg, run) -> float | None:

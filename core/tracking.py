@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import urlparse
 
-from hydrali.core.errors import HydraliError
+from hydrali.core.errors import HydraliError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -180,8 +180,7 @@ def open_store(uri: str, experiment: str, artifact_location: str | None):
             client = MlflowClient(tracking_uri=uri)
             return client, _experiment_id(client, experiment, artifact_location)
     except Exception as err:  # a bad URI or an unreadable store
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise HydraliError(f"cannot open the MLflow store tracking.uri={uri}: {first}: "
+        raise HydraliError(f"cannot open the MLflow store tracking.uri={uri}: {first_line(err)}: "
                            f"fix tracking.uri or use tracking=none") from err
 
 

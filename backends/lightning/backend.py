@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 import warnings
@@ -21,7 +20,7 @@ from hydrali.backends.lightning.data import DaliDataModule
 from hydrali.backends.lightning.module import HydraliModule, compile_network
 from hydrali.core import job_context, topology
 from hydrali.core.checkpoints import CHECKPOINT_DIR
-from hydrali.core.errors import HydraliError, SweepRefused
+from hydrali.core.errors import HydraliError, SweepRefused, first_line
 from hydrali.core.plan import Plan
 from hydrali.core.record import RunRecord
 from hydrali.core.results import FitResult
@@ -73,8 +72,7 @@ def checkpoint_epochs(path: Path) -> int:
         progress = state["loops"]["fit_loop"]["epoch_progress"]["current"]
         state["state_dict"]
     except Exception as err:  # torch raises many types for a file that is not a checkpoint
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise HydraliError(f"ckpt_path={path} cannot be read as a Lightning checkpoint ({reason}): pass a .ckpt "
+        raise HydraliError(f"ckpt_path={path} cannot be read as a Lightning checkpoint ({first_line(err)}): pass a .ckpt "
                            f"file that hydrali wrote, or ckpt_path=last") from err
     return int(progress["processed"])
 
