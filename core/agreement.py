@@ -48,8 +48,8 @@ def agree(share_from_rank0, own: StartValues, plan) -> StartValues:
     except HydraliError:
         raise
     except Exception as err:   # a rank that cannot reach rank 0: one line, naming what to check
-        raise HydraliError(f"rank {plan.global_rank} could not get the run dir and seed from rank 0 ({first_line(err)}): "
-                           f"check that every process was started with the same launcher settings") from err
+        raise HydraliError(f"rank {plan.global_rank} could not share the run dir and seed with the job's other ranks "
+                           f"({first_line(err)}): check the launcher's settings, the same for every process") from err
     return StartValues(output_dir=str(shared["output_dir"]), seed=int(shared["seed"]))
 
 

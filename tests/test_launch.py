@@ -166,3 +166,34 @@ def test_processes_started_by_mpirun_train_one_job_at_their_ranks(tmp_path):
     assert read[0].isdisjoint(read[1]) and read[0] | read[1] == set(range(16)), "rank 0 and rank 1, two shards"
     (run_dir,) = [p for p in tmp_path.glob("outputs/*/*") if p.is_dir()]
     assert read_summary(run_dir)["world_size"] == 2
+
+
+def test_tasks_started_by_srun_share_rank_0s_run_dir_and_seed(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+    from tests.helpers import write_one_image_per_class
+
+    write_one_image_per_class(tmp_path / "ds", 16)
+    record = tmp_path / "record"
+    args = ["data=imagefolder", f"data.root={tmp_path / 'ds'}", "data.batch_size=4", "epochs=1", "seed=null",
+            *DDP, *TINY, "+backend.callbacks.seed={_target_: tests.helpers.RecordTorchSeed, folder: " + str(record) + "}"]
+    slurm = {"SLURM_JOB_ID": "4321", "SLURM_JOB_NAME": "train", "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2", "SLURM_NNODES": "1",
+             "SLURM_NODEID": "0", "SLURM_NODELIST": "localhost", "PYTHONPATH": str(REPO)}
+    folders = [tmp_path, tmp_path / "task1"]   # task 1 composes its config in another folder: its own run dir
+    folders[1].mkdir()
+    procs = [subprocess.Popen([sys.executable, "-m", "hydrali.core", *args], cwd=folders[rank], text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              env={**os.environ, **slurm, "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank)})
+             for rank in (0, 1)]   # as `srun --ntasks-per-node=2 hydrali ...` starts them (Lightning's SLURM environment)
+    outputs = [proc.communicate(timeout=600)[0] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], "\n".join(out[-3000:] for out in outputs)
+    run_dirs = [p for p in tmp_path.glob("**/outputs/*/*") if p.is_dir()]
+    assert len(run_dirs) == 1 and run_dirs[0].is_relative_to(tmp_path / "outputs"), run_dirs
+    assert read_summary(run_dirs[0])["world_size"] == 2 and (run_dirs[0] / "hydrali_rank1.log").is_file()
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("hydrali").experiment_id])
+    seeds = {(record / f"seed_rank{r}.txt").read_text().split()[0] for r in (0, 1)}
+    assert seeds == {run.data.params["plan/seed"]}, "both tasks train with the one seed that is logged"
