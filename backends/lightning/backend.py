@@ -118,8 +118,11 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
     datamodule = DaliDataModule(task=task, cfg=cfg, dataset=dataset, plan=plan)
     datamodule.setup("fit")
     steps_per_epoch = plan.epoch.train_steps // cfg.backend.trainer.get("accumulate_grad_batches", 1)
+    trainer_options = OmegaConf.to_container(cfg.backend.trainer, resolve=True)
+    show_bar = trainer_options.pop("enable_progress_bar", None)
+    show_bar = sys.stdout.isatty() if show_bar is None else show_bar
     module = HydraliModule(_torch_task(task, cfg, dataset), cfg.optim, plan, max(1, steps_per_epoch),
-                           channels_last=cfg.backend.channels_last)
+                           channels_last=cfg.backend.channels_last, step_loss_in_bar=show_bar)
     if cfg.backend.compile:   # before the strategy wraps the module (DDP), as Lightning advises
         compile_network(module.torch_task, mode=str(cfg.backend.compile_mode), fullgraph=cfg.backend.compile_fullgraph,
                         dynamic=cfg.backend.compile_dynamic)
@@ -133,9 +136,6 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
     last = ModelCheckpoint(dirpath=checkpoint_dir, filename=Path(LAST).stem, save_top_k=1, monitor=None,
                            save_on_train_epoch_end=True, enable_version_counter=False)
     recorder, throughput = EpochRecorder(record), Throughput(cfg.throughput_warmup_steps)
-    trainer_options = OmegaConf.to_container(cfg.backend.trainer, resolve=True)
-    show_bar = trainer_options.pop("enable_progress_bar", None)
-    show_bar = sys.stdout.isatty() if show_bar is None else show_bar
     trainer = L.Trainer(
         max_epochs=cfg.epochs, accelerator=cfg.backend.accelerator,
         devices=cfg.backend.devices, num_nodes=cfg.backend.num_nodes, strategy=cfg.backend.strategy,

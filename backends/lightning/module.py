@@ -42,18 +42,23 @@ class HydraliModule(L.LightningModule):
     """Trains `torch_task` (model + loss + metrics) with SGD/AdamW at the plan's effective lr."""
 
     def __init__(self, torch_task: torch.nn.Module, optim: DictConfig, plan: Plan, steps_per_epoch: int,
-                 channels_last: bool = False):
+                 channels_last: bool = False, step_loss_in_bar: bool = False):
         super().__init__()
         self.torch_task = torch_task
         self.optim = optim
         self.plan = plan
         self.steps_per_epoch = steps_per_epoch
+        self.step_loss_in_bar = step_loss_in_bar
         if channels_last:
             self.torch_task.to(memory_format=torch.channels_last)
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         loss, n = self.torch_task.training_loss(batch)
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=n, sync_dist=True)
+        # the epoch's mean over every process, synced once at the epoch's end (a step value with sync_dist would
+        # all-reduce at every step); a progress bar shows this process's own loss of each step
+        self.log("train/loss", loss, on_step=False, on_epoch=True, batch_size=n, sync_dist=True)
+        if self.step_loss_in_bar:
+            self.log("loss", loss, on_step=True, on_epoch=False, prog_bar=True, logger=False, batch_size=n)
         return loss
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
