@@ -22,6 +22,7 @@ from __future__ import annotations
 import gc
 import importlib
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -144,14 +145,7 @@ def _wait_for(outputs) -> None:
 
     on_gpu = [out for out in outputs or () if isinstance(out, TensorListGPU)]
     if on_gpu:
-        min(on_gpu, key=lambda out: sum(_elements(s) for s in out.shape())).as_cpu()
-
-
-def _elements(shape) -> int:
-    count = 1
-    for extent in shape:
-        count *= int(extent)
-    return count
+        min(on_gpu, key=lambda out: sum(math.prod(int(e) for e in s) for s in out.shape())).as_cpu()
 
 
 def probe(settings: Sequence[Setting], build: Callable[[Setting], object], *, batch_size: int, warmup: int,

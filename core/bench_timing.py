@@ -11,6 +11,7 @@ import time
 from typing import Callable, Iterable
 
 from hydrali.core.bench_report import Row
+from hydrali.core.errors import first_line
 
 log = logging.getLogger("hydrali")
 
@@ -42,8 +43,7 @@ def interleave(measurements: Iterable[tuple[Row, object]], repeats: int) -> None
             try:
                 value = measurement.once()
             except Exception as err:   # noqa: BLE001 - one broken measurement must not lose the others
-                reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
-                row.skipped, row.repeats = f"failed: {type(err).__name__}: {reason}", []
+                row.skipped, row.repeats = f"failed: {type(err).__name__}: {first_line(err)[:300]}", []
                 failed.add(row.key)
                 log.exception("bench: %s failed", row.label)
                 continue

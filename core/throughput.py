@@ -3,9 +3,11 @@
 Whole run: the images of every training step over the time of the training part of each epoch (from its
 start to its validation or its end). Steady state: the same with each epoch's first `warmup_steps` steps
 left out (data loaders filling, kernels chosen, the switch back from validation), timed from the end of
-the epoch's warm-up step to the end of its last training step: the figure a benchmark reports. First step: the time from the first epoch's start to the end of its first step
-(loaders starting, and with backend.compile the compile warm-up), reported on its own. Backends
-call the clock from their own callbacks; timestamps are taken at step ends without a device sync.
+the epoch's warm-up step to the end of its last training step: the figure a benchmark reports. First
+step: the time from the first epoch's start to the end of its first step (loaders starting, and with
+backend.compile the compile warm-up), reported on its own. Backends call the clock from their own
+callbacks, each step counting the plan's global batch; timestamps are taken at step ends without a
+device sync.
 """
 from __future__ import annotations
 

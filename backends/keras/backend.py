@@ -88,16 +88,11 @@ def _compile(cfg: DictConfig, framework, strategy, dataset, plan: Plan):
     try:
         return compile_model(strategy=strategy, build_network=network, loss=framework.loss(),
                              metrics=framework.metrics(), optim=cfg.optim, plan=plan, contract=plan.epoch,
-                             precision=str(cfg.backend.precision), jit_compile=compiles(cfg.backend),
+                             precision=str(cfg.backend.precision), jit_compile=cfg.backend.compile,
                              on_val_batch=framework.on_val_batch)
     except (InstantiationException, TypeError, ValueError) as err:
         raise HydraliError(f"the Keras optimizer or loss cannot be set up (optim={cfg.optim.name}, "
                            f"backend.precision={cfg.backend.precision}): {err}") from err
-
-
-def compiles(backend: DictConfig) -> bool:
-    """Whether the run asks for XLA (backend.compile)."""
-    return bool(backend.compile)
 
 
 def _verbosity(verbose):
@@ -130,7 +125,7 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
 
     with placement(devices):  # one replica: the model sits where it computes
         model = _compile(cfg, framework, strategy, dataset, plan)
-        if compiles(cfg.backend):
+        if cfg.backend.compile:
             if model.jit_compile:
                 log.info("backend.compile=true: XLA (jit_compile); the first step includes its warm-up")
             else:

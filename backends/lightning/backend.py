@@ -72,8 +72,8 @@ def checkpoint_epochs(path: Path) -> int:
         progress = state["loops"]["fit_loop"]["epoch_progress"]["current"]
         state["state_dict"]
     except Exception as err:  # torch raises many types for a file that is not a checkpoint
-        raise HydraliError(f"ckpt_path={path} cannot be read as a Lightning checkpoint ({first_line(err)}): pass a .ckpt "
-                           f"file that hydrali wrote, or ckpt_path=last") from err
+        raise HydraliError(f"ckpt_path={path} cannot be read as a Lightning checkpoint ({first_line(err)}): "
+                           f"pass a .ckpt file that hydrali wrote, or ckpt_path=last") from err
     return int(progress["processed"])
 
 
@@ -135,7 +135,7 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
     # last.ckpt after every epoch (Lightning's save_last writes it only when a top-k file was saved)
     last = ModelCheckpoint(dirpath=checkpoint_dir, filename=Path(LAST).stem, save_top_k=1, monitor=None,
                            save_on_train_epoch_end=True, enable_version_counter=False)
-    recorder, throughput = EpochRecorder(record), Throughput(cfg.throughput_warmup_steps)
+    recorder, throughput = EpochRecorder(record), Throughput(cfg.throughput_warmup_steps, plan.global_batch)
     trainer = L.Trainer(
         max_epochs=cfg.epochs, accelerator=cfg.backend.accelerator,
         devices=cfg.backend.devices, num_nodes=cfg.backend.num_nodes, strategy=cfg.backend.strategy,

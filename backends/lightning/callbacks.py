@@ -53,14 +53,15 @@ class EpochRecorder(L.Callback):
 class Throughput(L.Callback):
     """Training steps timed by core's StepClock (validation excluded): the run's images/s, whole and steady."""
 
-    def __init__(self, warmup_steps: int):
+    def __init__(self, warmup_steps: int, global_batch: int):
         self.clock = StepClock(warmup_steps)
+        self.global_batch = global_batch
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self.clock.epoch_start()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.clock.step_end(int(next(iter(batch.values())).shape[0]) * trainer.world_size)
+        self.clock.step_end(self.global_batch)   # every training batch is whole (core.epoch's contract)
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self.clock.training_end()
