@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from PIL import Image
 
 from hydrali.core.errors import HydraliError
 from hydrali.core.topology import TFWorkers, detect, is_first_process, launched_externally, tf_config_workers
 from tests.conftest import REPO, read_summary
+from tests.helpers import write_one_image_per_class
 from tests.keras_worker_helpers import RECORD_ENV, read_record
 
 
@@ -78,16 +78,6 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-def one_image_per_class(root: Path, images: int) -> Path:
-    """An image folder where training image i is alone in class i (its label says which file was read)."""
-    for split in ("train", "val"):
-        for i in range(images):
-            folder = root / split / f"c{i:03d}"
-            folder.mkdir(parents=True)
-            Image.new("RGB", (16, 16), ((37 * i) % 256, (91 * i) % 256, 128)).save(folder / "0.jpg", quality=90)
-    return root
-
-
 IMAGES, BATCH = 32, 8   # 2 workers x 1 replica: shards of 16 images, 2 training steps per epoch
 # (pipeline.options.initial_fill=1: DALI's shuffle buffer draws nothing from the next pass, so one epoch reads each
 # image of a shard exactly once)
@@ -95,7 +85,8 @@ IMAGES, BATCH = 32, 8   # 2 workers x 1 replica: shards of 16 images, 2 training
 
 @pytest.mark.slow
 def test_two_keras_workers_from_tf_config_train_one_epoch_on_disjoint_shards_and_the_chief_alone_writes(tmp_path):
-    data = one_image_per_class(tmp_path / "images", IMAGES)
+    data = tmp_path / "images"
+    write_one_image_per_class(data, IMAGES, size=16)
     workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
     args = ["backend=keras", "pipeline=light", "data=imagefolder", f"data.root={data}", f"data.batch_size={BATCH}",
             "data.image_size=16", "model.widths=[8,16,32]", "pipeline.options.initial_fill=1", "epochs=1",
