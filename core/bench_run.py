@@ -208,7 +208,7 @@ class Bench:
         steps = dict(warmup=t.warmup, steps=t.steps)
         pairs: list = []
         bound = self._add(pairs, Row("lightning", "train/torch/bound", f"{what}: plain loop on GPU tensors (upper bound)",
-                                     "gpu", short="upper bound"), TorchLoop(task, cfg, dataset, plan, "gpu", **steps))
+                                     "gpu", short="upper bound"), TorchLoop(task, cfg, dataset, plan, "tensors", **steps))
         loop = self._add(pairs, Row("lightning", "train/torch/dali", f"{what}: plain PyTorch loop fed by DALI", "gpu",
                                     (bound.key,), short="plain loop"), TorchLoop(task, cfg, dataset, plan, "dali", **steps))
         self._add(pairs, Row("lightning", "train/lightning", f"{what}: hydrali, Lightning backend", "gpu",

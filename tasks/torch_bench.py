@@ -39,8 +39,9 @@ class LightningStepTimer(L.Callback):
 
 
 class TorchLoop:
-    """The task's network trained by a plain loop: `feed` = "gpu" (one batch of random tensors already on the
-    GPU: the upper bound) or "dali" (the task's training pipeline through DALIGenericIterator)."""
+    """The task's network trained by a plain loop: `feed` = "tensors" (one batch of random tensors already on the
+    device: the upper bound) or "dali" (the task's training pipeline through DALIGenericIterator). It runs where
+    the plan puts DALI: on the GPU with "gpu", else on the CPU."""
 
     def __init__(self, task, cfg: DictConfig, dataset, plan, feed: str, warmup: int, steps: int):
         self.task, self.cfg, self.dataset, self.plan, self.feed = task, cfg, dataset, plan, feed
@@ -50,7 +51,7 @@ class TorchLoop:
     def _build(self):
         from hydrali.backends.lightning.module import make_optimizer
 
-        device = torch.device("cuda")
+        device = torch.device("cuda" if self.plan.device == "gpu" else "cpu")
         torch_task = get_method(self.task.torch_target)(self.task, self.cfg.model, self.dataset,
                                                         self.cfg.data.image_size).to(device)
         if self.cfg.backend.channels_last:
@@ -62,11 +63,11 @@ class TorchLoop:
             compile_network(torch_task, mode=str(b.compile_mode), fullgraph=b.compile_fullgraph, dynamic=b.compile_dynamic)
         optimizer = make_optimizer(torch_task.parameters(), self.cfg.optim, self.plan.effective_lr)
         precision = str(self.cfg.backend.precision)
-        scaler = torch.amp.GradScaler("cuda") if precision == "16-mixed" else None
+        scaler = torch.amp.GradScaler(device.type) if precision == "16-mixed" else None
         return torch_task, optimizer, precision, scaler, self._batches(device)
 
     def _batches(self, device):
-        if self.feed == "gpu":
+        if self.feed == "tensors":
             size, batch = self.cfg.data.image_size, self.plan.per_replica_batch
             fixed = {"images": torch.randn(batch, 3, size, size, device=device),
                      "labels": torch.randint(0, self.dataset.num_classes, (batch, 1), device=device, dtype=torch.int32)}
@@ -83,16 +84,17 @@ class TorchLoop:
             yield next(iterator)[0]
 
     def once(self) -> float:
-        """Images/s of `steps` optimizer steps after `warmup` (CUDA synchronized)."""
+        """Images/s of `steps` optimizer steps after `warmup` (CUDA synchronized on the GPU)."""
         if self._state is None:
             self._state = self._build()
         torch_task, optimizer, precision, scaler, batches = self._state
         torch_task.train()
+        where = "cuda" if self.plan.device == "gpu" else "cpu"
 
         def step():
             batch = next(batches)
             dtype = AUTOCAST.get(precision)
-            cast = torch.autocast("cuda", dtype=dtype) if dtype is not None else contextlib.nullcontext()
+            cast = torch.autocast(where, dtype=dtype) if dtype is not None else contextlib.nullcontext()
             with cast:
                 loss, _ = torch_task.training_loss(batch)
             optimizer.zero_grad(set_to_none=True)

@@ -1,11 +1,13 @@
-"""The benchmark's timed training runs (hydrali.core.bench_training), on this machine's CPU, on both backends:
-a run through hydrali itself that trains its warm-up and timed steps, then stops, and gives the timed window's
-images/s. (hydrali-bench's training sections need a GPU; these are the parts of them that do not.)"""
+"""The benchmark's training measurements on this machine's CPU (hydrali-bench's training sections need a GPU;
+these are the parts of them that do not): a timed run through hydrali itself on both backends, which trains
+its warm-up and timed steps, then stops, and gives the timed window's images/s; the plain torch loop from
+either feed; Keras' own bound."""
 from __future__ import annotations
 
 import json
 
 import pytest
+import torch
 
 from hydrali.core.bench_run import plain
 from hydrali.core.bench_training import HydraliTraining
@@ -40,3 +42,39 @@ def test_an_epoch_shorter_than_the_window_is_one_error_naming_the_settings(make_
 
     with pytest.raises(HydraliError, match=r"bench\.train\.warmup / bench\.train\.steps"):
         training.once()
+
+
+@pytest.mark.parametrize("feed", ["tensors", "dali"])
+def test_the_plain_torch_loop_trains_the_tasks_network_from_either_feed(feed, make_cfg):
+    from hydra.utils import instantiate
+
+    from hydrali.tasks.classification.bench_loaders import one_replica_plan
+    from hydrali.tasks.torch_bench import TorchLoop
+
+    cfg = make_cfg(*SMALL_NET, f"data.batch_size={BATCH}", "pipeline.device=cpu")
+    task = instantiate(cfg.task)
+    dataset = task.prepare_data(cfg.data, verify="off")
+    loop = TorchLoop(task, cfg, dataset, one_replica_plan(cfg, dataset, "cpu"), feed, warmup=1, steps=2)
+
+    first = loop.once()
+    network = loop._state[0]
+    before = [p.detach().clone() for p in network.parameters()]
+    second = loop.once()
+
+    assert first > 0 and second > 0
+    assert any(not torch.equal(b, p.detach()) for b, p in zip(before, network.parameters()))   # it trained
+    loop.close()
+
+
+def test_keras_own_bound_trains_the_keras_model_on_tensors(make_cfg):
+    from hydra.utils import instantiate
+
+    from hydrali.tasks.keras_bench import KerasBound
+
+    cfg = make_cfg("backend=keras", *SMALL_NET, f"data.batch_size={BATCH}")
+    task = instantiate(cfg.task)
+    bound = KerasBound(cfg, task, task.prepare_data(cfg.data, verify="off"), warmup=1, steps=2)
+    before = [w.numpy().copy() for w in bound.model.trainable_variables]
+
+    assert bound.once() > 0
+    assert any((b != w.numpy()).any() for b, w in zip(before, bound.model.trainable_variables))
