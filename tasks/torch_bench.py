@@ -46,12 +46,13 @@ class TorchLoop:
     def __init__(self, task, cfg: DictConfig, dataset, plan, feed: str, warmup: int, steps: int):
         self.task, self.cfg, self.dataset, self.plan, self.feed = task, cfg, dataset, plan, feed
         self.warmup, self.steps = warmup, steps
+        self.device = torch.device("cuda" if plan.device == "gpu" else "cpu")
         self._state = None
 
     def _build(self):
         from hydrali.backends.lightning.module import make_optimizer
 
-        device = torch.device("cuda" if self.plan.device == "gpu" else "cpu")
+        device = self.device
         torch_task = get_method(self.task.torch_target)(self.task, self.cfg.model, self.dataset,
                                                         self.cfg.data.image_size).to(device)
         if self.cfg.backend.channels_last:
@@ -89,12 +90,11 @@ class TorchLoop:
             self._state = self._build()
         torch_task, optimizer, precision, scaler, batches = self._state
         torch_task.train()
-        where = "cuda" if self.plan.device == "gpu" else "cpu"
 
         def step():
             batch = next(batches)
             dtype = AUTOCAST.get(precision)
-            cast = torch.autocast(where, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+            cast = torch.autocast(self.device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
             with cast:
                 loss, _ = torch_task.training_loss(batch)
             optimizer.zero_grad(set_to_none=True)
