@@ -1,8 +1,10 @@
 """The benchmark's results: one row per measurement (its repeats, median and ratios), the table and the JSON.
 
-A row holds every repeat's images/s; its figure is their median. A row may name baselines (other rows
-of the same run, by key): its ratio against each is median / the baseline's median. A section that could
-not run on this machine is a row with no figures and a reason, so that an absence is always visible.
+A row holds every repeat's images/s; its figure is their median. Training rows timed step by step also hold each
+repeat's images/s at its median step (the table's "at the median step"): a window slower than its median step
+had steps that waited, as for a batch that arrived late. A row may name baselines (other rows of the same run,
+by key): its ratio against each is median / the baseline's median. A section that could not run on this machine
+is a row with no figures and a reason, so that an absence is always visible.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ SECTION_TITLES = {
     "loaders": "1 loaders", "cpu": "4 cpu-only", "lightning": "2 lightning", "keras": "3 keras",
     "detection": "5 detection",
 }
-COLUMNS = ("section", "measurement", "device", "images/s (median)", "ratio vs baselines")
+COLUMNS = ("section", "measurement", "device", "images/s (median)", "at the median step", "ratio vs baselines")
 
 
 @dataclass
@@ -27,6 +29,7 @@ class Row:
     device: str
     baselines: tuple[str, ...] = ()
     repeats: list[float] = field(default_factory=list)
+    step_repeats: list[float] = field(default_factory=list)   # each repeat's images/s at its median step, where timed
     skipped: str | None = None     # why it did not run (no GPU, no TensorFlow, ...)
     notes: dict = field(default_factory=dict)   # settings worth recording (threads, batch, precision, ...)
     short: str = ""                # how ratios against this row name it (its label when empty)
@@ -40,6 +43,11 @@ class Row:
     def median(self) -> float | None:
         """The median of the repeats' images/s (None when it did not run)."""
         return statistics.median(self.repeats) if self.repeats else None
+
+    @property
+    def median_step(self) -> float | None:
+        """The median over the repeats of the images/s at each one's median step (None where not timed)."""
+        return statistics.median(self.step_repeats) if self.step_repeats else None
 
 
 class Report:
@@ -81,10 +89,11 @@ class Report:
                     continue
                 title = SECTION_TITLES.get(section, section)
                 if row.skipped is not None:
-                    lines.append(f"| {title} | {row.label} | {row.device} | skipped: {row.skipped} | |")
+                    lines.append(f"| {title} | {row.label} | {row.device} | skipped: {row.skipped} | - | |")
                     continue
                 ratios = ", ".join(f"{v:.2f}x {name}" for name, v in self.ratios(row).items()) or "(baseline)"
-                lines.append(f"| {title} | {row.label} | {row.device} | {row.median:,.0f} | {ratios} |")
+                step = f"{row.median_step:,.0f}" if row.median_step is not None else "-"
+                lines.append(f"| {title} | {row.label} | {row.device} | {row.median:,.0f} | {step} | {ratios} |")
         return "\n".join(lines)
 
     def to_json(self, meta: dict) -> dict:
@@ -94,6 +103,7 @@ class Report:
             rows.append({
                 "section": row.section, "key": row.key, "measurement": row.label, "device": row.device,
                 "images_per_s": row.median, "repeats": row.repeats, "skipped": row.skipped,
+                "median_step_images_per_s": row.median_step, "step_repeats": row.step_repeats,
                 "short": row.name, "ratios": self.ratios(row), "baselines": list(row.baselines),
                 "notes": {k: v for k, v in row.notes.items() if k != "also_in"},
                 "sections": [row.section, *row.notes.get("also_in", ())],

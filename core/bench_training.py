@@ -43,8 +43,8 @@ class HydraliTraining:
                 cfg.backend.verbose = 0
         return cfg
 
-    def once(self) -> float:
-        """Images/s of one run's timed window of steps."""
+    def once(self):
+        """One run's timed window of steps (its Timing: images/s, and at the median step where timed)."""
         from hydrali.core.runner import run
 
         self.repeat += 1

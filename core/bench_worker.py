@@ -21,6 +21,8 @@ def _serve(conn) -> None:
     """The worker's loop: ("build", id, factory, kwargs) | ("once", id) | ("close", id) | None (exit)."""
     from hydra.utils import get_method
 
+    from hydrali.core.bench_timing import as_timing
+
     built: dict = {}
     while True:
         message = conn.recv()
@@ -33,7 +35,7 @@ def _serve(conn) -> None:
                 built[ident] = get_method(factory)(**kwargs)
                 conn.send(("ok", None))
             elif kind == "once":
-                conn.send(("ok", float(built[ident].once())))
+                conn.send(("ok", as_timing(built[ident].once())))
             elif kind == "close":
                 measurement = built.pop(ident, None)
                 if measurement is not None and hasattr(measurement, "close"):
@@ -103,8 +105,8 @@ class Remote:
         self.worker, self.factory, self.kwargs = worker, factory, kwargs
         self.ident: int | None = None
 
-    def once(self) -> float:
-        """One timed repeat, in the worker."""
+    def once(self):
+        """One timed repeat, in the worker (its Timing)."""
         if self.ident is None:
             self.ident = self.worker.new_id()
             self.worker.call("build", self.ident, self.factory, self.kwargs)

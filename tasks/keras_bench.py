@@ -10,7 +10,7 @@ from __future__ import annotations
 import keras
 from omegaconf import DictConfig, OmegaConf
 
-from hydrali.core.bench_timing import StepWindow, time_steps
+from hydrali.core.bench_timing import StepWindow, Timing, time_steps
 
 
 def prepare(cfg: dict, device: str = "gpu"):
@@ -28,7 +28,7 @@ def prepare(cfg: dict, device: str = "gpu"):
 
 class KerasStepTimer(keras.callbacks.Callback):
     """Times `steps` training steps after `warmup` ones (each end synchronized by reading a weight the step
-    updated), then stops the fit; the images/s land in hydrali.core.bench_timing.STEP_WINDOWS[key]."""
+    updated), then stops the fit; its Timing (images/s) lands in hydrali.core.bench_timing.STEP_WINDOWS[key]."""
 
     def __init__(self, key: str, warmup: int, steps: int, images_per_step: int):
         super().__init__()
@@ -67,7 +67,7 @@ class KerasBound:
         self.step = tf.function(lambda x, y: self.model.train_step((x, y)),
                                 jit_compile=bool(conf.backend.compile))
 
-    def once(self) -> float:
+    def once(self) -> Timing:
         """Images/s of `steps` train steps after `warmup` (the last step's loss fetched before the clock stops)."""
         import tensorflow as tf
 

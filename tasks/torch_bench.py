@@ -15,7 +15,7 @@ import torch
 from hydra.utils import get_method
 from omegaconf import DictConfig
 
-from hydrali.core.bench_timing import StepWindow, time_steps
+from hydrali.core.bench_timing import HostStamp, StepWindow, time_steps
 
 AUTOCAST = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 
@@ -26,15 +26,32 @@ def synchronize() -> None:
         torch.cuda.synchronize()
 
 
+class CudaStamp:
+    """A point on the GPU's own timeline: a CUDA event recorded on the current stream (no synchronization)."""
+
+    def __init__(self):
+        self.event = torch.cuda.Event(enable_timing=True)
+        self.event.record()
+
+    def seconds_since(self, earlier: "CudaStamp") -> float:
+        """Seconds from `earlier` to this point (both events completed: read after a synchronize)."""
+        return earlier.event.elapsed_time(self.event) / 1e3
+
+
+def step_stamp(device: torch.device):
+    """How the torch loops mark each step's end on `device`: CUDA events on a GPU, the host's clock on the CPU."""
+    return CudaStamp if device.type == "cuda" else HostStamp
+
+
 class LightningStepTimer(L.Callback):
-    """Times `steps` training steps after `warmup` ones (CUDA synchronized at both ends), then stops the
-    fit; the images/s land in hydrali.core.bench_timing.STEP_WINDOWS[key]."""
+    """Times `steps` training steps after `warmup` ones (CUDA synchronized at both ends, each step's end marked),
+    then stops the fit; the Timing lands in hydrali.core.bench_timing.STEP_WINDOWS[key]."""
 
     def __init__(self, key: str, warmup: int, steps: int, images_per_step: int):
         self.window = StepWindow(key, warmup, steps, images_per_step)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self.window.step_end(synchronize):
+        if self.window.step_end(synchronize, step_stamp(pl_module.device)):
             trainer.should_stop = True
 
 
@@ -84,8 +101,9 @@ class TorchLoop:
         while True:
             yield next(iterator)[0]
 
-    def once(self) -> float:
-        """Images/s of `steps` optimizer steps after `warmup` (CUDA synchronized on the GPU)."""
+    def once(self):
+        """The Timing of `steps` optimizer steps after `warmup` (CUDA synchronized on the GPU, each step's end
+        marked)."""
         if self._state is None:
             self._state = self._build()
         torch_task, optimizer, precision, scaler, batches = self._state
@@ -108,7 +126,7 @@ class TorchLoop:
             return loss
 
         return time_steps(step, warmup=self.warmup, steps=self.steps, images_per_step=self.plan.per_replica_batch,
-                          sync=lambda out: synchronize())
+                          sync=lambda out: synchronize(), stamp=step_stamp(self.device))
 
     def close(self) -> None:
         """Free the network, its optimizer and the pipeline."""

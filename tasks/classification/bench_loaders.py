@@ -1,5 +1,5 @@
 """What `hydrali-bench` times of the classification loaders (sections 1 and 4): each is a measurement whose
-`once()` reads warm-up batches, then times `batches` batches and returns images/s.
+`once()` reads warm-up batches, then times `batches` batches and returns their Timing (images/s).
 
 - RawDali: the recipe's DALI pipeline, `pipeline.run()` (the same operators, no framework plugin);
 - LightningLayer: hydrali's Lightning data layer (DaliDataModule's loader over DALIGenericIterator);
@@ -13,7 +13,7 @@ from functools import cached_property
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hydrali.core.bench_timing import time_steps
+from hydrali.core.bench_timing import Timing, time_steps
 from hydrali.core.epoch import make_contract
 from hydrali.core.plan import Plan, make_plan
 from hydrali.core.topology import detect
@@ -53,7 +53,7 @@ class RawDali:
         pipe.build()
         return pipe
 
-    def once(self) -> float:
+    def once(self) -> Timing:
         """Images/s of pipe.run() (on the GPU: until the last batch's images are computed)."""
         pipe = self.pipe
         sync = (lambda out: out[0][0].as_cpu()) if self.device == "gpu" else (lambda out: None)
@@ -77,7 +77,7 @@ class LightningLayer:
         while True:
             yield from loader
 
-    def once(self) -> float:
+    def once(self) -> Timing:
         """Images/s of the loader Lightning trains from (CUDA synchronized)."""
         import torch
 
@@ -107,7 +107,7 @@ class KerasLayer:
         self.warmup, self.batches = warmup, batches
         self._pull = None
 
-    def once(self) -> float:
+    def once(self) -> Timing:
         """Images/s of the DALIDataset Keras trains from (the last batch fetched before the clock stops)."""
         import tensorflow as tf
 
@@ -149,7 +149,7 @@ class PilLoader:
         self.recipe, self.workers, self.warmup, self.batches = recipe, workers, warmup, batches
         self._repeat = 0
 
-    def once(self) -> float:
+    def once(self) -> Timing:
         """Images/s of one fresh DataLoader epoch stream."""
         import torch
         from torch.utils.data import DataLoader
