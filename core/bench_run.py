@@ -110,6 +110,9 @@ class Bench:
     def run(self) -> Report:
         """Measure every configured section, in order (1 and 4 together: they share their baselines)."""
         sections = [str(s) for s in self.bench.sections]
+        if self.bench.train.warmup < 1:
+            raise HydraliError(f"bench.train.warmup={self.bench.train.warmup}: a training run's timer starts after a "
+                               f"warm-up step, so it needs at least 1")
         try:
             if "loaders" in sections or "cpu" in sections:
                 self.loaders(sections)

@@ -60,7 +60,7 @@ def median_step_rate(stamps: list, images_per_step: int) -> float | None:
 def time_steps(step: Callable[[], object], *, warmup: int, steps: int, images_per_step: int,
                sync: Callable[[object], None] = lambda out: None,
                stamp: Callable[[], Stamp] | None = None) -> Timing:
-    """Images/s of `steps` calls of `step` after `warmup` calls; `sync(last output)` waits for the device
+    """The Timing of `steps` calls of `step` after `warmup` calls; `sync(last output)` waits for the device
     before each reading of the clock (CUDA synchronize, a value fetched from the GPU). With `stamp`, each
     step's end is marked too, for the images/s at the median step."""
     out = None
@@ -90,7 +90,8 @@ def interleave(measurements: Iterable[tuple[Row, object]], repeats: int) -> None
             try:
                 timing = as_timing(measurement.once())
             except Exception as err:   # noqa: BLE001 - one broken measurement must not lose the others
-                row.skipped, row.repeats = f"failed: {type(err).__name__}: {first_line(err)[:300]}", []
+                row.skipped = f"failed: {type(err).__name__}: {first_line(err)[:300]}"
+                row.repeats, row.step_repeats = [], []
                 failed.add(row.key)
                 log.exception("bench: %s failed", row.label)
                 continue

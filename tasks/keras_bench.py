@@ -68,7 +68,7 @@ class KerasBound:
                                 jit_compile=bool(conf.backend.compile))
 
     def once(self) -> Timing:
-        """Images/s of `steps` train steps after `warmup` (the last step's loss fetched before the clock stops)."""
+        """The Timing (images/s) of `steps` train steps after `warmup` (the last step's loss fetched before the clock stops)."""
         import tensorflow as tf
 
         with tf.device("/gpu:0"):

@@ -1,5 +1,5 @@
 """The benchmark's torch side: the Lightning step timer, and the same network trained by a plain PyTorch loop,
-on batches already on the GPU (the upper bound) or fed by the task's DALI pipeline.
+on batches already on the device (the upper bound) or fed by the task's DALI pipeline.
 
 Both loops train what the Lightning backend trains: the task's torch side (`task.torch_target`, its
 `training_loss`), hydrali's optimizer (backends/lightning/module.py make_optimizer) at the plan's lr, the
@@ -126,7 +126,8 @@ class TorchLoop:
             return loss
 
         return time_steps(step, warmup=self.warmup, steps=self.steps, images_per_step=self.plan.per_replica_batch,
-                          sync=lambda out: synchronize(), stamp=step_stamp(self.device))
+                          sync=lambda out: synchronize() if self.device.type == "cuda" else None,
+                          stamp=step_stamp(self.device))
 
     def close(self) -> None:
         """Free the network, its optimizer and the pipeline."""

@@ -87,3 +87,12 @@ def test_json_holds_every_repeat_its_median_and_the_ratios(bench_run):
     cpu = by_section["cpu"]
     assert {r["device"] for r in cpu} == {"cpu"} and len(cpu) == 4
     assert any(r["measurement"].startswith("raw DALI ssd, CPU operators") for r in by_section["detection"])
+
+
+def test_a_training_window_without_a_warm_up_step_is_one_error_naming_the_setting(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "hydrali.core.bench_cli", f"hydra.run.dir={tmp_path}/run",
+                           "bench.train.warmup=0", "bench.sections=[cpu]"], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()   # one line, naming the setting and what it takes
+    assert line.startswith("hydrali-bench: error: bench.train.warmup=0") and "at least 1" in line

@@ -3,13 +3,14 @@ marked (a scripted clock stands in for the host's or the GPU's, so that the figu
 from __future__ import annotations
 
 import pytest
+import torch
 
 from hydrali.core.bench_report import Report, Row
 from hydrali.core.bench_timing import STEP_WINDOWS, StepWindow, Timing, interleave, time_steps
 
 
 class ScriptedClock:
-    """Stamps at the times a test scripts: each stamp() takes the next one."""
+    """Stamps at the times a test scripts: each stamp() takes the next one (and fails when none is left)."""
 
     def __init__(self, times: list[float]):
         self.times = iter(times)
@@ -26,12 +27,13 @@ class ScriptedStamp:
         return self.at - earlier.at
 
 
-def test_the_median_step_leaves_out_a_step_that_waited():
-    # steps of 1, 1, 5 and 1 s of 10 images each: the median step is 1 s (10 images/s), whatever the window took
-    clock = ScriptedClock([0.0, 1.0, 2.0, 7.0, 8.0])
+def test_the_median_step_is_over_every_timed_step_and_only_those():
+    # 4 timed steps of 1, 1, 5 and 5 s, 10 images each: the median step is 3 s (with a stamp too few it would be
+    # 1 or 5 s); the warm-up steps are not stamped
+    clock = ScriptedClock([0.0, 1.0, 2.0, 7.0, 12.0])
     timing = time_steps(lambda: None, warmup=2, steps=4, images_per_step=10, stamp=clock.stamp)
-    assert timing.median_step_images_per_s == pytest.approx(10.0)
-    assert timing.images_per_s > 0
+    assert timing.median_step_images_per_s == pytest.approx(10 / 3)
+    assert next(clock.times, None) is None   # every scripted stamp taken
 
 
 def test_a_window_without_stamps_has_no_median_step():
@@ -65,3 +67,44 @@ def test_a_row_keeps_each_repeats_median_step_and_the_table_shows_their_median()
     assert row.repeats == [90.0, 80.0, 95.0] and row.step_repeats == [100.0, 120.0, 110.0]
     assert report.table(["lightning"]).splitlines()[-1] == "| 2 lightning | a training loop | gpu | 90 | 110 | (baseline) |"
     assert report.to_json({})["rows"][0]["median_step_images_per_s"] == 110.0
+
+
+def test_a_measurement_that_fails_keeps_no_figures_of_its_earlier_repeats():
+    class FailsSecond:
+        """Times its first repeat, then fails."""
+
+        def __init__(self):
+            self.repeats = 0
+
+        def once(self) -> Timing:
+            self.repeats += 1
+            if self.repeats == 2:
+                raise RuntimeError("out of memory")
+            return Timing(90.0, 100.0)
+
+    report = Report()
+    row, _ = report.add(Row("lightning", "train", "a training loop", "gpu"))
+    interleave([(row, FailsSecond())], repeats=3)
+    assert row.skipped.startswith("failed: RuntimeError: out of memory")
+    json_row = report.to_json({})["rows"][0]
+    assert json_row["images_per_s"] is None and json_row["median_step_images_per_s"] is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA events need a GPU")
+def test_cuda_stamps_time_steps_on_the_gpu_and_leave_out_a_step_that_waited():
+    import time
+
+    from hydrali.tasks.torch_bench import CudaStamp
+
+    x = torch.randn(2048, 2048, device="cuda")
+    calls = iter(range(100))
+
+    def step():   # the same GPU work each step; the third timed step also waits 0.5 s on the host
+        if next(calls) == 4:
+            time.sleep(0.5)
+        return x @ x
+
+    timing = time_steps(step, warmup=2, steps=5, images_per_step=1, sync=lambda out: torch.cuda.synchronize(),
+                        stamp=CudaStamp)
+    assert 1 / timing.median_step_images_per_s < 0.1               # the median step: GPU time of one matmul
+    assert timing.median_step_images_per_s > 2 * timing.images_per_s   # the window includes the host's wait

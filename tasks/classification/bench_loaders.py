@@ -54,7 +54,7 @@ class RawDali:
         return pipe
 
     def once(self) -> Timing:
-        """Images/s of pipe.run() (on the GPU: until the last batch's images are computed)."""
+        """The Timing (images/s) of pipe.run() (on the GPU: until the last batch's images are computed)."""
         pipe = self.pipe
         sync = (lambda out: out[0][0].as_cpu()) if self.device == "gpu" else (lambda out: None)
         return time_steps(pipe.run, warmup=self.warmup, steps=self.batches, images_per_step=pipe.max_batch_size,
@@ -78,7 +78,7 @@ class LightningLayer:
             yield from loader
 
     def once(self) -> Timing:
-        """Images/s of the loader Lightning trains from (CUDA synchronized)."""
+        """The Timing (images/s) of the loader Lightning trains from (CUDA synchronized)."""
         import torch
 
         from hydrali.backends.lightning.data import DaliDataModule
@@ -108,7 +108,7 @@ class KerasLayer:
         self._pull = None
 
     def once(self) -> Timing:
-        """Images/s of the DALIDataset Keras trains from (the last batch fetched before the clock stops)."""
+        """The Timing (images/s) of the DALIDataset Keras trains from (the last batch fetched before the clock stops)."""
         import tensorflow as tf
 
         from hydrali.backends.keras.data import dali_dataset
@@ -150,7 +150,7 @@ class PilLoader:
         self._repeat = 0
 
     def once(self) -> Timing:
-        """Images/s of one fresh DataLoader epoch stream."""
+        """The Timing (images/s) of one fresh DataLoader epoch stream."""
         import torch
         from torch.utils.data import DataLoader
 
