@@ -1,7 +1,7 @@
 """How the benchmark times things: over steps, after a warm-up, synchronized, repeated and interleaved.
 
-A measurement is an object with `once()` -> images/s or a Timing (one warmed-up, timed window; a Timing also
-holds the images/s at the window's median step) and optionally `close()`. `interleave` runs repeat 1 of every
+A measurement is an object with `once()` -> Timing (one warmed-up, timed window: its images/s, and at its
+median step where its steps are timed one by one) and optionally `close()`. `interleave` runs repeat 1 of every
 measurement, then repeat 2 of every one, and so on, so that a drift of the (shared, noisy) machine hits every
 measurement alike; each figure is then the median.
 """
@@ -25,11 +25,6 @@ class Timing:
     timed one by one). A window slower than its median step had steps that waited, e.g. for a late batch."""
     images_per_s: float
     median_step_images_per_s: float | None = None
-
-
-def as_timing(value) -> Timing:
-    """A measurement's result as a Timing (a bare number is images/s over the window)."""
-    return value if isinstance(value, Timing) else Timing(float(value))
 
 
 class Stamp(Protocol):
@@ -88,7 +83,7 @@ def interleave(measurements: Iterable[tuple[Row, object]], repeats: int) -> None
             if row.key in failed:
                 continue
             try:
-                timing = as_timing(measurement.once())
+                timing = measurement.once()
             except Exception as err:   # noqa: BLE001 - one broken measurement must not lose the others
                 row.skipped = f"failed: {type(err).__name__}: {first_line(err)[:300]}"
                 row.repeats, row.step_repeats = [], []

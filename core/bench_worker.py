@@ -21,8 +21,6 @@ def _serve(conn) -> None:
     """The worker's loop: ("build", id, factory, kwargs) | ("once", id) | ("close", id) | None (exit)."""
     from hydra.utils import get_method
 
-    from hydrali.core.bench_timing import as_timing
-
     built: dict = {}
     while True:
         message = conn.recv()
@@ -35,7 +33,7 @@ def _serve(conn) -> None:
                 built[ident] = get_method(factory)(**kwargs)
                 conn.send(("ok", None))
             elif kind == "once":
-                conn.send(("ok", as_timing(built[ident].once())))
+                conn.send(("ok", built[ident].once()))
             elif kind == "close":
                 measurement = built.pop(ident, None)
                 if measurement is not None and hasattr(measurement, "close"):

@@ -20,10 +20,10 @@ from hydrali.core.bench_timing import HostStamp, StepWindow, time_steps
 AUTOCAST = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 
 
-def synchronize() -> None:
-    """Wait for the GPU's queued work (nothing to wait for without CUDA)."""
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+def synchronize(device: torch.device) -> None:
+    """Wait for `device`'s queued work (nothing to wait for on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 class CudaStamp:
@@ -51,7 +51,8 @@ class LightningStepTimer(L.Callback):
         self.window = StepWindow(key, warmup, steps, images_per_step)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self.window.step_end(synchronize, step_stamp(pl_module.device)):
+        device = pl_module.device
+        if self.window.step_end(lambda: synchronize(device), step_stamp(device)):
             trainer.should_stop = True
 
 
@@ -126,7 +127,7 @@ class TorchLoop:
             return loss
 
         return time_steps(step, warmup=self.warmup, steps=self.steps, images_per_step=self.plan.per_replica_batch,
-                          sync=lambda out: synchronize() if self.device.type == "cuda" else None,
+                          sync=lambda out: synchronize(self.device),
                           stamp=step_stamp(self.device))
 
     def close(self) -> None:
