@@ -20,7 +20,6 @@ seeds and data order are those it would have had without the probe.
 from __future__ import annotations
 
 import gc
-import importlib
 import logging
 import math
 import os
@@ -207,7 +206,7 @@ def tune(cfg: DictConfig, task, dataset, plan, backend) -> Choice:
     gpu = plan.device == "gpu"
     loads = load_candidates(float(p.hw_decoder_load), p.autotune_loads) if gpu else None
     configured = Setting(int(p.num_threads), round(float(p.hw_decoder_load), 4) if gpu else None)
-    layout = importlib.import_module(f"hydrali.backends.{cfg.backend.name}.data").LAYOUT
+    layout = backend.LAYOUT
     shard = plan.shards[0]
 
     def build(setting: Setting):

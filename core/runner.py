@@ -61,13 +61,14 @@ def run(cfg: DictConfig) -> float | None:
     # before the backend loads, so that bad data fails in a second; files are checked by one process only
     dataset = task.prepare_data(cfg.data, verify=cfg.data.verify if topology.is_first_process() else "off")
     backend = load_backend(cfg.backend.name)
-    plan = build_plan(cfg, backend, dataset, seeding.resolve_seed(cfg.seed, announce=False))
+    plan = build_plan(cfg, backend, dataset, seeding.resolve_seed(cfg.seed))
     if agreement.needed(plan.world_size // len(plan.shards)):   # torchrun, srun, TF_CONFIG: rank 0 decides
         agreed = agreement.agree(backend.share_from_rank0, agreement.StartValues(str(output_dir), plan.seed), plan)
         agreement.move_to_run_dir(output_dir, Path(agreed.output_dir), plan.global_rank)
         output_dir = Path(agreed.output_dir)
         cfg.paths.output_dir = agreed.output_dir
-        plan = build_plan(cfg, backend, dataset, agreed.seed)
+        if agreed.seed != plan.seed:   # a seed drawn by this rank (seed=null): rank 0's instead
+            plan = build_plan(cfg, backend, dataset, agreed.seed)
     if cfg.seed is None and plan.global_rank == 0:
         seeding.announce_drawn(plan.seed)
     trained_with = _trained_with(cfg, dataset)

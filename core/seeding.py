@@ -17,12 +17,11 @@ _DALI_SEED_MULTIPLIER = 1_000_003  # a prime, so that nearby seeds give unrelate
 _DALI_SEED_MODULUS = 2**31
 
 
-def resolve_seed(seed: int | None, announce: bool = True) -> int:
-    """Return `seed`, or a freshly drawn one when it is None (logged, with `announce`). 0 is a seed like any other."""
+def resolve_seed(seed: int | None) -> int:
+    """Return `seed`, or a freshly drawn one when it is None (the runner logs it: announce_drawn). 0 is a seed like
+    any other."""
     if seed is None:
         seed = secrets.randbelow(2**31)
-        if announce:
-            announce_drawn(seed)
     return int(seed)
 
 

@@ -62,3 +62,9 @@ class StepClock:
     def steady_images_per_second(self) -> float | None:
         """Images per second in steady state; None when no epoch ran past its warm-up steps."""
         return self.steady_images / self.steady_seconds if self.steady_seconds > 0 else None
+
+    def fit_fields(self) -> dict:
+        """What a backend's FitResult takes from this clock: train_seconds, steady_images_per_second and
+        first_step_seconds."""
+        return {"train_seconds": self.seconds, "steady_images_per_second": self.steady_images_per_second,
+                "first_step_seconds": self.first_step_seconds}

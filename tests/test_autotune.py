@@ -126,6 +126,7 @@ def test_the_probe_leaves_the_run_s_data_order_as_it_was(digits_source):
     assert first_labels(_light(digits_source, 2, 16)) == before
 
 
+@pytest.mark.slow
 def test_a_run_with_autotune_trains_with_the_chosen_threads(make_cfg, tmp_path, caplog):
     """A tiny Lightning run with pipeline.autotune=true: the choice is logged in one line, is a candidate, is in the
     MLflow run's params, and is what the training iterator's DALI pipeline runs with (read by a callback)."""

@@ -6,7 +6,6 @@ import torch
 
 from hydrali.core.runner import run
 from hydrali.core.summary import format_table
-from hydrali.core.throughput import StepClock
 from tests.conftest import SMALL_NET, read_summary
 
 pytestmark = pytest.mark.slow
@@ -20,20 +19,6 @@ TINY = [*SMALL_NET, "pipeline=light", "data.batch_size=120", "tracking=none", "d
 
 def _checkpoint_keys(path) -> list[str]:
     return list(torch.load(path, map_location="cpu", weights_only=True)["state_dict"])
-
-
-def test_first_step_is_timed_from_the_first_epochs_start_once():
-    clock = StepClock(warmup_steps=1)
-    clock.epoch_start()
-    assert clock.first_step_seconds is None
-    clock.step_end(8)
-    first = clock.first_step_seconds
-    assert first is not None and first >= 0
-    clock.step_end(8)
-    clock.training_end()
-    clock.epoch_start()
-    clock.step_end(8)
-    assert clock.first_step_seconds == first, "only the run's first step"
 
 
 def test_lightning_compiled_checkpoint_resumes_uncompiled_and_back(make_cfg, tmp_path):

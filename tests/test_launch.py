@@ -58,7 +58,7 @@ def test_a_job_runs_through_the_submitit_launcher_of_the_slurm_config_group(tmp_
     assert child.info.status == "FINISHED" and read_summary(job)["epochs"] == 1
 
 
-def _torchrun_node(node_rank: int, port: int, args: list[str], cwd, env: dict):
+def _torchrun_node(node_rank: int, port: int, args: list[str], cwd):
     """One node of a two-node job on 127.0.0.1: torchrun starting one hydrali process."""
     import os
     import subprocess
@@ -66,7 +66,7 @@ def _torchrun_node(node_rank: int, port: int, args: list[str], cwd, env: dict):
 
     from tests.conftest import REPO
 
-    full_env = {**os.environ, "HYDRA_FULL_ERROR": "0", **env,
+    full_env = {**os.environ, "HYDRA_FULL_ERROR": "0",
                 "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
                f"--node-rank={node_rank}", "--master-addr=127.0.0.1", f"--master-port={port}",
@@ -87,10 +87,10 @@ def test_two_nodes_started_by_torchrun_read_disjoint_shards_into_one_run_dir_and
             "+backend.callbacks.labels={_target_: tests.helpers.RecordTrainingLabels, folder: " + str(record) + "}",
             "+backend.callbacks.seed={_target_: tests.helpers.RecordTorchSeed, folder: " + str(record) + "}"]
     port = _free_port()
-    node0 = _torchrun_node(0, port, args, tmp_path, {})
+    node0 = _torchrun_node(0, port, args, tmp_path)
     other_machine = tmp_path / "node1"   # node 1 runs from its own folder: its own outputs/ and run dir
     other_machine.mkdir()
-    node1 = _torchrun_node(1, port, args, other_machine, {})
+    node1 = _torchrun_node(1, port, args, other_machine)
     outputs = [node.communicate(timeout=600)[0] for node in (node0, node1)]
     assert node0.returncode == 0 and node1.returncode == 0, "\n".join(out[-3000:] for out in outputs)
 

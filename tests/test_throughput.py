@@ -32,3 +32,17 @@ def test_epochs_no_longer_than_their_warm_up_give_no_steady_figure():
     every = StepClock(warmup_steps=0)
     _epoch(every, slow_steps=0, fast_steps=4)
     assert every.steady_images == 40 and every.steady_images_per_second == pytest.approx(40 / every.steady_seconds)
+
+
+def test_first_step_is_timed_from_the_first_epochs_start_once():
+    clock = StepClock(warmup_steps=1)
+    clock.epoch_start()
+    assert clock.first_step_seconds is None
+    clock.step_end(8)
+    first = clock.first_step_seconds
+    assert first is not None and first >= 0
+    clock.step_end(8)
+    clock.training_end()
+    clock.epoch_start()
+    clock.step_end(8)
+    assert clock.first_step_seconds == first, "only the run's first step"

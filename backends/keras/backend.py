@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from hydrali.backends.keras import checkpoints, workers
 from hydrali.backends.keras.callbacks import EpochRecorder, Throughput
-from hydrali.backends.keras.data import dali_dataset, distribute
+from hydrali.backends.keras.data import LAYOUT, dali_dataset, distribute  # noqa: F401 (LAYOUT: core.autotune's)
 from hydrali.backends.keras.strategy import configure_devices, make_strategy, placement, visible_gpus  # noqa: F401
 from hydrali.backends.keras.training import ValidationPosition, compile_model
 from hydrali.core.checkpoints import CHECKPOINT_DIR
@@ -165,6 +165,4 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
         return FitResult(best_checkpoint=str(best_file) if best_file and best_file.exists() else None,
                          first_epoch=recorder.first_epoch if recorder.first_epoch is not None else initial_epoch,
                          epochs_completed=record.rows[-1]["epoch"] + 1 if record.rows else initial_epoch,
-                         train_seconds=throughput.clock.seconds,
-                         steady_images_per_second=throughput.clock.steady_images_per_second,
-                         first_step_seconds=throughput.clock.first_step_seconds, compiled=bool(model.jit_compile))
+                         **throughput.clock.fit_fields(), compiled=bool(model.jit_compile))

@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hydrali.backends.lightning.agreement import share_from_rank0  # noqa: F401 (the runner's)
 from hydrali.backends.lightning.callbacks import EpochRecorder, Throughput, progress_bar
-from hydrali.backends.lightning.data import DaliDataModule
+from hydrali.backends.lightning.data import LAYOUT, DaliDataModule  # noqa: F401 (LAYOUT: core.autotune's)
 from hydrali.backends.lightning.module import HydraliModule, compile_network
 from hydrali.core import job_context, topology
 from hydrali.core.checkpoints import CHECKPOINT_DIR
@@ -163,9 +163,8 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
     best = checkpoint.best_model_path or last.best_model_path or None
     return FitResult(best_checkpoint=best,
                      first_epoch=recorder.first_epoch if recorder.first_epoch is not None else trainer.current_epoch,
-                     epochs_completed=trainer.current_epoch, train_seconds=throughput.clock.seconds,
-                     steady_images_per_second=throughput.clock.steady_images_per_second,
-                     first_step_seconds=throughput.clock.first_step_seconds, compiled=bool(cfg.backend.compile))
+                     epochs_completed=trainer.current_epoch, **throughput.clock.fit_fields(),
+                     compiled=bool(cfg.backend.compile))
 
 
 def _extra_callbacks(cfg: DictConfig) -> list[L.Callback]:

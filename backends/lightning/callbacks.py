@@ -42,8 +42,7 @@ class EpochRecorder(L.Callback):
         if self._epoch != trainer.current_epoch:
             return  # the end of an epoch finished before a resume (a checkpoint taken at its validation)
         prefixes = ("train/", "val/") if self._validated else ("train/",)
-        metrics = {k.removesuffix("_epoch"): float(v) for k, v in trainer.callback_metrics.items()
-                   if k.startswith(prefixes) and not k.endswith("_step")}
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(prefixes)}
         metrics["train/images"] = self._images
         if self._lrs:
             metrics["lr/first"], metrics["lr/last"] = self._lrs[0], self._lrs[-1]

@@ -33,7 +33,7 @@ def compile_network(torch_task: torch.nn.Module, *, mode: str = "default", fullg
     if not isinstance(network, torch.nn.Module):
         raise HydraliError(f"backend.compile=true: the task's torch side ({type(torch_task).__name__}) keeps no "
                            f"network in `.model` to compile: set backend.compile=false")
-    network.forward = torch.compile(network.forward, mode=None if mode == "default" else mode,
+    network.forward = torch.compile(network.forward, mode=mode,
                                     fullgraph=fullgraph, dynamic=dynamic)
     return network
 
