@@ -52,8 +52,9 @@ def build_plan(cfg: DictConfig, backend, dataset, seed: int) -> Plan:
 def run(cfg: DictConfig) -> float | None:
     """Train and evaluate as `cfg` says; return the value of `optimized_metric` (for sweepers)."""
     started = time.perf_counter()
+    adopt_mpi_ranks()   # mpirun's ranks, as torchrun's variables (the frameworks read those), before anything can fail:
+                        # a failed job is then recorded by rank 0 alone (sweep.run_job asks is_first_process)
     check_config(cfg)
-    adopt_mpi_ranks()   # mpirun's ranks, as torchrun's variables: the frameworks read those
     if cfg.tracking.enabled and cfg.tracking.uri and topology.is_first_process():
         tracking.check_reachable(cfg.tracking.uri)   # in seconds, before anything heavy is loaded
     output_dir = Path(cfg.paths.output_dir)
