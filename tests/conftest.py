@@ -14,7 +14,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 
-from hydrali.core.schema import register_schemas
+from hydrali.core.config.schema import register_schemas
 from hydrali.tasks.classification.datasets import write_digits
 
 REPO = Path(__file__).resolve().parents[1]
@@ -100,7 +100,7 @@ def check_resume_keeps_the_record(make_cfg, tmp_path: Path, args: list[str], int
     the resumed run's record, best value and best checkpoint are the uninterrupted run's. Returns its summary."""
     from mlflow.tracking import MlflowClient
 
-    from hydrali.core.runner import run
+    from hydrali.core.run.runner import run
 
     whole_dir, resumed_dir = tmp_path / "whole", tmp_path / "resumed"
     whole_value = run(make_cfg(*RESUME_ARGS, *args, output_dir=whole_dir))
@@ -133,7 +133,7 @@ def check_validation_every_second_epoch(make_cfg, tmp_path: Path, args: list[str
     """3 epochs validating every second one: epochs 0 and 2 have no val metrics anywhere."""
     from mlflow.tracking import MlflowClient
 
-    from hydrali.core.runner import run
+    from hydrali.core.run.runner import run
 
     out = tmp_path / "every2"
     run(make_cfg("epochs=3", *SMALL_NET, *args, output_dir=out))

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 from hydra.utils import instantiate
 
-from hydrali.core.plan import make_plan
-from hydrali.core.topology import detect as detect_topology
+from hydrali.core.run.plan import make_plan
+from hydrali.core.distributed.topology import detect as detect_topology
 from tests.conftest import compose_config
 
 SEED = 0

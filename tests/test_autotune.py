@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from hydrali.core import autotune
-from hydrali.core.autotune import Setting, Trial
+from hydrali.core.data import autotune
+from hydrali.core.data.autotune import Setting, Trial
 from tests.conftest import SMALL_NET, read_summary
 
 QUIET = ["backend.trainer.enable_progress_bar=false", "backend.trainer.enable_model_summary=false"]
@@ -65,7 +65,7 @@ def test_pick_takes_the_fastest_complete_trial_and_the_configured_one_on_a_tie()
 
 @pytest.fixture
 def digits_source(data_dir):
-    from hydrali.core.pipelines import Source
+    from hydrali.core.data.pipelines import Source
     from hydrali.tasks.classification.datasets import write_digits
 
     root = write_digits(data_dir / "digits", size=32, val_fraction=0.2)
@@ -73,7 +73,7 @@ def digits_source(data_dir):
 
 
 def _light(source, num_threads: int, image_size: int, batch: int = 64):
-    from hydrali.core.pipelines import make_pipeline
+    from hydrali.core.data.pipelines import make_pipeline
 
     options = {"mean": [0.5] * 3, "std": [0.25] * 3, "initial_fill": 256}
     pipe = make_pipeline("hydrali.tasks.classification.recipes.light", options, batch_size=batch,
@@ -132,7 +132,7 @@ def test_a_run_with_autotune_trains_with_the_chosen_threads(make_cfg, tmp_path, 
     MLflow run's params, and is what the training iterator's DALI pipeline runs with (read by a callback)."""
     from mlflow.tracking import MlflowClient
 
-    from hydrali.core.runner import run
+    from hydrali.core.run.runner import run
 
     seen = tmp_path / "threads.json"
     out = tmp_path / "run"

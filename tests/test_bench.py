@@ -23,7 +23,7 @@ def bench_run(tmp_path_factory):
     """One tiny run of every section: (completed process, parsed JSON)."""
     root = tmp_path_factory.mktemp("bench")
     command = [
-        sys.executable, "-m", "hydrali.core.bench_cli", f"hydra.run.dir={root}/run", f"paths.data_dir={root}/data",
+        sys.executable, "-m", "hydrali.core.bench.cli", f"hydra.run.dir={root}/run", f"paths.data_dir={root}/data",
         "bench.sections=[" + ",".join(SECTIONS) + "]", "bench.repeats=3", "bench.warmup=1", "bench.batches=2",
         "bench.synthetic.classes=2", "bench.synthetic.train_per_class=8", "bench.synthetic.val_per_class=2",
         "data.batch_size=4", "data.image_size=64",
@@ -90,7 +90,7 @@ def test_json_holds_every_repeat_its_median_and_the_ratios(bench_run):
 
 
 def test_a_training_window_without_a_warm_up_step_is_one_error_naming_the_setting(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "hydrali.core.bench_cli", f"hydra.run.dir={tmp_path}/run",
+    done = subprocess.run([sys.executable, "-m", "hydrali.core.bench.cli", f"hydra.run.dir={tmp_path}/run",
                            "bench.train.warmup=0", "bench.sections=[cpu]"], capture_output=True, text=True,
                           timeout=120, cwd=tmp_path)
     assert done.returncode == 2

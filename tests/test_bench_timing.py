@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hydrali.core.bench_report import Report, Row
-from hydrali.core.bench_timing import STEP_WINDOWS, StepWindow, Timing, interleave, time_steps
+from hydrali.core.bench.report import Report, Row
+from hydrali.core.bench.timing import STEP_WINDOWS, StepWindow, Timing, interleave, time_steps
 
 
 class ScriptedClock:
@@ -94,7 +94,7 @@ def test_a_measurement_that_fails_keeps_no_figures_of_its_earlier_repeats():
 def test_cuda_stamps_time_steps_on_the_gpu_and_leave_out_a_step_that_waited():
     import time
 
-    from hydrali.tasks.torch_bench import CudaStamp
+    from hydrali.core.bench.torch_loops import CudaStamp
 
     x = torch.randn(2048, 2048, device="cuda")
     calls = iter(range(100))

@@ -9,8 +9,8 @@ import json
 import pytest
 import torch
 
-from hydrali.core.bench_run import plain
-from hydrali.core.bench_training import HydraliTraining
+from hydrali.core.bench.sections import plain
+from hydrali.core.bench.training import HydraliTraining
 from hydrali.core.errors import HydraliError
 from tests.conftest import SMALL_NET
 
@@ -50,8 +50,8 @@ def test_an_epoch_shorter_than_the_window_is_one_error_naming_the_settings(make_
 def test_the_plain_torch_loop_trains_the_tasks_network_from_either_feed(feed, make_cfg):
     from hydra.utils import instantiate
 
-    from hydrali.tasks.classification.bench_loaders import one_replica_plan
-    from hydrali.tasks.torch_bench import TorchLoop
+    from hydrali.core.bench.loaders import one_replica_plan
+    from hydrali.core.bench.torch_loops import TorchLoop
 
     cfg = make_cfg(*SMALL_NET, f"data.batch_size={BATCH}", "pipeline.device=cpu")
     task = instantiate(cfg.task)
@@ -71,7 +71,7 @@ def test_the_plain_torch_loop_trains_the_tasks_network_from_either_feed(feed, ma
 def test_keras_own_bound_trains_the_keras_model_on_tensors(make_cfg):
     from hydra.utils import instantiate
 
-    from hydrali.tasks.keras_bench import KerasBound
+    from hydrali.core.bench.keras_loops import KerasBound
 
     cfg = make_cfg("backend=keras", *SMALL_NET, f"data.batch_size={BATCH}")
     task = instantiate(cfg.task)

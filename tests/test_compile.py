@@ -4,8 +4,8 @@ import json
 import pytest
 import torch
 
-from hydrali.core.runner import run
-from hydrali.core.summary import format_table
+from hydrali.core.run.runner import run
+from hydrali.core.run.summary import format_table
 from tests.conftest import SMALL_NET, read_summary
 
 pytestmark = pytest.mark.slow

@@ -60,15 +60,15 @@ def test_the_project_compiles_without_warnings():
 def test_dali_on_the_cpu_while_the_framework_sees_a_gpu_is_said_in_one_warning(caplog):
     import logging
 
-    from hydrali.core.devices import resolve_device
+    from hydrali.core.data.devices import resolve_device
 
     # this machine has no GPU, so DALI sees none: as on a GPU machine whose DALI package does not match the driver
-    with caplog.at_level(logging.WARNING, logger="hydrali.core.devices"):
+    with caplog.at_level(logging.WARNING, logger="hydrali.core.data.devices"):
         assert resolve_device("auto", framework_gpus=2, framework="torch") == "cpu"
     (record,) = caplog.records
     assert "torch sees 2 GPU(s) but DALI" in record.getMessage() and "DALI runs on the CPU" in record.getMessage()
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="hydrali.core.devices"):
+    with caplog.at_level(logging.WARNING, logger="hydrali.core.data.devices"):
         assert resolve_device("auto", framework_gpus=0) == "cpu"
     assert not caplog.records, "a machine without a GPU is not warned about"
 

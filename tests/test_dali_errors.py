@@ -1,6 +1,6 @@
 """DALI failures while training become one line: DALI's words without C++ frames; only a decoder's run-time
 failure looks for the file."""
-from hydrali.core.dali_errors import dali_reason, explain_dali_error, is_decode_failure
+from hydrali.core.data.dali_errors import dali_reason, explain_dali_error, is_decode_failure
 
 DECODE = ("Critical error in pipeline:\nError in CPU operator `nvidia.dali.fn.decoders.image`,\nwhich was used in the "
           "pipeline definition with the following traceback:\n\n  File \"recipes.py\", line 12, in p\n\nencountered:"
@@ -30,8 +30,8 @@ def test_a_lightning_validation_batch_of_padding_only_is_skipped():
     import torch
 
     from hydrali.backends.lightning.module import HydraliModule
-    from hydrali.core.plan import make_plan
-    from hydrali.core.topology import detect
+    from hydrali.core.run.plan import make_plan
+    from hydrali.core.distributed.topology import detect
     from hydrali.tasks.classification.torch_task import TorchClassification
 
     plan = make_plan(topology=detect(1, 1, env={}), batch_size=4, base_lr=0.1, ref_batch=4, rule="none",

@@ -10,7 +10,7 @@ import torch
 from nvidia.dali import pipeline_def
 from omegaconf import OmegaConf
 
-from hydrali.core.epoch import make_contract
+from hydrali.core.run.epoch import make_contract
 from hydrali.tasks.detection import anchors as anchor_lib
 from hydrali.tasks.detection.coco import scan_coco
 from hydrali.tasks.detection.evaluation import category_ids_of

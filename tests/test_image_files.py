@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from hydrali.core.image_files import decode_problem, find_bad_files, structural_problem
+from hydrali.core.data.image_files import decode_problem, find_bad_files, structural_problem
 from tests.test_bad_input import _fails_with
 from tests.conftest import read_summary, run_cli
 

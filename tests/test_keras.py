@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from hydrali.core.runner import run
+from hydrali.core.run.runner import run
 from tests.conftest import (check_each_val_image_counted_once, check_resume_keeps_the_record,
                             SMALL_NET, check_validation_every_second_epoch, compose_config, read_summary)
 from tests.helpers import keras_model_without_batchnorm
@@ -75,9 +75,9 @@ def test_one_sgd_step_on_two_replicas_equals_one_on_one_replica_with_twice_the_b
     from hydrali.backends.keras.data import distribute
     from hydrali.backends.keras.strategy import configure_devices, make_strategy
     from hydrali.backends.keras.training import compile_model
-    from hydrali.core.epoch import make_contract
-    from hydrali.core.plan import make_plan
-    from hydrali.core.topology import detect
+    from hydrali.core.run.epoch import make_contract
+    from hydrali.core.run.plan import make_plan
+    from hydrali.core.distributed.topology import detect
     from hydrali.tasks.classification.keras_task import KerasClassification
 
     cfg = make_cfg("backend=keras", "optim.warmup_epochs=0")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hydrali.core.errors import HydraliError
-from hydrali.core.topology import TFWorkers, detect, is_first_process, launched_externally, tf_config_workers
+from hydrali.core.distributed.topology import TFWorkers, detect, is_first_process, launched_externally, tf_config_workers
 from tests.conftest import REPO, read_summary
 from tests.helpers import write_one_image_per_class
 from tests.keras_worker_helpers import RECORD_ENV, read_record

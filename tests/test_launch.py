@@ -76,7 +76,7 @@ def _torchrun_node(node_rank: int, port: int, args: list[str], cwd):
 
 
 def test_two_nodes_started_by_torchrun_read_disjoint_shards_into_one_run_dir_and_one_mlflow_run(tmp_path):
-    from hydrali.core.local_launch import _free_port
+    from hydrali.core.distributed.local_launch import _free_port
     from tests.helpers import write_one_image_per_class
 
     classes, batch = 32, 8   # 2 nodes x 2 steps x batch 8: every image once per epoch
@@ -145,7 +145,7 @@ def test_processes_started_by_mpirun_train_one_job_at_their_ranks(tmp_path):
     import subprocess
     import sys
 
-    from hydrali.core.local_launch import _free_port
+    from hydrali.core.distributed.local_launch import _free_port
     from tests.conftest import REPO
     from tests.helpers import write_one_image_per_class
 

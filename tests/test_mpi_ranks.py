@@ -2,8 +2,8 @@
 import pytest
 
 from hydrali.core.errors import HydraliError
-from hydrali.core.mpi_ranks import torchrun_variables
-from hydrali.core.topology import detect
+from hydrali.core.distributed.mpi_ranks import torchrun_variables
+from hydrali.core.distributed.topology import detect
 
 MEET = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
 

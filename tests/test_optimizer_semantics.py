@@ -1,4 +1,4 @@
-"""hydrali.core.optimizer's semantics, the same on both backends: the same weights after the same steps, the same loss."""
+"""hydrali.core.optim.optimizer's semantics, the same on both backends: the same weights after the same steps, the same loss."""
 import numpy as np
 import pytest
 from omegaconf import OmegaConf

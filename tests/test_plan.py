@@ -4,10 +4,10 @@ import math
 import pytest
 
 from hydrali.core.errors import HydraliError
-from hydrali.core.plan import make_plan, scaled_lr
-from hydrali.core.schedule import lr_factor
-from hydrali.core.seeding import pipeline_seed, resolve_seed
-from hydrali.core.topology import detect, is_first_process
+from hydrali.core.run.plan import make_plan, scaled_lr
+from hydrali.core.optim.schedule import lr_factor
+from hydrali.core.run.seeding import pipeline_seed, resolve_seed
+from hydrali.core.distributed.topology import detect, is_first_process
 
 
 @pytest.mark.parametrize("rule, expected", [("linear", 0.4), ("sqrt", 0.2), ("none", 0.1)])

@@ -2,9 +2,9 @@
 import pytest
 from nvidia.dali import pipeline_def
 
-from hydrali.core.epoch import make_contract
+from hydrali.core.run.epoch import make_contract
 from hydrali.core.errors import HydraliError
-from hydrali.core.pipelines import Source
+from hydrali.core.data.pipelines import Source
 from hydrali.tasks.classification.datasets import scan_image_folder, write_digits
 from hydrali.tasks.classification.recipes import read_files
 

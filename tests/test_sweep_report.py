@@ -1,5 +1,5 @@
 """The sweep's summary table: its best job by the objective's direction, a line per job, the swept settings only."""
-from hydrali.core.sweep_report import JobRow, SweepSummary, format_sweep_table, swept_keys
+from hydrali.core.tracking.sweep_report import JobRow, SweepSummary, format_sweep_table, swept_keys
 
 
 def _rows() -> list[JobRow]:

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from hydrali.core.throughput import StepClock
+from hydrali.core.run.throughput import StepClock
 
 
 def _epoch(clock: StepClock, slow_steps: int, fast_steps: int, images: int = 10) -> None:

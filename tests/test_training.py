@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from hydrali.core.runner import run
+from hydrali.core.run.runner import run
 from tests.conftest import (check_each_val_image_counted_once, check_resume_keeps_the_record,
                             SMALL_NET, check_validation_every_second_epoch, read_summary)
 

@@ -1,4 +1,4 @@
-"""Training a task with Keras 3 on TensorFlow: the `fit` that hydrali.core.runner calls for backend=keras."""
+"""Training a task with Keras 3 on TensorFlow: the `fit` that hydrali.core.run.runner calls for backend=keras."""
 from __future__ import annotations
 
 import logging
@@ -12,15 +12,15 @@ from omegaconf import DictConfig
 
 from hydrali.backends.keras import checkpoints, workers
 from hydrali.backends.keras.callbacks import EpochRecorder, Throughput
-from hydrali.backends.keras.data import LAYOUT, dali_dataset, distribute  # noqa: F401 (LAYOUT: core.autotune's)
+from hydrali.backends.keras.data import LAYOUT, dali_dataset, distribute  # noqa: F401 (LAYOUT: core.data.autotune's)
 from hydrali.backends.keras.strategy import configure_devices, make_strategy, placement, visible_gpus  # noqa: F401
 from hydrali.backends.keras.training import ValidationPosition, compile_model
-from hydrali.core.checkpoints import CHECKPOINT_DIR
-from hydrali.core.dali_errors import explain_dali_error
+from hydrali.core.run.checkpoints import CHECKPOINT_DIR
+from hydrali.core.data.dali_errors import explain_dali_error
 from hydrali.core.errors import HydraliError
-from hydrali.core.plan import Plan
-from hydrali.core.record import RunRecord
-from hydrali.core.results import FitResult
+from hydrali.core.run.plan import Plan
+from hydrali.core.run.record import RunRecord
+from hydrali.core.run.results import FitResult
 
 log = logging.getLogger("hydrali")
 logging.getLogger("tensorflow").setLevel(logging.WARNING)  # per-variable all-reduce notices

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import keras
 
-from hydrali.core.record import RunRecord
-from hydrali.core.throughput import StepClock
+from hydrali.core.run.record import RunRecord
+from hydrali.core.run.throughput import StepClock
 
 
 def metric_name(keras_name: str) -> str:

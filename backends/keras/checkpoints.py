@@ -7,7 +7,7 @@ from pathlib import Path
 import keras
 
 from hydrali.core.errors import HydraliError
-from hydrali.core.record import RunRecord
+from hydrali.core.run.record import RunRecord
 
 PATTERN = "epoch{epoch:03d}.weights.h5"  # Keras fills {epoch} with the number of epochs completed
 _EPOCH = re.compile(r"epoch(\d+)\.weights\.h5$")

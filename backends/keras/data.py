@@ -1,6 +1,6 @@
 """DALI pipelines as Keras input: one endless DALIDataset per replica, distributed PER_REPLICA.
 
-Keras takes hydrali.core.epoch's steps from each: `train_steps` per epoch, `val_steps` per validation.
+Keras takes hydrali.core.run.epoch's steps from each: `train_steps` per epoch, `val_steps` per validation.
 """
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Callable
 import nvidia.dali.plugin.tf as dali_tf
 import tensorflow as tf
 
-from hydrali.core.plan import Plan
+from hydrali.core.run.plan import Plan
 
-LAYOUT = "HWC"   # the image layout Keras takes (also what core.autotune probes with)
+LAYOUT = "HWC"   # the image layout Keras takes (also what core.data.autotune probes with)
 _TF_DTYPES = {"float": tf.float32, "float16": tf.float16, "int32": tf.int32, "int64": tf.int64}  # a task's output dtypes
 
 

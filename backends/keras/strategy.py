@@ -4,7 +4,7 @@ GPUs: MirroredStrategy over the first `replicas` visible GPUs. CPU: the CPU is s
 `replicas` logical devices, so that N replicas really run (and really all-reduce) on one CPU.
 One replica: TensorFlow's default strategy. Several TF_CONFIG workers: MultiWorkerMirroredStrategy
 (hydrali.backends.keras.workers), one replica per worker, the worker's rank offsetting its shard
-(hydrali.core.topology).
+(hydrali.core.distributed.topology).
 """
 from __future__ import annotations
 

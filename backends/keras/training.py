@@ -1,9 +1,9 @@
 """A compiled Keras model for a plan: the task's network in a model that follows core's contracts.
 
-- the optimizer implements hydrali.core.optimizer's semantics (torch's SGD with coupled weight decay, or
+- the optimizer implements hydrali.core.optim.optimizer's semantics (torch's SGD with coupled weight decay, or
   torch's AdamW with decoupled decay; no decay on biases and norm parameters),
-- the lr at every step is the plan's effective lr times hydrali.core.schedule.lr_factor,
-- validation weighs each sample by hydrali.core.epoch's mask: the shard's padding counts for nothing,
+- the lr at every step is the plan's effective lr times hydrali.core.optim.schedule.lr_factor,
+- validation weighs each sample by hydrali.core.run.epoch's mask: the shard's padding counts for nothing,
 - `images` (a weighted metric) counts the samples trained on or scored,
 - backend.precision selects a Keras dtype policy (16-mixed scales the loss),
 - backend.compile XLA-compiles the train step (jit_compile); validation runs without XLA.
@@ -18,17 +18,17 @@ import tensorflow as tf
 from keras import ops
 from omegaconf import DictConfig
 
-from hydrali.core.epoch import EpochContract
-from hydrali.core.optimizer import ADAM_EPSILON, decays
-from hydrali.core.plan import Plan
-from hydrali.core.schedule import lr_factor
+from hydrali.core.run.epoch import EpochContract
+from hydrali.core.optim.optimizer import ADAM_EPSILON, decays
+from hydrali.core.run.plan import Plan
+from hydrali.core.optim.schedule import lr_factor
 
 POLICIES = {"32-true": "float32", "bf16-mixed": "mixed_bfloat16", "16-mixed": "mixed_float16"}
 
 
 @keras.saving.register_keras_serializable(package="hydrali")
 class PlanSchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """The plan's effective lr times hydrali.core.schedule.lr_factor, tabulated per step: the same lr at the
+    """The plan's effective lr times hydrali.core.optim.schedule.lr_factor, tabulated per step: the same lr at the
     same step as the Lightning backend, by construction."""
 
     def __init__(self, effective_lr: float, factors):
@@ -55,7 +55,7 @@ def plan_schedule(plan: Plan, optim: DictConfig, steps_per_epoch: int) -> PlanSc
 
 @keras.saving.register_keras_serializable(package="hydrali")
 class TorchSGD(keras.optimizers.Optimizer):
-    """SGD with torch.optim.SGD's update rule (hydrali.core.optimizer): coupled weight decay on decaying
+    """SGD with torch.optim.SGD's update rule (hydrali.core.optim.optimizer): coupled weight decay on decaying
     parameters, buf = momentum * buf + g, step = g + momentum * buf (Nesterov) or buf, w -= lr * step."""
 
     def __init__(self, learning_rate=0.01, momentum: float = 0.0, nesterov: bool = False,
@@ -90,7 +90,7 @@ class TorchSGD(keras.optimizers.Optimizer):
 
 @keras.saving.register_keras_serializable(package="hydrali")
 class TorchAdamW(keras.optimizers.Optimizer):
-    """AdamW with torch.optim.AdamW's update rule (hydrali.core.optimizer): w *= 1 - lr * weight_decay on decaying
+    """AdamW with torch.optim.AdamW's update rule (hydrali.core.optim.optimizer): w *= 1 - lr * weight_decay on decaying
     parameters, then m, v moments and w -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + epsilon).
     (Keras' AdamW adds epsilon before the bias correction, which moves small-gradient steps.)"""
 
@@ -129,7 +129,7 @@ class TorchAdamW(keras.optimizers.Optimizer):
 
 
 def make_optimizer(optim: DictConfig, schedule) -> keras.optimizers.Optimizer:
-    """The optimizer of hydrali.core.optimizer's semantics (which variables decay is decided by their shape)."""
+    """The optimizer of hydrali.core.optim.optimizer's semantics (which variables decay is decided by their shape)."""
     if str(optim.name) == "sgd":
         return TorchSGD(learning_rate=schedule, momentum=optim.momentum, nesterov=optim.nesterov,
                         coupled_weight_decay=optim.weight_decay)
@@ -229,7 +229,7 @@ class ContractModel(keras.Model):
 
 
 class ValidationPosition(keras.callbacks.Callback):
-    """Tells the model which validation batch comes next (the mask of hydrali.core.epoch depends on it)."""
+    """Tells the model which validation batch comes next (the mask of hydrali.core.run.epoch depends on it)."""
 
     def on_test_batch_begin(self, batch: int, logs=None) -> None:
         self.model.val_step.assign(batch)

@@ -3,7 +3,7 @@
 Each worker is a process started by the user with its own TF_CONFIG (as torchrun starts Lightning's ranks),
 or a task of `srun` (TensorFlow's SlurmClusterResolver: workers meet on port 8888 + the task's index on its
 node), and drives one replica: its GPU (SLURM: the node's GPU of its local task id), or its CPU. TF_CONFIG's
-chief (or worker 0 without one), or SLURM's task 0, is global rank 0 (hydrali.core.topology): it alone
+chief (or worker 0 without one), or SLURM's task 0, is global rank 0 (hydrali.core.distributed.topology): it alone
 tracks, checkpoints and writes the run's files. The strategy is created once per process, before
 TensorFlow runs any op (collectives are configured at its start); the workers share rank 0's start values
 (run dir, drawn seed) through its all-reduce.
@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from hydrali.core.errors import HydraliError
-from hydrali.core.topology import TFWorkers, tf_config_workers
+from hydrali.core.distributed.topology import TFWorkers, tf_config_workers
 
 _strategy: tf.distribute.MultiWorkerMirroredStrategy | None = None
 

@@ -1,4 +1,4 @@
-"""Training a task with PyTorch Lightning: the `fit` that hydrali.core.runner calls for backend=lightning."""
+"""Training a task with PyTorch Lightning: the `fit` that hydrali.core.run.runner calls for backend=lightning."""
 from __future__ import annotations
 
 import logging
@@ -16,14 +16,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from hydrali.backends.lightning.agreement import share_from_rank0  # noqa: F401 (the runner's)
 from hydrali.backends.lightning.callbacks import EpochRecorder, Throughput, progress_bar
-from hydrali.backends.lightning.data import LAYOUT, DaliDataModule  # noqa: F401 (LAYOUT: core.autotune's)
+from hydrali.backends.lightning.data import LAYOUT, DaliDataModule  # noqa: F401 (LAYOUT: core.data.autotune's)
 from hydrali.backends.lightning.module import HydraliModule, compile_network
-from hydrali.core import job_context, topology
-from hydrali.core.checkpoints import CHECKPOINT_DIR
+from hydrali.core.run import job_context
+from hydrali.core.distributed import topology
+from hydrali.core.run.checkpoints import CHECKPOINT_DIR
 from hydrali.core.errors import HydraliError, SweepRefused, first_line
-from hydrali.core.plan import Plan
-from hydrali.core.record import RunRecord
-from hydrali.core.results import FitResult
+from hydrali.core.run.plan import Plan
+from hydrali.core.run.record import RunRecord
+from hydrali.core.run.results import FitResult
 
 log = logging.getLogger("hydrali")
 # Noise from inside Lightning that a user can do nothing about.

@@ -6,8 +6,8 @@ import lightning as L
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 
-from hydrali.core.record import RunRecord
-from hydrali.core.throughput import StepClock
+from hydrali.core.run.record import RunRecord
+from hydrali.core.run.throughput import StepClock
 
 
 class EpochRecorder(L.Callback):
@@ -60,7 +60,7 @@ class Throughput(L.Callback):
         self.clock.epoch_start()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.clock.step_end(self.global_batch)   # every training batch is whole (core.epoch's contract)
+        self.clock.step_end(self.global_batch)   # every training batch is whole (core.run.epoch's contract)
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self.clock.training_end()

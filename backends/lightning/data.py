@@ -1,13 +1,13 @@
-"""DALI pipelines as Lightning data: one iterator per split of this process's shard, cut into epochs by hydrali.core.epoch."""
+"""DALI pipelines as Lightning data: one iterator per split of this process's shard, cut into epochs by hydrali.core.run.epoch."""
 from __future__ import annotations
 
 import lightning as L
 from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
-from hydrali.core.dali_errors import explain_dali_error
-from hydrali.core.epoch import EpochContract
+from hydrali.core.data.dali_errors import explain_dali_error
+from hydrali.core.run.epoch import EpochContract
 
-LAYOUT = "CHW"   # the image layout torch takes (also what core.autotune probes with)
+LAYOUT = "CHW"   # the image layout torch takes (also what core.data.autotune probes with)
 
 
 class DaliLoader:

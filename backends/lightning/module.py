@@ -6,13 +6,13 @@ import torch
 from omegaconf import DictConfig
 
 from hydrali.core.errors import HydraliError
-from hydrali.core.optimizer import ADAM_EPSILON, decays
-from hydrali.core.plan import Plan
-from hydrali.core.schedule import lr_factor
+from hydrali.core.optim.optimizer import ADAM_EPSILON, decays
+from hydrali.core.run.plan import Plan
+from hydrali.core.optim.schedule import lr_factor
 
 
 def make_optimizer(parameters, optim: DictConfig, lr: float) -> torch.optim.Optimizer:
-    """SGD (torch's coupled weight decay) or AdamW (decoupled), decaying only what hydrali.core.optimizer.decays says."""
+    """SGD (torch's coupled weight decay) or AdamW (decoupled), decaying only what hydrali.core.optim.optimizer.decays says."""
     decay, no_decay = [], []
     for p in parameters:
         (decay if decays(p.shape) else no_decay).append(p)

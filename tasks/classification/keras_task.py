@@ -10,7 +10,7 @@ from omegaconf import DictConfig, open_dict
 @keras.saving.register_keras_serializable(package="hydrali")
 class CrossEntropy(keras.losses.Loss):
     """Cross-entropy on logits with integer labels and label smoothing as torch defines it:
-    against (1 - e) * one-hot + e / classes (hydrali.core.optimizer)."""
+    against (1 - e) * one-hot + e / classes (hydrali.core.optim.optimizer)."""
 
     def __init__(self, label_smoothing: float = 0.0, name: str = "cross_entropy", **kwargs):
         super().__init__(name=name, **kwargs)

@@ -1,6 +1,6 @@
 """DALI recipes for classification. They know nothing of torch or TensorFlow.
 
-Every recipe reads its `source` (hydrali.core.pipelines.Source: a folder with one sub-folder per class and
+Every recipe reads its `source` (hydrali.core.data.pipelines.Source: a folder with one sub-folder per class and
 this replica's shard of it) through a file reader named "Reader" and returns (images, labels):
 images normalised, in `layout` (CHW for torch, HWC for Keras); labels int32. `device="cpu"` uses
 CPU operators only; `device="gpu"` decodes with the mixed (nvJPEG / hardware) decoder and works on
@@ -12,7 +12,7 @@ import nvidia.dali.fn as fn
 import nvidia.dali.types as types
 from nvidia.dali import pipeline_def
 
-from hydrali.core.pipelines import decoder_args
+from hydrali.core.data.pipelines import decoder_args
 
 _DTYPES = {"float": types.FLOAT, "float16": types.FLOAT16}
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from omegaconf import DictConfig, OmegaConf
 
 from hydrali.core.errors import HydraliError
-from hydrali.core.pipelines import Source, make_pipeline
-from hydrali.core.plan import Plan, Shard
-from hydrali.core.image_files import Verify, bad_files_message, find_bad_files, verify_files
+from hydrali.core.data.pipelines import Source, make_pipeline
+from hydrali.core.run.plan import Plan, Shard
+from hydrali.core.data.image_files import Verify, bad_files_message, find_bad_files, verify_files
 from hydrali.tasks.classification.datasets import ImageFolderInfo, image_files, scan_image_folder, write_digits
 
 

@@ -24,7 +24,7 @@ import nvidia.dali.math as dmath
 import nvidia.dali.types as types
 from nvidia.dali import pipeline_def
 
-from hydrali.core.pipelines import Source, decoder_args
+from hydrali.core.data.pipelines import Source, decoder_args
 from hydrali.tasks.detection.anchors import box_encoder_args
 
 _DTYPES = {"float": types.FLOAT, "float16": types.FLOAT16}

@@ -11,9 +11,9 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from hydrali.core.errors import HydraliError
-from hydrali.core.image_files import Verify, bad_files_message, find_bad_files, verify_files
-from hydrali.core.pipelines import make_pipeline
-from hydrali.core.plan import Plan, Shard
+from hydrali.core.data.image_files import Verify, bad_files_message, find_bad_files, verify_files
+from hydrali.core.data.pipelines import make_pipeline
+from hydrali.core.run.plan import Plan, Shard
 from hydrali.tasks.detection.anchors import anchor_spec, default_boxes
 from hydrali.tasks.detection.coco import CocoInfo, default_annotations, scan_coco
 from hydrali.tasks.detection.digits import write_digits_detection

@@ -1,0 +1,1 @@
+"""`hydrali-bench`: the benchmark, all of it (sections, loops, timing, report)."""

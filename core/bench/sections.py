@@ -1,0 +1,280 @@
+"""The benchmark's sections: which rows each measures, against which baselines, in which configs.
+
+Every section composes hydrali's config the way `hydrali` would (conf/bench.yaml, i.e. conf/config.yaml and
+the command line's overrides, plus the section's own) and checks it as a run would. Rows that need what the
+machine lacks (a GPU, TensorFlow) are recorded as skipped, with the reason, never left out.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from hydrali.core.bench.report import Report, Row
+from hydrali.core.bench.timing import interleave
+from hydrali.core.bench.worker import Remote, Worker
+from hydrali.core.errors import HydraliError
+
+# the command line's keys that section 5 (task=detection) takes too; its classification keys it does not
+DETECTION_KEEPS = ("pipeline.num_threads", "pipeline.hw_decoder_load", "pipeline.device",
+                   "pipeline.prefetch_queue_depth", "seed", "paths.")
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What this machine offers the benchmark."""
+    cores: int
+    gpus: int                 # CUDA devices DALI and torch can both use
+    no_gpu: str               # why there is none ("" when there is one)
+    tensorflow: bool          # TensorFlow and DALI's TensorFlow plugin installed
+
+
+def detect_machine() -> Machine:
+    """Cores, usable GPUs (DALI's and torch's view) and whether the Keras side is installed."""
+    import torch
+
+    from hydrali.core.data.devices import dali_cuda_devices
+
+    dali, why = dali_cuda_devices()
+    if dali and not torch.cuda.is_available():
+        dali, why = 0, "torch sees no CUDA device"
+    try:
+        tf = importlib.util.find_spec("tensorflow") is not None and \
+            importlib.util.find_spec("nvidia.dali.plugin.tf") is not None
+    except (ImportError, ValueError):
+        tf = False
+    return Machine(cores=os.cpu_count() or 1, gpus=dali, no_gpu=why, tensorflow=tf)
+
+
+def override_key(override: str) -> str:
+    """The key an override sets (`+a.b=1` -> `a.b`)."""
+    return override.lstrip("+~").split("=", 1)[0]
+
+
+def plain(cfg: DictConfig) -> dict:
+    """`cfg` resolved into plain data (to hand to a run or to the worker process)."""
+    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+
+
+class Bench:
+    """One benchmark run: `bench` is the config's bench node, `overrides` the command line's hydrali overrides."""
+
+    def __init__(self, bench: DictConfig, overrides: list[str], run_dir: Path, machine: Machine):
+        self.bench, self.run_dir, self.machine = bench, run_dir, machine
+        self.overrides = [o for o in overrides if not override_key(o).startswith("bench")]
+        self.report = Report()
+        self.worker = Worker(bench.keras_library_path)
+        self._data: list[str] | None = None
+
+    # --- configs -------------------------------------------------------------------------------------------
+    def compose(self, overrides: list[str]) -> DictConfig:
+        """hydrali's config for `overrides` (conf/bench.yaml's defaults included), checked as a run checks it."""
+        from hydra import compose
+
+        from hydrali.core.config.validate import check_config
+
+        cfg = compose("bench", overrides=overrides)
+        with open_dict(cfg):
+            del cfg["bench"]
+        check_config(cfg)
+        return cfg
+
+    def classification(self, extra: list[str] = (), drop: tuple[str, ...] = ()) -> DictConfig:
+        """The classification config of the command line plus `extra` (keys in `drop` taken from `extra` only);
+        the bundled digits are replaced by the synthetic ImageNet-like folder."""
+        mine = [o for o in self.overrides if override_key(o) not in drop]
+        if self._data is None:
+            self._data = []
+            cfg = self.compose(mine)
+            if cfg.data.name == "digits":
+                from hydrali.core.bench.synthetic import write_synthetic
+
+                s = self.bench.synthetic
+                root = Path(cfg.paths.data_dir) / f"synthetic-imagenet-{s.classes}x{s.train_per_class}x{s.val_per_class}"
+                write_synthetic(root, s.classes, s.train_per_class, s.val_per_class)
+                self._data = ["data=imagefolder", f"data.root={root}"]
+        return self.compose([*extra, *mine, *self._data])
+
+    @staticmethod
+    def task_and_data(cfg: DictConfig):
+        """The task object and its scanned dataset (files not verified: the benchmark reads them at once)."""
+        from hydra.utils import instantiate
+
+        task = instantiate(cfg.task)
+        return task, task.prepare_data(cfg.data, verify="off")
+
+    # --- sections ------------------------------------------------------------------------------------------
+    def run(self) -> Report:
+        """Measure every configured section, in order (1 and 4 together: they share their baselines)."""
+        sections = [str(s) for s in self.bench.sections]
+        if self.bench.train.warmup < 1:
+            raise HydraliError(f"bench.train.warmup={self.bench.train.warmup}: a training run's timer starts after a "
+                               f"warm-up step, so it needs at least 1")
+        try:
+            if "loaders" in sections or "cpu" in sections:
+                self.loaders(sections)
+            for name in ("lightning", "keras", "detection"):
+                if name in sections:
+                    getattr(self, name)()
+        finally:
+            self.worker.stop()
+        return self.report
+
+    def _add(self, pairs: list, row: Row, measurement) -> Row:
+        row, new = self.report.add(row)
+        if new:
+            pairs.append((row, measurement))
+        return row
+
+    def loaders(self, sections: list[str]) -> None:
+        """1: each recipe through hydrali's data layers, against raw DALI and the PIL DataLoader;
+        4: DALI's CPU operators against the PIL DataLoader on the same cores."""
+        from hydrali.core.data.devices import resolve_device
+        from hydrali.core.bench.loaders import LightningLayer, PilLoader, RawDali, with_threads
+
+        b, pairs = self.bench, []
+        workers = b.workers or self.machine.cores
+        for recipe in b.recipes:
+            cfg = self.classification([f"pipeline={recipe}"], drop=("pipeline",))
+            task, dataset = self.task_and_data(cfg)
+            files = sorted(str(p) for p in Path(dataset.train_dir).glob("*/*"))
+            loader = dict(warmup=b.warmup, batches=b.batches)
+            if "loaders" in sections:
+                device = resolve_device(str(cfg.pipeline.device), self.machine.gpus)
+                threads = cfg.pipeline.num_threads
+                pil = self._add(pairs, Row("loaders", f"pil/{recipe}/{workers}", f"PIL DataLoader ({recipe}), "
+                                           f"{workers} workers", "cpu", short="PIL"), PilLoader(files, cfg, recipe, workers, **loader))
+                raw = self._add(pairs, Row("loaders", f"raw/{recipe}/{device}/{threads}/CHW",
+                                           f"raw DALI {recipe} (CHW), {threads} threads", device, (pil.key,), short="raw DALI"),
+                                RawDali(task, cfg, dataset, device, "CHW", **loader))
+                if "lightning" in b.layers:
+                    self._add(pairs, Row("loaders", f"layer/lightning/{recipe}/{device}",
+                                         f"hydrali data layer, Lightning ({recipe})", device, (raw.key, pil.key)),
+                              LightningLayer(task, cfg, dataset, device, **loader))
+                if "keras" in b.layers:
+                    if not self.machine.tensorflow:
+                        self.report.skip("loaders", f"hydrali data layer, Keras ({recipe})",
+                                         "needs TensorFlow and DALI's TF plugin (pip install -e '.[keras]')")
+                    else:
+                        raw_hwc = self._add(pairs, Row("loaders", f"raw/{recipe}/{device}/{threads}/HWC",
+                                                       f"raw DALI {recipe} (HWC), {threads} threads", device,
+                                                       (pil.key,), short="raw DALI HWC"),
+                                            RawDali(task, cfg, dataset, device, "HWC", **loader))
+                        self._add(pairs, Row("loaders", f"layer/keras/{recipe}/{device}",
+                                             f"hydrali data layer, Keras ({recipe})", device, (raw_hwc.key, pil.key)),
+                                  Remote(self.worker, "hydrali.core.bench.keras_loops.keras_layer", cfg=plain(cfg),
+                                         device=device, **loader))
+            if "cpu" in sections:
+                cores = b.cpu_threads or self.machine.cores
+                pil = self._add(pairs, Row("cpu", f"pil/{recipe}/{cores}", f"PIL DataLoader ({recipe}), {cores} workers",
+                                           "cpu", short="PIL"), PilLoader(files, cfg, recipe, cores, **loader))
+                self._add(pairs, Row("cpu", f"raw/{recipe}/cpu/{cores}/CHW", f"raw DALI {recipe} (CHW), {cores} threads",
+                                     "cpu", (pil.key,), short="raw DALI"),
+                          RawDali(task, with_threads(cfg, cores), dataset, "cpu", "CHW", **loader))
+        interleave(pairs, b.repeats)
+
+    def _needs_gpu(self, section: str, label: str) -> bool:
+        if self.machine.gpus:
+            return False
+        self.report.skip(section, label, f"needs a GPU ({self.machine.no_gpu})")
+        return True
+
+    def _check_steps(self, cfg: DictConfig, dataset) -> None:
+        from hydrali.core.bench.loaders import one_replica_plan
+
+        t = self.bench.train
+        steps = one_replica_plan(cfg, dataset, "cpu").epoch.train_steps
+        if steps < t.warmup + t.steps:
+            raise HydraliError(f"an epoch of {dataset.num_train} images at batch {cfg.data.batch_size} has {steps} "
+                               f"steps, fewer than bench.train.warmup + bench.train.steps = {t.warmup + t.steps}: "
+                               f"give it more images (bench.synthetic.train_per_class) or lower those")
+
+    def lightning(self) -> None:
+        """2: the network through the Lightning backend, against its upper bound (batches already on the GPU)
+        and a plain PyTorch loop fed by the same DALI pipeline."""
+        if self._needs_gpu("lightning", "training through the Lightning backend, upper bound, plain loop"):
+            return
+        from hydrali.core.bench.training import HydraliTraining
+        from hydrali.core.bench.loaders import one_replica_plan
+        from hydrali.core.bench.torch_loops import TorchLoop
+
+        t = self.bench.train
+        cfg = self.classification([*t.overrides, *t.lightning])
+        task, dataset = self.task_and_data(cfg)
+        self._check_steps(cfg, dataset)
+        plan = one_replica_plan(cfg, dataset, "gpu")
+        what = (f"{cfg.model._target_.rpartition('.')[2]} {cfg.model.get('layers', '')} {cfg.backend.precision}"
+                f"{' compiled' if cfg.backend.compile else ''}, batch {cfg.data.batch_size}")
+        steps = dict(warmup=t.warmup, steps=t.steps)
+        pairs: list = []
+        bound = self._add(pairs, Row("lightning", "train/torch/bound", f"{what}: plain loop on GPU tensors (upper bound)",
+                                     "gpu", short="upper bound"), TorchLoop(task, cfg, dataset, plan, "tensors", **steps))
+        loop = self._add(pairs, Row("lightning", "train/torch/dali", f"{what}: plain PyTorch loop fed by DALI", "gpu",
+                                    (bound.key,), short="plain loop"), TorchLoop(task, cfg, dataset, plan, "dali", **steps))
+        self._add(pairs, Row("lightning", "train/lightning", f"{what}: hydrali, Lightning backend", "gpu",
+                             (bound.key, loop.key)),
+                  HydraliTraining(plain(cfg), "lightning", str(self.run_dir / "runs"), **steps))
+        interleave(pairs, self.bench.repeats)
+
+    def keras(self) -> None:
+        """3: the network through the Keras backend against Keras' own upper bound, per configured variant."""
+        if self._needs_gpu("keras", "training through the Keras backend, Keras' upper bound"):
+            return
+        if not self.machine.tensorflow:
+            self.report.skip("keras", "training through the Keras backend",
+                             "needs TensorFlow and DALI's TF plugin (pip install -e '.[keras]')")
+            return
+        t, pairs = self.bench.train, []
+        for index, variant in enumerate(t.keras):
+            cfg = self.classification([*t.overrides, "backend=keras", *variant.split()])
+            self._check_steps(cfg, self.task_and_data(cfg)[1])
+            what = f"{cfg.model._target_.rpartition('.')[2]} {variant}, batch {cfg.data.batch_size}"
+            steps = dict(warmup=t.warmup, steps=t.steps)
+            bound = self._add(pairs, Row("keras", f"train/keras/bound/{variant}", f"{what}: Keras train_step on GPU "
+                                         f"tensors (upper bound)", "gpu", short="Keras bound"),
+                              Remote(self.worker, "hydrali.core.bench.keras_loops.keras_bound", cfg=plain(cfg), **steps))
+            self._add(pairs, Row("keras", f"train/keras/{variant}", f"{what}: hydrali, Keras backend", "gpu", (bound.key,)),
+                      Remote(self.worker, "hydrali.core.bench.keras_loops.hydrali_training", cfg=plain(cfg),
+                             name=f"keras{index}", run_dir=str(self.run_dir / "runs"), **steps))
+        interleave(pairs, self.bench.repeats)
+
+    def detection(self) -> None:
+        """5: the ssd recipe alone (DALI, GPU and CPU) and the detector's training on each backend."""
+        from hydrali.core.bench.training import HydraliTraining
+        from hydrali.core.bench.loaders import RawDali
+
+        keep = [o for o in self.overrides if override_key(o).startswith(DETECTION_KEEPS)]
+        base = ["task=detection", *self.bench.detection.overrides, *keep]
+        cfg = self.compose(base)
+        task, dataset = self.task_and_data(cfg)
+        b, t, pairs = self.bench, self.bench.train, []
+        loader = dict(warmup=b.warmup, batches=b.batches)
+        name, threads = cfg.pipeline.name, cfg.pipeline.num_threads
+        cpu = self._add(pairs, Row("detection", f"det/raw/{name}/cpu/{threads}", f"raw DALI {name}, CPU operators, "
+                                   f"{threads} threads, batch {cfg.data.batch_size}", "cpu", short="CPU recipe"),
+                        RawDali(task, cfg, dataset, "cpu", "CHW", **loader))
+        if self._needs_gpu("detection", f"raw DALI {name} mixed decode; detector training on both backends"):
+            interleave(pairs, b.repeats)
+            return
+        gpu = self._add(pairs, Row("detection", f"det/raw/{name}/gpu/{threads}", f"raw DALI {name}, mixed decode, "
+                                   f"{threads} threads, batch {cfg.data.batch_size}", "gpu", (cpu.key,),
+                                   short="GPU recipe"),
+                        RawDali(task, cfg, dataset, "gpu", "CHW", **loader))
+        self._check_steps(cfg, dataset)
+        steps = dict(warmup=t.warmup, steps=t.steps)
+        model = cfg.model._target_.rpartition(".")[2]
+        light = self._add(pairs, Row("detection", "det/train/lightning", f"{model} training, hydrali, Lightning", "gpu",
+                                     (gpu.key,), short="Lightning"),
+                          HydraliTraining(plain(cfg), "detection-lightning", str(self.run_dir / "runs"), **steps))
+        if not self.machine.tensorflow:
+            self.report.skip("detection", f"{model} training, hydrali, Keras", "needs TensorFlow and DALI's TF plugin")
+        else:
+            kcfg = self.compose([*base, "backend=keras"])
+            self._add(pairs, Row("detection", "det/train/keras", f"{model} training, hydrali, Keras", "gpu",
+                                 (gpu.key, light.key)),
+                      Remote(self.worker, "hydrali.core.bench.keras_loops.hydrali_training", cfg=plain(kcfg),
+                             name="detection-keras", run_dir=str(self.run_dir / "runs"), **steps))
+        interleave(pairs, b.repeats)

@@ -1,0 +1,79 @@
+"""Hydra's composition errors (a wrong override, an unknown group option) as one line that names the fix.
+
+Hydra reports them over several lines (search path, object types); hydrali prints one line and exits 2,
+as for its own config errors.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from hydra.errors import MissingConfigException, OverrideParseException
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
+from hydrali.core.config.validate import closest_hint
+
+QUOTING = "https://hydra.cc/docs/advanced/override_grammar/basic/"
+_MISSING_OPTION = re.compile(r"Could not find '([^']+)/([^']+)'")
+_AVAILABLE = re.compile(r"Available options in '[^']+':\n((?:\t.*\n?)+)")
+_OVERRIDE = re.compile(r"(?:Could not override|Error merging override) '?([^'\s]+)'?")
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in str(text).splitlines() if line.strip()), "")
+
+
+def _unparsable(overrides: list[str]) -> str | None:
+    """The first override in `overrides` that Hydra's parser refuses, or None."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for override in overrides:
+        try:
+            parser.parse_override(override)
+        except Exception:  # the parser's own error types vary with the mistake
+            return override
+    return None
+
+
+def _parse_error(overrides: list[str]) -> str:
+    bad = _unparsable([o for o in overrides if not o.startswith("-")])
+    if bad is None:
+        return f"an override cannot be parsed: see {QUOTING}"
+    key, _, value = bad.partition("=")
+    if any(ord(ch) > 127 for ch in bad):
+        return (f"{bad}: Hydra reads non-ASCII characters only inside quotes: write {key}='{value}' "
+                f"(in a shell: \"{key}='{value}'\")")
+    return (f"{bad} cannot be parsed: quote a value holding spaces or special characters, e.g. "
+            f"\"{key}='{value}'\" (see {QUOTING})")
+
+
+def _unknown_key(err: OmegaConfBaseException) -> str:
+    key = err.full_key or str(err.key)
+    group, _, _ = key.rpartition(".")
+    fields = [f.name for f in dataclasses.fields(err.object_type)] if dataclasses.is_dataclass(err.object_type) else []
+    where = f"a setting of {group}" if group else "a hydrali setting"
+    hint = closest_hint(key, [f"{group}.{name}" if group else name for name in fields]) if fields else ""
+    return f"{key} is not {where}{hint}"
+
+
+def one_line(err: BaseException, overrides: list[str]) -> str:
+    """One line for an error Hydra raised while composing the config from the command line `overrides`."""
+    if isinstance(err, OverrideParseException):
+        return _parse_error(overrides)
+    text = str(err)
+    if isinstance(err, MissingConfigException):
+        missing, available = _MISSING_OPTION.search(text), _AVAILABLE.search(text)
+        if missing:
+            group, name = missing.groups()
+            options = ", ".join(line.strip() for line in available.group(1).splitlines()) if available else "(none)"
+            return f"{group}={name} is not an option of {group}: choose one of {options} (hydrali --help lists them)"
+        return _first_line(text)
+    cause = err.__cause__
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and "not in" in str(cause):
+        return _unknown_key(cause)
+    if isinstance(cause, OmegaConfBaseException):
+        override = _OVERRIDE.search(text)
+        what = override.group(1).rstrip(".") if override else (cause.full_key or _first_line(text))
+        return f"{what}: {_first_line(str(cause))}"
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())

@@ -1,0 +1,114 @@
+"""The `hydrali` command (also `python -m hydrali.core`): Hydra composes the config, hydrali.core.run.runner runs it."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from hydrali.core.errors import HydraliError
+from hydrali.core.tracking.run_files import remove_if_empty
+from hydrali.core.config.schema import register_schemas
+
+log = logging.getLogger("hydrali")
+EXIT_USER_ERROR = 2      # a mistake the user can fix: the message names it
+EXIT_INTERRUPTED = 130   # Ctrl+C (128 + SIGINT), as shells report it
+EXIT_FAILED_SWEEP = 1    # -m: every job of the sweep failed
+# Hydra re-raises composition errors (instead of printing them over many lines and exiting 1) when
+# HYDRA_FULL_ERROR=1; hydrali sets it to print them as one line, and marks that it did so.
+_FULL_ERROR, _SET_BY_HYDRALI = "HYDRA_FULL_ERROR", "HYDRALI_SET_HYDRA_FULL_ERROR"
+_job = {"started": False}   # whether a job started in this process
+
+
+@hydra.main(config_path="pkg://hydrali.conf", config_name="config", version_base="1.3")
+def _hydra_entry(cfg: DictConfig) -> float | None:
+    from hydrali.core.tracking import sweep
+    from hydrali.core.run.runner import run  # imported here so that `--help` and `--cfg` stay fast
+
+    _job["started"] = True
+    try:
+        if sweep.current_job() is not None:   # under -m a failed job is recorded and the sweep goes on
+            return sweep.run_job(cfg, run)
+        return run(cfg)
+    except HydraliError as err:
+        print(f"hydrali: error: {err}", file=sys.stderr, flush=True)
+        remove_if_empty(cfg.paths.output_dir)   # a refused attempt leaves no trace
+        sys.exit(EXIT_USER_ERROR)
+    except KeyboardInterrupt:
+        print(f"hydrali: interrupted: the run is marked KILLED; resume it with ckpt_path=last "
+              f"hydra.run.dir={cfg.paths.output_dir}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def _close_stopped_sweep(status: str) -> None:
+    """Hydra ends a sweep that a job or the sweeper stopped without its callbacks: close its parent run here,
+    with its jobs still running, as `status` (KILLED on Ctrl+C, FAILED otherwise)."""
+    from hydrali.core.tracking.sweep_callback import open_sweep_store
+
+    store = open_sweep_store()
+    if store is None:
+        return
+    from hydrali.core.tracking.sweep_report import close_sweep
+
+    try:
+        close_sweep(store, status=status)
+    except Exception as err:   # noqa: BLE001 - the store's trouble must not hide why the sweep stopped
+        print(f"hydrali: warning: the sweep's parent MLflow run could not be closed: {err}", file=sys.stderr)
+
+
+def _exit_if_every_job_failed() -> None:
+    """A sweep whose every job failed exits with 1 (its table, printed above, holds each job's error)."""
+    from hydrali.core.tracking.sweep_callback import last_sweep_status
+
+    if last_sweep_status() == "FAILED":
+        print("hydrali: error: every job of the sweep failed (the table above gives each job's error)",
+              file=sys.stderr, flush=True)
+        sys.exit(EXIT_FAILED_SWEEP)
+
+
+def _serve_ui(overrides: list[str]) -> None:
+    """`hydrali ui [overrides]`: MLflow's UI over the configured store; mistakes end in one line."""
+    from hydrali.core.cli.ui import serve
+
+    try:
+        serve(overrides)
+    except HydraliError as err:
+        print(f"hydrali: error: {err}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_USER_ERROR)
+    except Exception as err:   # a composition error (an unknown key, a bad value)
+        from hydrali.core.cli.config_errors import one_line
+
+        print(f"hydrali: error: {one_line(err, overrides)}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_USER_ERROR)
+
+
+def main() -> None:
+    """Run hydrali from the command line (the `hydrali` console script); `hydrali ui` browses the runs."""
+    register_schemas()
+    if sys.argv[1:2] == ["ui"]:
+        _serve_ui(sys.argv[2:])
+    wants_trace = os.environ.get(_FULL_ERROR) == "1" and _SET_BY_HYDRALI not in os.environ
+    os.environ[_FULL_ERROR] = os.environ[_SET_BY_HYDRALI] = "1"
+    try:
+        _hydra_entry()
+        _exit_if_every_job_failed()
+    except (KeyboardInterrupt, SystemExit) as stop:
+        interrupted = isinstance(stop, KeyboardInterrupt) or stop.code == EXIT_INTERRUPTED
+        if not (isinstance(stop, SystemExit) and stop.code in (0, None)):
+            _close_stopped_sweep("KILLED" if interrupted else "FAILED")
+        if isinstance(stop, KeyboardInterrupt):
+            print("hydrali: interrupted", file=sys.stderr, flush=True)
+            sys.exit(EXIT_INTERRUPTED)
+        raise
+    except Exception as err:
+        _close_stopped_sweep("FAILED")
+        from hydrali.core.tracking.sweep_callback import sweep_started
+
+        if _job["started"] or sweep_started() or wants_trace:   # a failure while running, or a user asking
+            raise                                               #   for Hydra's trace
+        from hydrali.core.cli.config_errors import one_line
+
+        print(f"hydrali: error: {one_line(err, sys.argv[1:])}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_USER_ERROR)

@@ -1,0 +1,83 @@
+"""Checks across config groups that a per-group schema cannot make (run before any work)."""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from importlib import resources
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from hydrali.core.errors import HydraliError
+from hydrali.core.data.pipelines import check_options
+from hydrali.core.config.schema import BACKEND_SCHEMAS, GROUP_SCHEMAS, TASK_SCHEMAS, HydraliConfig
+
+_HINTS = {
+    "data.root": "data.root=/path/to/dataset (a folder holding train/ and val/, one sub-folder per class)",
+}
+
+
+def pipelines_for(task_name: str) -> list[str]:
+    """The pipeline options in conf/pipeline/ that feed `task_name`."""
+    names = []
+    for entry in resources.files("hydrali.conf").joinpath("pipeline").iterdir():
+        if entry.name.endswith(".yaml"):
+            declared = yaml.safe_load(entry.read_text()) or {}
+            if declared.get("task") == task_name:
+                names.append(entry.name[:-len(".yaml")])
+    return sorted(names)
+
+
+def check_missing(cfg: DictConfig) -> None:
+    """Fail, naming the key and how to set it, when a required value (???) was not given."""
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        key = missing[0]
+        hint = _HINTS.get(key, f"{key}=<value>")
+        raise HydraliError(f"{key} is required but not set: pass {hint} on the command line")
+
+
+def check_pipeline_fits_task(cfg: DictConfig) -> None:
+    """Fail when the chosen DALI recipe was written for another task."""
+    task, fed = cfg.task.name, cfg.pipeline.task
+    if fed != task:
+        choices = ", ".join(pipelines_for(task)) or "(none)"
+        raise HydraliError(
+            f"pipeline={cfg.pipeline.name} is a {fed} recipe and cannot feed task={task}: "
+            f"choose pipeline= one of {choices}")
+
+
+def closest_hint(key: str, choices) -> str:
+    """`: did you mean <the closest choice>?`, or the list of choices when none is close."""
+    match = difflib.get_close_matches(key, list(choices), n=1)
+    return f": did you mean {match[0]}?" if match else f" (its keys: {', '.join(sorted(choices))})"
+
+
+def check_unknown_keys(cfg: DictConfig) -> None:
+    """Fail, naming the closest real key, on a key that no schema declares (e.g. added with +data.bach_size=8).
+    Open mappings (backend.trainer, backend.callbacks, pipeline.options, model) take any key."""
+    top = {f.name for f in dataclasses.fields(HydraliConfig)}
+    for key in cfg:
+        if key not in top and key != "hydra":
+            raise HydraliError(f"{key} is not a hydrali setting{closest_hint(str(key), top)}")
+    schemas = {**GROUP_SCHEMAS, **TASK_SCHEMAS.get(str(cfg.task.get("name")), {}),
+               "backend": BACKEND_SCHEMAS.get(str(cfg.backend.get("name")))}
+    for group, schema in schemas.items():
+        if schema is None or not isinstance(cfg.get(group), DictConfig):
+            continue
+        declared = {f.name for f in dataclasses.fields(schema)}
+        for key in cfg[group]:
+            if key not in declared:
+                raise HydraliError(f"{group}.{key} is not a setting of {group}"
+                                   f"{closest_hint(f'{group}.{key}', [f'{group}.{d}' for d in declared])}")
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Every cross-group check, in order; the first failure ends the run with its message."""
+    check_unknown_keys(cfg)
+    check_missing(cfg)
+    check_pipeline_fits_task(cfg)
+    check_options(cfg.pipeline.recipe, OmegaConf.to_container(cfg.pipeline.options, resolve=True))
+    if cfg.throughput_warmup_steps < 0:
+        raise HydraliError(f"throughput_warmup_steps={cfg.throughput_warmup_steps}: it cannot be negative (0 times "
+                           f"every step)")

@@ -1,0 +1,1 @@
+"""DALI recipes and their options, devices, image-file checks, DALI errors, autotune."""

@@ -1,0 +1,163 @@
+"""A job's processes on this node, started from the job's resolved config.
+
+Lightning's own launcher starts DDP processes by re-running the command line: under `-m` every process would
+start a sweep of its own (Lightning issue 11300), and every process resolves `${now:...}` and `seed=null` for
+itself. hydrali starts them instead, as NeMo's hydra_runner and hydra-zen's HydraDDP do: the job's process
+resolves the config once (run dir, seed, every interpolation), saves it in the run dir and starts one
+process per replica that reads it, with the ranks in torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT), so that the framework takes them as launched from outside. One output dir and one
+MLflow run per job, whatever the number of processes.
+
+    python -m hydrali.core.distributed.local_launch <run dir>/.launch      # what each process runs
+"""
+from __future__ import annotations
+
+import json
+import logging
+import logging.config
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from hydrali.core.run import job_context
+from hydrali.core.errors import HydraliError
+
+log = logging.getLogger("hydrali")
+
+LAUNCH_DIR = ".launch"          # in the run dir: the resolved config the processes read, and each rank's error
+CONFIG_FILE, CONTEXT_FILE, LOGGING_FILE = "config.yaml", "job.json", "logging.json"
+LAUNCHED_BY = "HYDRALI_LAUNCHED"   # set in the processes hydrali starts
+_POLL_S = 0.2                   # how often the job's process looks at its processes
+_GRACE_S = 30                   # how long the other processes get to end after one failed
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def save_launch(cfg: DictConfig, seed: int) -> Path:
+    """Write the job's resolved config (with the seed drawn once), its context (overrides, sweep) and its
+    logging config into <run dir>/.launch, for the processes to read."""
+    from hydra.core.hydra_config import HydraConfig
+
+    folder = Path(cfg.paths.output_dir) / LAUNCH_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
+    resolved.seed = seed
+    OmegaConf.save(resolved, folder / CONFIG_FILE)
+    (folder / CONTEXT_FILE).write_text(json.dumps(job_context.current().to_dict()) + "\n")
+    if HydraConfig.initialized():
+        logging_cfg = OmegaConf.to_container(HydraConfig.get().job_logging, resolve=True)
+        (folder / LOGGING_FILE).write_text(json.dumps(logging_cfg) + "\n")
+    return folder
+
+
+def run_processes(cfg: DictConfig, processes: int, num_nodes: int, seed: int) -> Path:
+    """Start `processes` processes of this job on this node from its resolved config, wait for them, and
+    return the run dir. A process that fails ends the others; its one-line message is raised.
+
+    Several nodes (each started by hand, as with Lightning's launcher): NODE_RANK, MASTER_ADDR and MASTER_PORT
+    come from the environment; one node: node 0 on 127.0.0.1 and a free port."""
+    node_rank = int(os.environ.get("NODE_RANK", "0"))
+    if num_nodes > 1 and not all(os.environ.get(k) for k in ("NODE_RANK", "MASTER_ADDR", "MASTER_PORT")):
+        raise HydraliError(f"backend.num_nodes={num_nodes} without a launcher: set NODE_RANK, MASTER_ADDR and "
+                           f"MASTER_PORT on every node, or start the processes with torchrun or srun")
+    address = os.environ.get("MASTER_ADDR", "127.0.0.1") if num_nodes > 1 else "127.0.0.1"
+    port = os.environ.get("MASTER_PORT", "") if num_nodes > 1 else str(_free_port())
+    folder = save_launch(cfg, seed)
+    log.info("starting %d process(es) on node %d from the resolved config %s (seed %d)", processes, node_rank,
+             folder / CONFIG_FILE, seed)
+    procs = []
+    for local in range(processes):
+        rank = node_rank * processes + local
+        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(local), "NODE_RANK": str(node_rank),
+               "GROUP_RANK": str(node_rank), "WORLD_SIZE": str(processes * num_nodes),
+               "LOCAL_WORLD_SIZE": str(processes), "MASTER_ADDR": address, "MASTER_PORT": port, LAUNCHED_BY: "1"}
+        procs.append(subprocess.Popen([sys.executable, "-m", "hydrali.core.distributed.local_launch", str(folder)], env=env))
+    try:
+        failed = _wait(procs)
+    except KeyboardInterrupt:   # a Ctrl+C reaches the processes too: let them end their run (KILLED) first
+        _end(procs, signal.SIGINT, wait_first=True)
+        raise
+    if failed is not None:
+        rank, code = failed
+        _end(procs, signal.SIGINT)   # as Ctrl+C: each ends its run cleanly
+        if code == 130:
+            raise KeyboardInterrupt
+        error = folder / f"rank{rank}.error"
+        message = error.read_text().strip() if error.exists() else f"it ended with exit code {code} (its log is above)"
+        raise HydraliError(f"process {rank} of {processes} failed: {message}")
+    return Path(cfg.paths.output_dir)
+
+
+def _wait(procs: list[subprocess.Popen]) -> tuple[int, int] | None:
+    """Wait for every process; (rank, exit code) of the first that failed, or None."""
+    while True:
+        codes = [proc.poll() for proc in procs]
+        for rank, code in enumerate(codes):
+            if code not in (None, 0):
+                return rank, code
+        if all(code == 0 for code in codes):
+            return None
+        time.sleep(_POLL_S)
+
+
+def _end(procs: list[subprocess.Popen], sig: int, wait_first: bool = False) -> None:
+    """End the processes still running: `sig` (after a grace period if `wait_first`), then a kill."""
+    if wait_first:
+        deadline = time.monotonic() + _GRACE_S
+        while any(proc.poll() is None for proc in procs) and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(sig)
+    deadline = time.monotonic() + _GRACE_S
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def process_main(folder: Path) -> None:
+    """One process of a job started by `run_processes`: the job's resolved config, context and logging (a log
+    file per extra rank: <run dir>/<job name>_rank<N>.log) from `folder`, then the run."""
+    from hydrali.core.run.runner import run
+
+    rank = int(os.environ["RANK"])
+    cfg = OmegaConf.load(folder / CONFIG_FILE)
+    job_context.adopt(job_context.JobContext(**json.loads((folder / CONTEXT_FILE).read_text())))
+    if (folder / LOGGING_FILE).exists():
+        logging_cfg = json.loads((folder / LOGGING_FILE).read_text())
+        file_handler = logging_cfg.get("handlers", {}).get("file")
+        if rank > 0 and file_handler and "filename" in file_handler:
+            name = Path(file_handler["filename"])
+            file_handler["filename"] = str(name.with_name(f"{name.stem}_rank{rank}{name.suffix}"))
+        logging.config.dictConfig(logging_cfg)
+    try:
+        run(cfg)
+    except HydraliError as err:
+        (folder / f"rank{rank}.error").write_text(f"{err}\n")
+        print(f"hydrali: error: {err}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BaseException as err:
+        text = str(err).strip().splitlines()
+        (folder / f"rank{rank}.error").write_text(f"{type(err).__name__}: {text[0] if text else ''}\n")
+        raise
+
+
+if __name__ == "__main__":
+    from hydrali.core.config.schema import register_schemas
+
+    register_schemas()
+    process_main(Path(sys.argv[1]))

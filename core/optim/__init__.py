@@ -1,0 +1,1 @@
+"""Optimizer semantics and the lr schedule, defined once for every backend."""

@@ -1,0 +1,26 @@
+"""Optimizer semantics, defined once; both backends implement exactly these (tested step for step).
+
+- **SGD** is torch's: weight decay is *coupled* (L2: added to the gradient before momentum), then
+  buf = momentum * buf + g, step = g + momentum * buf with Nesterov (else buf), w -= lr * step.
+  Keras' own SGD differs (decoupled decay, lr folded into its momentum buffer), so the Keras backend
+  brings an optimizer with torch's update rule.
+- **AdamW** is decoupled on both: w -= lr * weight_decay * w, then Adam with bias correction and
+  epsilon ADAM_EPSILON.
+- **Which parameters decay**: those with two or more dimensions (convolution and dense kernels);
+  never biases or normalization scales and shifts.
+- **Label smoothing** (task.label_smoothing = e): cross-entropy against (1 - e) * one-hot + e / classes.
+- **Learning rate**: the plan's effective lr times hydrali.core.optim.schedule.lr_factor(step), the same at every step.
+- **Precision** (backend.precision): 32-true, bf16-mixed or 16-mixed on both backends (Lightning's
+  names; Keras uses the mixed_bfloat16 / mixed_float16 dtype policies, 16-mixed with loss scaling).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+ADAM_EPSILON = 1e-8
+PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
+
+
+def decays(shape: Sequence[int]) -> bool:
+    """Whether a parameter of this shape takes weight decay (kernels do; biases and norm parameters do not)."""
+    return len(tuple(shape)) >= 2

@@ -1,0 +1,102 @@
+"""The plan of a run: everything both backends must agree on, computed once in core.
+
+global batch = per-replica batch x world size
+effective lr = optim.lr x rule(global batch / optim.ref_batch), rule: linear | sqrt | none
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from hydrali.core.run.epoch import EpochContract
+from hydrali.core.errors import HydraliError
+from hydrali.core.run.seeding import pipeline_seed
+from hydrali.core.distributed.topology import Topology
+
+SCALE_RULES = {
+    "linear": lambda ratio: ratio,
+    "sqrt": math.sqrt,
+    "none": lambda ratio: 1.0,
+}
+
+
+def scaled_lr(base_lr: float, global_batch: int, ref_batch: int, rule: str) -> float:
+    """The learning rate for `global_batch`, given `base_lr` tuned for `ref_batch`."""
+    if rule not in SCALE_RULES:
+        raise HydraliError(f"optim.scale={rule!r} is not a rule; choose one of: {', '.join(SCALE_RULES)}")
+    if ref_batch < 1:
+        raise HydraliError(f"optim.ref_batch={ref_batch}: it must be a positive batch size")
+    return base_lr * SCALE_RULES[rule](global_batch / ref_batch)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One replica's input: which DALI shard it reads, on which device, with which seed."""
+    shard_id: int
+    device_id: int | None  # the node-local GPU; None on the CPU
+    pipeline_seed: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a backend receives: ranks, shard, batch sizes, learning rate, seeds, device."""
+    world_size: int        # replicas in the whole job
+    global_rank: int       # this process's rank (0 tracks and writes the summary)
+    local_rank: int
+    node_rank: int
+    shards: tuple[Shard, ...]  # one per replica this process drives
+    num_shards: int
+    per_replica_batch: int
+    global_batch: int
+    base_lr: float
+    effective_lr: float
+    lr_scale_rule: str
+    warmup_epochs: float
+    epochs: int
+    seed: int
+    device: str            # "cpu" or "gpu": where DALI runs (the backend decides where the model trains)
+    epoch: EpochContract | None = None   # steps and counted samples per epoch (hydrali.core.run.epoch), set by the runner
+
+    @property
+    def shard(self) -> Shard:
+        """The shard of a one-replica process (Lightning DDP)."""
+        if len(self.shards) != 1:
+            raise ValueError(f"this process drives {len(self.shards)} replicas; pick one of plan.shards")
+        return self.shards[0]
+
+    def params(self) -> dict:
+        """The values logged to MLflow, under `plan/`."""
+        keep = ("world_size", "per_replica_batch", "global_batch", "base_lr", "effective_lr",
+                "lr_scale_rule", "warmup_epochs", "epochs", "seed", "device")
+        params = {f"plan/{k}": v for k, v in asdict(self).items() if k in keep}
+        return {**params, **(self.epoch.params() if self.epoch else {})}
+
+
+def make_plan(*, topology: Topology, batch_size: int, base_lr: float, ref_batch: int, rule: str,
+              warmup_epochs: float, epochs: int, seed: int, device: str) -> Plan:
+    """Build the plan for this process from its topology and the user's settings."""
+    if batch_size < 1:
+        raise HydraliError(f"data.batch_size={batch_size}: it must be at least 1")
+    if epochs < 1:
+        raise HydraliError(f"epochs={epochs}: it must be at least 1")
+    if warmup_epochs < 0:
+        raise HydraliError(f"optim.warmup_epochs={warmup_epochs}: it cannot be negative")
+    global_batch = batch_size * topology.world_size
+    return Plan(
+        world_size=topology.world_size,
+        global_rank=topology.global_rank,
+        local_rank=topology.local_rank,
+        node_rank=topology.node_rank,
+        shards=tuple(Shard(shard_id, None if device == "cpu" else local, pipeline_seed(seed, shard_id))
+                     for shard_id, local in zip(topology.shard_ids, topology.local_replicas)),
+        num_shards=topology.num_shards,
+        per_replica_batch=batch_size,
+        global_batch=global_batch,
+        base_lr=base_lr,
+        effective_lr=scaled_lr(base_lr, global_batch, ref_batch, rule),
+        lr_scale_rule=rule,
+        warmup_epochs=warmup_epochs,
+        epochs=epochs,
+        seed=seed,
+        device=device,
+    )

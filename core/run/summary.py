@@ -1,0 +1,96 @@
+"""The end of a run: summary.json in the output dir and a table on the console."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hydrali.core.run.plan import Plan
+from hydrali.core.run.record import RunRecord
+from hydrali.core.run.results import FitResult
+
+
+def build_summary(*, result: FitResult, record: RunRecord, plan: Plan, monitor: str, mode: str,
+                  wall_seconds: float, run_id: str | None, tracking_uri: str | None, output_dir: Path, task: str,
+                  backend: str) -> dict:
+    """The summary of a finished run, as written to summary.json, from the whole run record (resumed epochs too)."""
+    rows = record.rows
+    final = {k: v for k, v in (rows[-1] if rows else {}).items() if k != "epoch"}  # the last epoch's own metrics
+    best = record.best(monitor, mode)
+    val_images = record.final("val/images")
+    # throughput of this invocation: the images of the epochs it trained (the record counts them) over their time
+    trained_now = sum(row.get("train/images", 0) for row in rows if row["epoch"] >= result.first_epoch)
+    images_per_second = trained_now / result.train_seconds if result.train_seconds > 0 else 0.0
+    return {
+        "task": task,
+        "backend": backend,
+        "epochs": result.epochs_completed,
+        "first_epoch": result.first_epoch,
+        "monitor": monitor,
+        "best": {monitor: best[monitor] if best else None},
+        "best_epoch": best["epoch"] if best else None,
+        "final": final,
+        "history": rows,
+        "steps_per_epoch": plan.epoch.train_steps,
+        "train_images": int(sum(row.get("train/images", 0) for row in rows)),
+        "val_images": int(val_images) if val_images is not None else 0,   # scored by the last validation
+        "wall_seconds": round(wall_seconds, 3),
+        "train_seconds": round(result.train_seconds, 3),
+        "images_per_second": round(images_per_second, 1),
+        "steady_images_per_second": (round(result.steady_images_per_second, 1)
+                                     if result.steady_images_per_second is not None else None),
+        "first_step_seconds": (round(result.first_step_seconds, 3)
+                               if result.first_step_seconds is not None else None),
+        "compiled": result.compiled,
+        "world_size": plan.world_size,
+        "per_replica_batch": plan.per_replica_batch,
+        "global_batch": plan.global_batch,
+        "effective_lr": plan.effective_lr,
+        "seed": plan.seed,
+        "device": plan.device,
+        "best_checkpoint": result.best_checkpoint,
+        "mlflow_run_id": run_id,
+        "mlflow_uri": tracking_uri,
+        "output_dir": str(output_dir),
+    }
+
+
+def write_summary(summary: dict, output_dir: Path) -> Path:
+    """Write summary.json into the run's output dir and return its path."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    path = output_dir / "summary.json"
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    return path
+
+
+def format_table(summary: dict) -> str:
+    """The end-of-run table shown on the console."""
+    best = summary["best"][summary["monitor"]]
+    rows = [
+        ("task / backend", f"{summary['task']} / {summary['backend']} ({summary['device']})"),
+        ("epochs", str(summary["epochs"])),
+        (f"best {summary['monitor']}", "n/a" if best is None else f"{best:.4f}"),
+        *((f"final {k}", f"{v:.4g}") for k, v in summary["final"].items() if not k.endswith("/images")),
+        ("images per epoch", f"{summary['history'][-1].get('train/images', 0):.0f} trained, "
+                             f"{summary['val_images']} scored" if summary["history"] else "n/a"),
+        ("wall time", f"{summary['wall_seconds']:.1f} s"),
+        ("images/s (train)", f"{summary['images_per_second']:.1f} whole run, "
+                             + (f"{summary['steady_images_per_second']:.1f} steady state"
+                                if summary["steady_images_per_second"] is not None else "steady state n/a")),
+        *([("first step", f"{summary['first_step_seconds']:.2f} s"
+                           + (" (compile warm-up included)" if summary.get("compiled") else ""))]
+          if summary.get("first_step_seconds") is not None else []),
+        ("steps per epoch", str(summary["steps_per_epoch"])),
+        ("replicas x batch", f"{summary['world_size']} x {summary['per_replica_batch']} = {summary['global_batch']}"),
+        ("effective lr", f"{summary['effective_lr']:.6g}"),
+        ("MLflow run id", summary["mlflow_run_id"] or "(tracking off)"),
+        ("output dir", summary["output_dir"]),
+    ]
+    width = max(len(k) for k, _ in rows)
+    line = "-" * (width + 3 + max(len(v) for _, v in rows))
+    body = "\n".join(f"{k.ljust(width)} : {v}" for k, v in rows)
+    return f"{line}\nhydrali run summary\n{line}\n{body}\n{line}"
+
+
+def read_summary(output_dir: Path) -> dict:
+    """The summary.json a run wrote into `output_dir`."""
+    return json.loads((Path(output_dir) / "summary.json").read_text())
