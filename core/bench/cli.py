@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hydrali.core.bench.schema import register_bench_schema
 from hydrali.core.errors import HydraliError
-from hydrali.core.config.schema import register_schemas
+from hydrali.core.config.store import register_schemas
 
 log = logging.getLogger("hydrali")
 _started = {"yes": False}   # whether the benchmark itself started (past Hydra's composition)

@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 
 from hydrali.core.errors import HydraliError
 from hydrali.core.tracking.run_files import remove_if_empty
-from hydrali.core.config.schema import register_schemas
+from hydrali.core.config.store import register_schemas
 
 log = logging.getLogger("hydrali")
 EXIT_USER_ERROR = 2      # a mistake the user can fix: the message names it

@@ -10,10 +10,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Dict, List, Optional
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from hydrali.core.data.image_files import Verify
 from hydrali.core.optim.optimizer import PRECISIONS
 
 
@@ -82,43 +80,13 @@ class Schedule(Choice):
 
 @dataclass
 class TaskConfig:
-    """conf/task/classification.yaml: what is learned and which metric picks the best checkpoint."""
+    """What every task's `task` node holds (conf/task/*.yaml); a task's schema adds its own settings."""
 
     name: str = MISSING
-    _target_: str = MISSING
-    torch_target: str = MISSING
-    keras_target: str = MISSING
+    _target_: str = MISSING                                  # the task object (framework-neutral)
+    sides: Dict[str, str] = field(default_factory=dict)      # framework -> the callable building that side
     monitor: str = MISSING
     mode: Mode = Mode.max
-    label_smoothing: float = 0.0
-
-
-class DetectionLoss(Choice):
-    """The detection task's classification loss (both with smooth-L1 on the boxes of positive anchors)."""
-    hard_negatives = "hard_negatives"
-    focal = "focal"
-
-
-@dataclass
-class DetectionTaskConfig:
-    """conf/task/detection.yaml: the detector's loss, its decoding into detections, and the pictures drawn."""
-
-    name: str = MISSING
-    _target_: str = MISSING
-    torch_target: str = MISSING
-    keras_target: str = MISSING
-    monitor: str = MISSING
-    mode: Mode = Mode.max
-    loss: DetectionLoss = DetectionLoss.hard_negatives
-    neg_pos_ratio: float = 3.0
-    focal_alpha: float = 0.25
-    focal_gamma: float = 2.0
-    score_threshold: float = 0.05
-    iou_threshold: float = 0.5
-    pre_nms_top_k: int = 200
-    max_detections: int = 100
-    pictures: int = 4
-    pictures_dir: str = MISSING
 
 
 @dataclass
@@ -140,53 +108,6 @@ class PipelineConfig:
     autotune_loads: List[float] = field(default_factory=lambda: [0.5, 0.8, 1.0])   # hw_decoder_load candidates
     autotune_warmup: int = 3                   # batches run before timing (at least prefetch_queue_depth + 1)
     autotune_batches: int = 10                 # batches timed per candidate
-
-
-@dataclass
-class DataConfig:
-    """conf/data/*.yaml: where the dataset is and how it is batched."""
-
-    name: str = MISSING
-    root: str = MISSING
-    batch_size: int = 64
-    image_size: int = 224
-    num_classes: Optional[int] = None
-    val_fraction: float = 0.0
-    size: int = 0
-    verify: Verify = Verify.quick
-
-
-@dataclass
-class DigitsDetectionConfig:
-    """conf/data/digits_detection.yaml `generate`: how the bundled detection digits are drawn."""
-
-    num_train: int = 1000
-    num_val: int = 200
-    canvas: int = 128
-    min_digits: int = 1
-    max_digits: int = 5
-    min_size: int = 16
-    max_size: int = 48
-    seed: int = 0
-
-
-@dataclass
-class DetectionDataConfig:
-    """conf/data/{digits_detection,coco}.yaml: a COCO-layout dataset and how it is batched."""
-
-    name: str = MISSING
-    root: str = MISSING
-    batch_size: int = 32
-    image_size: int = 128
-    num_classes: Optional[int] = None
-    train_dir: str = "train2017"
-    val_dir: str = "val2017"
-    annotations_dir: str = "annotations"
-    train_annotations: Optional[str] = None
-    val_annotations: Optional[str] = None
-    clean_dir: str = MISSING
-    verify: Verify = Verify.quick
-    generate: Optional[DigitsDetectionConfig] = None
 
 
 @dataclass
@@ -229,40 +150,6 @@ class PathsConfig:
 
 
 @dataclass
-class LightningBackendConfig:
-    """conf/backend/lightning.yaml: devices, nodes, strategy and Trainer options."""
-
-    name: str = "lightning"
-    accelerator: str = "auto"
-    devices: int = 1
-    num_nodes: int = 1
-    strategy: str = "auto"
-    precision: Precision = Precision["32-true"]
-    channels_last: bool = False
-    compile: bool = False
-    compile_mode: CompileMode = CompileMode.default
-    compile_fullgraph: bool = False
-    compile_dynamic: Optional[bool] = None
-    save_top_k: int = 1
-    callbacks: Dict[str, Any] = field(default_factory=dict)
-    trainer: Dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class KerasBackendConfig:
-    """conf/backend/keras.yaml: replicas and Keras fit options."""
-
-    name: str = "keras"
-    replicas: Optional[int] = None
-    precision: Precision = Precision["32-true"]
-    validation_freq: int = 1
-    verbose: Any = "auto"
-    compile: bool = False
-    keep_checkpoints: int = 3
-    callbacks: Dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
 class HydraliConfig:
     """The top level. Groups are typed Any here: each option brings its own schema.
 
@@ -284,27 +171,9 @@ class HydraliConfig:
     optimized_metric: str = "val/acc"
 
 
-GROUP_SCHEMAS = {
+GROUP_SCHEMAS = {   # the groups whose every option has one schema (backends and tasks bring theirs: the registry)
     "pipeline": PipelineConfig,
     "optim": OptimConfig,
     "tracking": TrackingConfig,
     "paths": PathsConfig,
 }
-BACKEND_SCHEMAS = {"lightning": LightningBackendConfig, "keras": KerasBackendConfig}
-# each task's schemas of its `task` and `data` nodes
-TASK_SCHEMAS = {"classification": {"task": TaskConfig, "data": DataConfig},
-                "detection": {"task": DetectionTaskConfig, "data": DetectionDataConfig}}
-
-
-def register_schemas() -> None:
-    """Register every schema in Hydra's ConfigStore (idempotent)."""
-    cs = ConfigStore.instance()
-    cs.store(name="hydrali_schema", node=HydraliConfig)
-    for group, node in GROUP_SCHEMAS.items():
-        cs.store(name=f"{group}_schema", node=node)
-    for name, node in BACKEND_SCHEMAS.items():
-        cs.store(name=f"{name}_backend_schema", node=node)
-    cs.store(name="task_schema", node=TaskConfig)
-    cs.store(name="data_schema", node=DataConfig)
-    cs.store(name="detection_task_schema", node=DetectionTaskConfig)
-    cs.store(name="detection_data_schema", node=DetectionDataConfig)

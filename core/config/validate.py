@@ -10,7 +10,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from hydrali.core.errors import HydraliError
 from hydrali.core.data.pipelines import check_options
-from hydrali.core.config.schema import BACKEND_SCHEMAS, GROUP_SCHEMAS, TASK_SCHEMAS, HydraliConfig
+from hydrali.core.config.schema import GROUP_SCHEMAS, HydraliConfig
+from hydrali.core.contracts.registry import backend_spec, backend_specs, task_specs
 
 _HINTS = {
     "data.root": "data.root=/path/to/dataset (a folder holding train/ and val/, one sub-folder per class)",
@@ -60,8 +61,9 @@ def check_unknown_keys(cfg: DictConfig) -> None:
     for key in cfg:
         if key not in top and key != "hydra":
             raise HydraliError(f"{key} is not a hydrali setting{closest_hint(str(key), top)}")
-    schemas = {**GROUP_SCHEMAS, **TASK_SCHEMAS.get(str(cfg.task.get("name")), {}),
-               "backend": BACKEND_SCHEMAS.get(str(cfg.backend.get("name")))}
+    task, backend = task_specs().get(str(cfg.task.get("name"))), backend_specs().get(str(cfg.backend.get("name")))
+    schemas = {**GROUP_SCHEMAS, "task": task and task.task_schema, "data": task and task.data_schema,
+               "backend": backend and backend.schema}
     for group, schema in schemas.items():
         if schema is None or not isinstance(cfg.get(group), DictConfig):
             continue
@@ -72,11 +74,21 @@ def check_unknown_keys(cfg: DictConfig) -> None:
                                    f"{closest_hint(f'{group}.{key}', [f'{group}.{d}' for d in declared])}")
 
 
+def check_backend_trains_task(cfg: DictConfig) -> None:
+    """Fail when the task has no side on the framework the backend trains (task.sides)."""
+    framework = backend_spec(str(cfg.backend.name)).framework
+    if framework not in cfg.task.sides:
+        raise HydraliError(f"backend={cfg.backend.name} trains {framework} models but task={cfg.task.name} has no "
+                           f"{framework} side (task.sides: {', '.join(cfg.task.sides) or 'none'}): choose backend= "
+                           f"one that trains {' or '.join(cfg.task.sides) or 'a side the task has'}")
+
+
 def check_config(cfg: DictConfig) -> None:
     """Every cross-group check, in order; the first failure ends the run with its message."""
     check_unknown_keys(cfg)
     check_missing(cfg)
     check_pipeline_fits_task(cfg)
+    check_backend_trains_task(cfg)
     check_options(cfg.pipeline.recipe, OmegaConf.to_container(cfg.pipeline.options, resolve=True))
     if cfg.throughput_warmup_steps < 0:
         raise HydraliError(f"throughput_warmup_steps={cfg.throughput_warmup_steps}: it cannot be negative (0 times "

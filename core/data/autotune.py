@@ -206,7 +206,7 @@ def tune(cfg: DictConfig, task, dataset, plan, backend) -> Choice:
     gpu = plan.device == "gpu"
     loads = load_candidates(float(p.hw_decoder_load), p.autotune_loads) if gpu else None
     configured = Setting(int(p.num_threads), round(float(p.hw_decoder_load), 4) if gpu else None)
-    layout = backend.LAYOUT
+    layout = backend.layout
     shard = plan.shards[0]
 
     def build(setting: Setting):

@@ -8,13 +8,12 @@ process per replica that reads it, with the ranks in torchrun's variables (RANK,
 MASTER_ADDR, MASTER_PORT), so that the framework takes them as launched from outside. One output dir and one
 MLflow run per job, whatever the number of processes.
 
-    python -m hydrali.core.distributed.local_launch <run dir>/.launch      # what each process runs
+    python -m hydrali.core.cli.launched <run dir>/.launch      # what each process runs
 """
 from __future__ import annotations
 
 import json
 import logging
-import logging.config
 import os
 import signal
 import socket
@@ -81,7 +80,7 @@ def run_processes(cfg: DictConfig, processes: int, num_nodes: int, seed: int) ->
         env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(local), "NODE_RANK": str(node_rank),
                "GROUP_RANK": str(node_rank), "WORLD_SIZE": str(processes * num_nodes),
                "LOCAL_WORLD_SIZE": str(processes), "MASTER_ADDR": address, "MASTER_PORT": port, LAUNCHED_BY: "1"}
-        procs.append(subprocess.Popen([sys.executable, "-m", "hydrali.core.distributed.local_launch", str(folder)], env=env))
+        procs.append(subprocess.Popen([sys.executable, "-m", "hydrali.core.cli.launched", str(folder)], env=env))
     try:
         failed = _wait(procs)
     except KeyboardInterrupt:   # a Ctrl+C reaches the processes too: let them end their run (KILLED) first
@@ -125,39 +124,3 @@ def _end(procs: list[subprocess.Popen], sig: int, wait_first: bool = False) -> N
             proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
-
-
-def process_main(folder: Path) -> None:
-    """One process of a job started by `run_processes`: the job's resolved config, context and logging (a log
-    file per extra rank: <run dir>/<job name>_rank<N>.log) from `folder`, then the run."""
-    from hydrali.core.run.runner import run
-
-    rank = int(os.environ["RANK"])
-    cfg = OmegaConf.load(folder / CONFIG_FILE)
-    job_context.adopt(job_context.JobContext(**json.loads((folder / CONTEXT_FILE).read_text())))
-    if (folder / LOGGING_FILE).exists():
-        logging_cfg = json.loads((folder / LOGGING_FILE).read_text())
-        file_handler = logging_cfg.get("handlers", {}).get("file")
-        if rank > 0 and file_handler and "filename" in file_handler:
-            name = Path(file_handler["filename"])
-            file_handler["filename"] = str(name.with_name(f"{name.stem}_rank{rank}{name.suffix}"))
-        logging.config.dictConfig(logging_cfg)
-    try:
-        run(cfg)
-    except HydraliError as err:
-        (folder / f"rank{rank}.error").write_text(f"{err}\n")
-        print(f"hydrali: error: {err}", file=sys.stderr, flush=True)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except BaseException as err:
-        text = str(err).strip().splitlines()
-        (folder / f"rank{rank}.error").write_text(f"{type(err).__name__}: {text[0] if text else ''}\n")
-        raise
-
-
-if __name__ == "__main__":
-    from hydrali.core.config.schema import register_schemas
-
-    register_schemas()
-    process_main(Path(sys.argv[1]))

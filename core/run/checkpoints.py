@@ -13,19 +13,11 @@ import json
 from pathlib import Path
 from typing import Callable
 
+from hydrali.core.contracts.registry import backend_of_checkpoint, backend_spec
 from hydrali.core.errors import HydraliError
 
 CHECKPOINT_DIR = "checkpoints"
-SUFFIXES = {"lightning": ".ckpt", "keras": ".weights.h5"}   # the file format of each backend
 TRAINED_WITH = "trained_with.json"   # beside the checkpoints: what decides the shapes of the weights they hold
-
-
-def backend_of(path: Path) -> str | None:
-    """The backend whose checkpoint format `path` has, by its name, or None."""
-    for backend, suffix in SUFFIXES.items():
-        if path.name.endswith(suffix):
-            return backend
-    return None
 
 
 def resolve_checkpoint(ckpt_path: str | None, output_dir: Path, backend: str,
@@ -71,7 +63,7 @@ def _check_trained_with(ckpt_path: str, recorded: Path, trained_with: dict) -> N
 
 
 def _find(ckpt_path: str, checkpoint_dir: Path, backend: str, newest: Callable[[Path], Path | None]) -> Path:
-    suffix = SUFFIXES[backend]
+    suffix = backend_spec(backend).checkpoint_suffix
     if ckpt_path == "last":
         found = newest(checkpoint_dir)
         if found is None:
@@ -81,7 +73,7 @@ def _find(ckpt_path: str, checkpoint_dir: Path, backend: str, newest: Callable[[
     path = Path(ckpt_path)
     if not path.is_file():
         raise HydraliError(f"ckpt_path={ckpt_path} is not a file: pass an existing {suffix} file or ckpt_path=last")
-    owner = backend_of(path)
+    owner = backend_of_checkpoint(path)
     if owner != backend:
         what = (f"a checkpoint of backend={owner}: a checkpoint of another backend cannot be resumed here; "
                 f"resume it with backend={owner}" if owner else f"not a {backend} checkpoint ({suffix})")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import logging
 import time
 from pathlib import Path
@@ -22,7 +21,8 @@ from hydrali.core.tracking import mlflow_runs as tracking
 from hydrali.core.distributed.mpi_ranks import adopt_mpi_ranks
 from hydrali.core.run.checkpoints import resolve_checkpoint, write_trained_with
 from hydrali.core.run.epoch import make_contract
-from hydrali.core.errors import HydraliError
+from hydrali.core.contracts.backend import Backend
+from hydrali.core.contracts.registry import backend_spec, load_backend
 from hydrali.core.run.plan import Plan, make_plan
 from hydrali.core.run.record import RunRecord
 from hydrali.core.tracking.run_files import accept_run
@@ -32,19 +32,10 @@ from hydrali.core.config.validate import check_config
 log = logging.getLogger("hydrali")
 
 
-def load_backend(name: str):
-    """The backend module `backends.<name>.backend` (imported only now: a Keras run never loads torch)."""
-    try:
-        return importlib.import_module(f"hydrali.backends.{name}.backend")
-    except ModuleNotFoundError as err:
-        if err.name and err.name.startswith(f"hydrali.backends.{name}"):
-            raise HydraliError(f"backend={name} does not exist: see `hydrali --help` for the backends") from err
-        raise HydraliError(f"backend={name} needs a package that is not installed: {err.name}") from err
-
-
-def build_plan(cfg: DictConfig, backend, dataset, seed: int) -> Plan:
+def build_plan(cfg: DictConfig, backend: Backend, dataset, seed: int) -> Plan:
     """The plan of this process: topology from the environment, batch and lr rules, seeds, epoch contract."""
-    device = devices.resolve_device(str(cfg.pipeline.device), backend.visible_gpus(), backend.FRAMEWORK)
+    device = devices.resolve_device(str(cfg.pipeline.device), backend.visible_gpus(),
+                                    backend_spec(cfg.backend.name).framework_label)
     per_node, nodes, per_process = backend.replicas(cfg.backend, device)
     topo = topology.detect(per_node, nodes, replicas_per_process=per_process)
     plan = make_plan(
@@ -76,6 +67,7 @@ def run(cfg: DictConfig) -> float | None:
         agreement.move_to_run_dir(output_dir, Path(agreed.output_dir), plan.global_rank)
         output_dir = Path(agreed.output_dir)
         cfg.paths.output_dir = agreed.output_dir
+        task = instantiate(cfg.task)   # its paths (e.g. detection's pictures_dir) in the agreed run dir
         if agreed.seed != plan.seed:   # a seed drawn by this rank (seed=null): rank 0's instead
             plan = build_plan(cfg, backend, dataset, agreed.seed)
     if cfg.seed is None and plan.global_rank == 0:

@@ -1,7 +1,7 @@
 """The detection task, framework-neutral: its data, its DALI pipelines, its outputs and its validation.
 
-Framework code lives beside it in torch_*.py and keras_*.py, named by the task's config
-(`torch_target`, `keras_target`) and imported only by the backend that uses it.
+Framework code lives beside it in torch_*.py and keras_*.py, named by the task's config (`task.sides`) and
+imported only by the backend that uses it.
 """
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from hydrali.core.data.image_files import Verify
 from hydrali.core.errors import HydraliError
-from hydrali.core.data.image_files import Verify, bad_files_message, find_bad_files, verify_files
-from hydrali.core.data.pipelines import make_pipeline
 from hydrali.core.run.plan import Plan, Shard
+from hydrali.tasks.base import DaliTask
 from hydrali.tasks.detection.anchors import anchor_spec, default_boxes
 from hydrali.tasks.detection.coco import CocoInfo, default_annotations, scan_coco
 from hydrali.tasks.detection.digits import write_digits_detection
@@ -25,13 +25,8 @@ IMAGE_ID_COLUMNS = 1
 
 
 @dataclass
-class DetectionTask:
+class DetectionTask(DaliTask):
     """Single-stage object detection on a COCO-layout dataset; SSD losses; COCO mAP."""
-    name: str
-    monitor: str
-    mode: str
-    torch_target: str = ""
-    keras_target: str = ""
     loss: str = "hard_negatives"
     neg_pos_ratio: float = 3.0
     focal_alpha: float = 0.25
@@ -75,31 +70,22 @@ class DetectionTask:
             data.root, train_dir=data.train_dir, val_dir=data.val_dir, clean_dir=data.clean_dir,
             train_annotations=data.train_annotations or default_annotations(data.train_dir, data.annotations_dir),
             val_annotations=data.val_annotations or default_annotations(data.val_dir, data.annotations_dir))
-        if data.num_classes is not None and data.num_classes != info.num_classes:
-            raise HydraliError(f"data.num_classes={data.num_classes} but {info.train.annotation_file} has "
-                               f"{info.num_classes} categories: set data.num_classes=null or fix the data")
-        bad = verify_files(self._image_files(info), verify)
-        if bad:
-            raise HydraliError(bad_files_message(bad, " (data.verify=off skips this check)"))
+        self.check_prepared(data, info, verify, classes_in=f"{info.train.annotation_file} (categories)")
         return info
 
-    @staticmethod
-    def _image_files(info: CocoInfo) -> list[Path]:
-        return sorted(p for split in (info.train, info.val) for p in split.images_dir.iterdir() if p.is_file())
+    def image_files(self, dataset: CocoInfo) -> list[Path]:
+        """Every image file of the train and val image folders."""
+        return sorted(p for split in (dataset.train, dataset.val) for p in split.images_dir.iterdir() if p.is_file())
 
-    def build_pipeline(self, *, pipeline: DictConfig, data: DictConfig, model: DictConfig, dataset: CocoInfo,
-                       plan: Plan, shard: Shard, layout: str, is_training: bool):
-        """The DALI pipeline (not yet built) of one replica's shard of one split."""
+    def source(self, dataset: CocoInfo, shard: Shard, plan: Plan, is_training: bool) -> CocoSource:
+        """The split's images and annotation file, this replica's shard of them."""
         split = dataset.train if is_training else dataset.val
-        source = CocoSource(str(split.images_dir), shard.shard_id, plan.num_shards, is_training,
-                            annotation_file=str(split.annotation_file))
-        return make_pipeline(
-            pipeline.recipe, OmegaConf.to_container(pipeline.options, resolve=True),
-            batch_size=plan.per_replica_batch, num_threads=pipeline.num_threads, device_id=shard.device_id,
-            seed=shard.pipeline_seed, prefetch_queue_depth=pipeline.prefetch_queue_depth,
-            source=source, device=plan.device, layout=layout, image_size=data.image_size,
-            dtype=str(pipeline.dtype), hw_decoder_load=pipeline.hw_decoder_load,
-            anchors=self.anchors(model, data.image_size))
+        return CocoSource(str(split.images_dir), shard.shard_id, plan.num_shards, is_training,
+                          annotation_file=str(split.annotation_file))
+
+    def recipe_arguments(self, model: DictConfig, data: DictConfig) -> dict:
+        """The model's anchors at the data's image size (the box encoder's)."""
+        return {"anchors": self.anchors(model, data.image_size)}
 
     def validation(self, dataset: CocoInfo) -> DetectionValidation:
         """A fresh scorer of validation detections (COCO mAP against the val annotation file), which also
@@ -120,8 +106,3 @@ class DetectionTask:
         """Files the task wrote for the run's tracker: (path, artifact folder)."""
         folder = Path(self.pictures_dir)
         return [(p, "pictures") for p in sorted(folder.glob("*.png"))] if folder.is_dir() else []
-
-    def explain_decode_error(self, dataset: CocoInfo) -> str | None:
-        """After a decoder failed: one line naming the dataset's image files that cannot be decoded, if any."""
-        bad = find_bad_files(self._image_files(dataset), Verify.full)
-        return bad_files_message(bad) if bad else None

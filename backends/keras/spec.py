@@ -1,0 +1,29 @@
+"""backend=keras as core sees it before TensorFlow loads: its config schema and its entry in the registry."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+from hydrali.core.config.schema import Precision
+from hydrali.core.contracts.backend import BackendSpec
+
+
+@dataclass
+class KerasBackendConfig:
+    """conf/backend/keras.yaml: replicas and Keras fit options."""
+
+    name: str = "keras"
+    replicas: Optional[int] = None
+    precision: Precision = Precision["32-true"]
+    validation_freq: int = 1
+    verbose: Any = "auto"
+    compile: bool = False
+    keep_checkpoints: int = 3
+    callbacks: Dict[str, Any] = field(default_factory=dict)
+
+
+SPEC = BackendSpec(
+    name="keras", framework="keras", framework_label="TensorFlow",
+    summary="Keras 3 on TensorFlow: MirroredStrategy (MultiWorker under TF_CONFIG or srun), fed by DALI's TF plugin",
+    schema=KerasBackendConfig, checkpoint_suffix=".weights.h5",
+    implementation="hydrali.backends.keras.backend:KerasBackend")

@@ -1,0 +1,35 @@
+"""backend=lightning as core sees it before torch loads: its config schema and its entry in the registry."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+from hydrali.core.config.schema import CompileMode, Precision
+from hydrali.core.contracts.backend import BackendSpec
+
+
+@dataclass
+class LightningBackendConfig:
+    """conf/backend/lightning.yaml: devices, nodes, strategy and Trainer options."""
+
+    name: str = "lightning"
+    accelerator: str = "auto"
+    devices: int = 1
+    num_nodes: int = 1
+    strategy: str = "auto"
+    precision: Precision = Precision["32-true"]
+    channels_last: bool = False
+    compile: bool = False
+    compile_mode: CompileMode = CompileMode.default
+    compile_fullgraph: bool = False
+    compile_dynamic: Optional[bool] = None
+    save_top_k: int = 1
+    callbacks: Dict[str, Any] = field(default_factory=dict)
+    trainer: Dict[str, Any] = field(default_factory=dict)
+
+
+SPEC = BackendSpec(
+    name="lightning", framework="torch", framework_label="torch",
+    summary="PyTorch Lightning: DDP across devices and nodes, fed by DALI's PyTorch plugin",
+    schema=LightningBackendConfig, checkpoint_suffix=".ckpt",
+    implementation="hydrali.backends.lightning.backend:LightningBackend")

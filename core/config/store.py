@@ -1,0 +1,34 @@
+"""Every schema in Hydra's ConfigStore (core's groups, each registered backend's and task's own), and the resolver
+`hydrali --help` lists the backends with."""
+from __future__ import annotations
+
+from importlib import resources
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
+
+from hydrali.core.config.schema import GROUP_SCHEMAS, HydraliConfig
+from hydrali.core.contracts.registry import backend_specs, backends_help, task_specs
+
+
+def has_yaml(group: str, name: str) -> bool:
+    """Whether conf/<group>/<name>.yaml ships with hydrali."""
+    return resources.files("hydrali.conf").joinpath(group, f"{name}.yaml").is_file()
+
+
+def register_schemas() -> None:
+    """Register every schema (idempotent). A YAML option pulls its schema through its defaults list
+    (`/<name>_backend_schema`, `/<task>_task_schema@task`, `/<task>_data_schema@data`); a registered backend
+    without a YAML file is an option of the `backend` group by its schema alone."""
+    OmegaConf.register_new_resolver("hydrali_backends", backends_help, replace=True)   # conf/hydra/help
+    cs = ConfigStore.instance()
+    cs.store(name="hydrali_schema", node=HydraliConfig)
+    for group, node in GROUP_SCHEMAS.items():
+        cs.store(name=f"{group}_schema", node=node)
+    for name, spec in backend_specs().items():
+        cs.store(name=f"{name}_backend_schema", node=spec.schema)
+        if not has_yaml("backend", name):
+            cs.store(group="backend", name=name, node=spec.schema)
+    for name, spec in task_specs().items():
+        cs.store(name=f"{name}_task_schema", node=spec.task_schema)
+        cs.store(name=f"{name}_data_schema", node=spec.data_schema)

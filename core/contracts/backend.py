@@ -1,0 +1,64 @@
+"""The backend interface: what core knows of a backend before its framework loads (`BackendSpec`), and what a
+loaded backend does for a run (`Backend`).
+
+A backend registers a `BackendSpec` (core/contracts/registry.py). The spec is light: `hydrali --help`, the config
+schema and checkpoint resolution read it without importing torch or TensorFlow. Its `implementation` names the
+class that trains, imported only when a run uses the backend.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from hydrali.core.run.plan import Plan
+    from hydrali.core.run.record import RunRecord
+    from hydrali.core.run.results import FitResult
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """A backend as core sees it before loading it."""
+
+    name: str                 # its option of the `backend` config group (backend=<name>)
+    framework: str            # the side of a task it trains: a key of the task's `sides` (torch | keras)
+    framework_label: str      # how messages name that framework (torch, TensorFlow)
+    summary: str              # one line for `hydrali --help`
+    schema: type              # the dataclass of its `backend` config node
+    checkpoint_suffix: str    # how its checkpoint files end (checkpoints of another backend are refused)
+    implementation: str       # "module:Class" of its `Backend`, imported only to train
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """How a run trains on one framework. Core calls these in this order: visible_gpus, replicas,
+    (share_from_rank0), newest_checkpoint / checkpoint_epochs, processes_to_start, fit."""
+
+    layout: str   # the image layout its framework wants from DALI: NCHW | NHWC
+
+    def visible_gpus(self) -> int:
+        """The number of GPUs the framework can train on in this process."""
+
+    def replicas(self, backend: DictConfig, device: str) -> tuple[int, int, int]:
+        """(replicas per node, nodes, replicas per process) of the job, from its `backend` config node and the
+        device DALI runs on; a HydraliError names a setting that cannot work."""
+
+    def processes_to_start(self, backend: DictConfig) -> int:
+        """How many processes hydrali itself starts for the job on this node (1: this one trains alone)."""
+
+    def share_from_rank0(self, values: dict[str, Any], plan: Plan) -> dict[str, Any]:
+        """Rank 0's JSON-able `values` on every process of a job that a launcher started."""
+
+    def newest_checkpoint(self, checkpoint_dir: Path) -> Path | None:
+        """The checkpoint `ckpt_path=last` resumes from in `checkpoint_dir`, if there is one."""
+
+    def checkpoint_epochs(self, path: Path) -> int:
+        """How many whole epochs the checkpoint at `path` holds; a HydraliError if it is not one of this backend."""
+
+    def fit(self, *, cfg: DictConfig, task: Any, dataset: Any, plan: Plan, record: RunRecord,
+            resume_from: Path | None, output_dir: Path) -> FitResult:
+        """Train `task` on this process's shards as `plan` says, recording each epoch into `record` and saving
+        checkpoints under `output_dir`; resume from `resume_from` when given."""

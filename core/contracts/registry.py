@@ -1,0 +1,96 @@
+"""The backends and tasks hydrali knows: its own, and any that an installed package declares.
+
+A package adds a backend (or a task) without touching hydrali by declaring an entry point in the
+`hydrali.backends` (`hydrali.tasks`) group, `<name> = "<module>:<BackendSpec (TaskSpec) object>"` (pyproject.toml:
+`[project.entry-points."hydrali.backends"]`), and a config group option of that name (a YAML file in a Hydra search
+path; a backend with no YAML gets its schema's defaults). Reading the registry imports only light spec modules,
+never torch or TensorFlow: `hydrali --help`, the config schema and checkpoint resolution read it; a run loads its
+one backend's implementation.
+"""
+from __future__ import annotations
+
+import importlib
+from functools import cache
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from hydrali.core.contracts.backend import Backend, BackendSpec
+from hydrali.core.contracts.task import TaskSpec
+from hydrali.core.errors import HydraliError
+
+BACKEND_ENTRY_POINTS = "hydrali.backends"
+BUILTIN_BACKENDS = {   # name -> "module:object" of its BackendSpec
+    "lightning": "hydrali.backends.lightning.spec:SPEC",
+    "keras": "hydrali.backends.keras.spec:SPEC",
+}
+TASK_ENTRY_POINTS = "hydrali.tasks"
+BUILTIN_TASKS = {   # name -> "module:object" of its TaskSpec
+    "classification": "hydrali.tasks.classification.spec:SPEC",
+    "detection": "hydrali.tasks.detection.spec:SPEC",
+}
+
+
+def _load(target: str):
+    module, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def _specs(builtin: dict[str, str], group: str, kind: type) -> dict:
+    targets = dict(builtin)
+    for entry in entry_points(group=group):
+        targets.setdefault(entry.name, entry.value)
+    specs = {}
+    for name, target in targets.items():
+        spec = _load(target)
+        if not isinstance(spec, kind) or spec.name != name:
+            raise HydraliError(f"the entry {name!r} of {group} ({target}) is not a {kind.__name__} named {name!r}")
+        specs[name] = spec
+    return specs
+
+
+@cache
+def backend_specs() -> dict[str, BackendSpec]:
+    """Every registered backend's spec, by name: hydrali's own, then those of installed packages' entry points."""
+    return _specs(BUILTIN_BACKENDS, BACKEND_ENTRY_POINTS, BackendSpec)
+
+
+@cache
+def task_specs() -> dict[str, TaskSpec]:
+    """Every registered task's spec, by name: hydrali's own, then those of installed packages' entry points."""
+    return _specs(BUILTIN_TASKS, TASK_ENTRY_POINTS, TaskSpec)
+
+
+def backend_spec(name: str) -> BackendSpec:
+    """The spec of backend `name`; a HydraliError listing the backends when there is none of that name."""
+    specs = backend_specs()
+    if name not in specs:
+        raise HydraliError(f"backend={name} does not exist: choose backend= one of {', '.join(sorted(specs))}")
+    return specs[name]
+
+
+def load_backend(name: str) -> Backend:
+    """Backend `name`, ready to train (its framework is imported now: a Keras run never loads torch)."""
+    spec = backend_spec(name)
+    module = spec.implementation.partition(":")[0]
+    try:
+        implementation = _load(spec.implementation)
+    except ModuleNotFoundError as err:
+        if err.name and module.startswith(err.name):
+            raise HydraliError(f"backend={name}: its implementation {spec.implementation} cannot be found") from err
+        raise HydraliError(f"backend={name} needs a package that is not installed: {err.name}") from err
+    return implementation()
+
+
+def backend_of_checkpoint(path: Path) -> str | None:
+    """The backend whose checkpoint files end as `path` does, or None."""
+    for name, spec in backend_specs().items():
+        if Path(path).name.endswith(spec.checkpoint_suffix):
+            return name
+    return None
+
+
+def backends_help() -> str:
+    """One line per registered backend, for `hydrali --help`: its name, framework and summary."""
+    specs = backend_specs()
+    width = max(len(name) for name in specs)
+    return "\n".join(f"{name:<{width}}  {spec.summary}" for name, spec in sorted(specs.items()))

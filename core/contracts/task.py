@@ -1,0 +1,118 @@
+"""The task interface: what core and every backend ask of a task (`Task`, its `Dataset`), and what a backend asks
+of the task's side on its framework (`TorchSide`, `KerasSide`).
+
+A task is framework-neutral: it prepares its data and builds its DALI pipelines. Its framework code (model, loss,
+metrics, validation) lives in files named by framework (`torch_*.py`, `keras_*.py`), reached through one mapping
+of its config, `task.sides`: framework -> "module.callable" building that side. A backend trains the side of its
+spec's `framework`; a new backend on an existing framework needs no change to any task.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
+
+from hydrali.core.errors import HydraliError, first_line
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from hydrali.core.run.plan import Plan, Shard
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A task as core sees it before building it: the schemas of its config nodes."""
+
+    name: str            # its option of the `task` config group (task=<name>)
+    task_schema: type    # the dataclass of its `task` node (a subclass of core.config.schema.TaskConfig)
+    data_schema: type    # the dataclass of the `data` node of every dataset it reads
+
+
+class Dataset(Protocol):
+    """What a task's prepared data tells core: counts for the epoch contract, and params for the tracker."""
+
+    num_train: int
+    num_val: int
+    num_classes: int
+
+    def params(self) -> dict[str, Any]:
+        """What describes the data, for the run's tracker (flat names and values)."""
+
+
+@runtime_checkable
+class Task(Protocol):
+    """A task: its data, its DALI pipelines, the names and shapes of their outputs, and its framework sides."""
+
+    name: str
+    monitor: str               # the metric that picks the best checkpoint (e.g. val/acc)
+    mode: str                  # max | min: whether a larger `monitor` is better
+    sides: Mapping[str, str]   # framework -> "module.callable" building the task's side on it
+
+    def prepare_data(self, data: DictConfig, verify: str) -> Dataset:
+        """The dataset on disk (written first when it is a bundled one), checked as `verify` says."""
+
+    def output_names(self, is_training: bool) -> tuple[str, ...]:
+        """What the task's DALI recipes return, in order."""
+
+    def output_specs(self, *, batch: int, image_size: int, image_dtype: str, is_training: bool, model: DictConfig
+                     ) -> tuple[tuple[tuple[int, ...], str], ...]:
+        """(shape, dtype) of each batched output in HWC layout, for frameworks that need them up front."""
+
+    def build_pipeline(self, *, pipeline: DictConfig, data: DictConfig, model: DictConfig, dataset: Dataset,
+                       plan: Plan, shard: Shard, layout: str, is_training: bool) -> Any:
+        """The DALI pipeline (not yet built) of one replica's shard of one split."""
+
+    def artifacts(self) -> list[tuple[Any, str]]:
+        """Files the task wrote for the run's tracker: (path, artifact folder)."""
+
+    def explain_decode_error(self, dataset: Dataset) -> str | None:
+        """After a decoder failed: one line naming the dataset's files that cannot be decoded, if any."""
+
+
+class TorchSide(Protocol):
+    """A task's side on torch (an nn.Module holding the network): built by `task.sides.torch`, called as
+    `build(task, model_cfg, dataset, image_size)`."""
+
+    def training_loss(self, batch: dict) -> tuple[Any, int]:
+        """The loss of one training batch and the number of images in it."""
+
+    def validation_step(self, batch: dict) -> tuple[Any, int]:
+        """The loss of one validation batch and its number of real images; its metrics accumulate."""
+
+    def val_metrics_compute(self, epoch: int) -> dict[str, Any]:
+        """The validation metrics accumulated since the last reset, over every process (val/...)."""
+
+    def val_metrics_reset(self) -> None:
+        """Start a new validation."""
+
+
+class KerasSide(Protocol):
+    """A task's side on Keras: built by `task.sides.keras`, called as `build(task, dataset)`."""
+
+    def build_model(self, model_cfg: DictConfig, num_classes: int, image_size: int) -> Any:
+        """The keras.Model of `model_cfg`."""
+
+    def loss(self) -> Any:
+        """The keras loss."""
+
+    def metrics(self) -> list:
+        """Keras metrics compiled with the model."""
+
+    def callbacks(self) -> list:
+        """Keras callbacks adding the task's validation metrics to each validated epoch's logs."""
+
+
+def side_builder(task: Task, framework: str, backend: str) -> Callable[..., Any]:
+    """The callable that builds `task`'s side on `framework` (for backend `backend`); a HydraliError naming the
+    setting when the task has no such side or it cannot be imported."""
+    from hydra.utils import get_method
+
+    if framework not in task.sides:
+        raise HydraliError(f"task={task.name} has no side on {framework}, the framework of backend={backend}: its "
+                           f"sides are {', '.join(sorted(task.sides)) or 'none'} (task.sides.<framework>=module.callable)")
+    try:
+        return get_method(task.sides[framework])
+    except Exception as err:
+        raise HydraliError(f"task.sides.{framework}={task.sides[framework]} cannot be imported: "
+                           f"{first_line(err.__cause__ or err)}") from err

@@ -1,0 +1,35 @@
+"""task=classification as core sees it: the schemas of its `task` and `data` config nodes, and its registry entry."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from omegaconf import MISSING
+
+from hydrali.core.config.schema import TaskConfig
+from hydrali.core.contracts.task import TaskSpec
+from hydrali.core.data.image_files import Verify
+
+
+@dataclass
+class ClassificationTaskConfig(TaskConfig):
+    """conf/task/classification.yaml: what is learned and which metric picks the best checkpoint."""
+
+    label_smoothing: float = 0.0
+
+
+@dataclass
+class ClassificationDataConfig:
+    """conf/data/{digits,imagefolder}.yaml: where the dataset is and how it is batched."""
+
+    name: str = MISSING
+    root: str = MISSING
+    batch_size: int = 64
+    image_size: int = 224
+    num_classes: Optional[int] = None
+    val_fraction: float = 0.0
+    size: int = 0
+    verify: Verify = Verify.quick
+
+
+SPEC = TaskSpec(name="classification", task_schema=ClassificationTaskConfig, data_schema=ClassificationDataConfig)

@@ -1,0 +1,241 @@
+"""The seams a newcomer relies on: core/ in packages by job, no import cycle, layers that import downwards only,
+and a backend added from outside hydrali (an installed package's entry point) without touching a task or core."""
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = {"core": "hydrali.core", "tasks": "hydrali.tasks", "backends": "hydrali.backends"}
+# the command lines, on top of everything: they may import any layer
+ENTRY_LAYER = ("hydrali.core.cli", "hydrali.core.bench", "hydrali.core.__main__")
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of hydrali's three code folders, by dotted name."""
+    found = {}
+    for folder, dotted in PACKAGES.items():
+        for path in (REPO / folder).rglob("*.py"):
+            parts = [p for p in path.relative_to(REPO / folder).with_suffix("").parts if p != "__init__"]
+            found[".".join([dotted, *parts])] = path
+    return found
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    return isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+
+
+def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    """The hydrali modules that `path` imports anywhere in its code (in functions too; not under TYPE_CHECKING)."""
+    imported: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            return
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                name = f"{node.module}.{alias.name}"
+                imported.add(name if name in modules else node.module)
+        elif isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return {name for name in imported if name in modules}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of `graph` (its strongly connected components of more than one module, or self-imports)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1 or node in graph[node]:
+                found.append(sorted(component))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
+
+
+@pytest.fixture(scope="module")
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(path, modules) for name, path in modules.items()}
+
+
+def test_core_is_packages_by_job_and_the_benchmark_lives_in_one():
+    assert len(list((REPO / "core").glob("*.py"))) <= 6, sorted(p.name for p in (REPO / "core").glob("*.py"))
+    strays = [str(p.relative_to(REPO)) for folder in PACKAGES for p in (REPO / folder).rglob("*bench*.py")
+              if p.parent != REPO / "core" / "bench"]
+    assert strays == [], f"benchmark modules outside core/bench/: {strays}"
+
+
+def test_no_import_cycle(import_graph):
+    assert _cycles(import_graph) == []
+
+
+def test_the_walker_finds_a_cycle():
+    """The cycle check itself can fail: a two-module cycle and a self-import are found."""
+    assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+    assert _cycles({"a": {"a"}}) == [["a"]]
+
+
+def test_layers_import_downwards_only(import_graph):
+    """core's library knows no task and no backend (it reaches them through the registry, by name); backends know no
+    task and tasks no backend; only the command lines (core.cli, core.bench) may import any layer."""
+    def layer(module: str) -> str:
+        return module.split(".")[1]
+
+    wrong = []
+    for module, targets in import_graph.items():
+        if module.startswith(ENTRY_LAYER):
+            continue
+        for target in targets:
+            if layer(target) != layer(module) and layer(target) != "core":
+                wrong.append(f"{module} -> {target}")
+            elif layer(module) == "core" and target.startswith(ENTRY_LAYER):
+                wrong.append(f"{module} -> {target}")
+    assert wrong == []
+
+
+# A backend as a third party would ship it: a module with its spec and implementation, and an installed
+# distribution whose entry point (group hydrali.backends) names the spec. Nothing of hydrali is edited.
+FAKE_MODULE = '''
+from dataclasses import dataclass, field
+from typing import Any, Dict
+
+from hydrali.core.contracts.backend import BackendSpec
+from hydrali.core.errors import HydraliError
+
+
+@dataclass
+class FakeBackendConfig:
+    name: str = "fake"
+    workers: int = 1
+    callbacks: Dict[str, Any] = field(default_factory=dict)
+
+
+class FakeBackend:
+    layout = "NCHW"
+
+    def visible_gpus(self):
+        return 0
+
+    def replicas(self, backend, device):
+        if backend.workers < 1:
+            raise HydraliError(f"backend.workers={backend.workers}: it needs at least 1")
+        return 1, 1, 1
+
+    def processes_to_start(self, backend):
+        return 1
+
+    def share_from_rank0(self, values, plan):
+        return values
+
+    def newest_checkpoint(self, checkpoint_dir):
+        return None
+
+    def checkpoint_epochs(self, path):
+        return 0
+
+    def fit(self, **kwargs):
+        raise HydraliError(f"the fake backend never trains (it was handed {kwargs['plan'].global_batch} images a step)")
+
+
+SPEC = BackendSpec(name="fake", framework="torch", framework_label="torch", summary="a test's backend that never trains",
+                   schema=FakeBackendConfig, checkpoint_suffix=".fake", implementation="hydrali_fake_backend:FakeBackend")
+'''
+
+
+@pytest.fixture()
+def fake_backend_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a Python that has the fake backend's distribution installed (on its path)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "hydrali_fake_backend.py").write_text(FAKE_MODULE)
+    dist_info = site / "hydrali_fake_backend-0.1.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: hydrali-fake-backend\nVersion: 0.1\n")
+    (dist_info / "entry_points.txt").write_text("[hydrali.backends]\nfake = hydrali_fake_backend:SPEC\n")
+    paths = [str(site), str(REPO), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
+def _hydrali(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hydrali.core", *args], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_a_backend_from_an_installed_package_joins_help_and_the_config_checks(fake_backend_env, tmp_path):
+    """A backend registered by an entry point, without a file of hydrali changed: --help lists it, its schema checks
+    its keys and values, the config checks pass and the run reaches its `fit` with core's plan."""
+    shown = _hydrali(fake_backend_env, tmp_path, "--help")
+    assert shown.returncode == 0, shown.stderr
+    groups = next(line for line in shown.stdout.splitlines() if line.startswith("backend:"))
+    assert "fake" in groups.split(":", 1)[1].replace(",", " ").split()
+    assert any(line.split()[:1] == ["fake"] and "never trains" in line for line in shown.stdout.splitlines())
+
+    typo = _hydrali(fake_backend_env, tmp_path, "backend=fake", "backend.wrkers=2", "tracking=none")
+    assert typo.returncode == 2 and "backend.wrkers" in typo.stderr and "backend.workers" in typo.stderr, typo.stderr
+    refused = _hydrali(fake_backend_env, tmp_path, "backend=fake", "backend.workers=0", "tracking=none", "data.size=16")
+    assert refused.returncode == 2 and "backend.workers=0: it needs at least 1" in refused.stderr, refused.stderr
+
+    reached = _hydrali(fake_backend_env, tmp_path, "backend=fake", "tracking=none", "data.size=16",
+                       "data.batch_size=8", "epochs=1")
+    assert reached.returncode == 2, reached.stderr
+    assert "the fake backend never trains (it was handed 8 images a step)" in reached.stderr, reached.stderr
+
+
+def test_a_task_without_a_side_on_the_backends_framework_is_refused_before_any_work(fake_backend_env, tmp_path):
+    without = _hydrali(fake_backend_env, tmp_path, "backend=fake", "tracking=none", "~task.sides.torch")
+    assert without.returncode == 2, without.stderr
+    assert "backend=fake trains torch models but task=classification has no torch side" in without.stderr
+    assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").rglob("*.yaml"))
+
+
+def test_without_the_package_there_is_no_fake_backend(tmp_path):
+    """The fake comes from the installed distribution alone: hydrali itself does not know it."""
+    shown = _hydrali({**os.environ}, tmp_path, "backend=fake")
+    assert shown.returncode == 2 and "backend" in shown.stderr and "fake" in shown.stderr
+
+
+def test_the_registry_reads_no_framework():
+    """Reading every backend's spec (what --help and the schema do) imports neither torch nor TensorFlow."""
+    probe = textwrap.dedent("""
+        import sys
+        from hydrali.core.contracts.registry import backend_specs, task_specs
+        from hydrali.core.config.store import register_schemas
+        register_schemas()
+        assert sorted(backend_specs()) == ["keras", "lightning"], backend_specs()
+        assert sorted(task_specs()) == ["classification", "detection"], task_specs()
+        loaded = [m for m in ("torch", "tensorflow", "keras", "lightning") if m in sys.modules]
+        assert not loaded, loaded
+    """)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
