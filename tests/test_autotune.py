@@ -1,31 +1,16 @@
-"""pipeline.autotune=true: candidates, selection, the probe on real DALI pipelines, and a run that trains with its choice."""
+"""pipeline.autotune=true: candidates, selection, the probe on real DALI pipelines, and a run that trains with its
+choice."""
 from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import pytest
 
 from hydrali.core.data import autotune
 from hydrali.core.data.autotune import Setting, Trial
-from tests.conftest import SMALL_NET, read_summary
-
-QUIET = ["backend.trainer.enable_progress_bar=false", "backend.trainer.enable_model_summary=false"]
-
-
-class RecordPipelineThreads:
-    """A Lightning callback writing the num_threads of the DALI pipeline the training iterator holds, as JSON."""
-
-    def __new__(cls, path: str):
-        import lightning as L
-
-        class _Record(L.Callback):
-            def on_train_start(self, trainer, pl_module) -> None:
-                iterator = trainer.datamodule.train_dataloader().iterator
-                Path(path).write_text(json.dumps([pipe.num_threads for pipe in iterator._pipes]))
-
-        return _Record()
+from tests.support.checks import read_summary
+from tests.support.configs import LIGHTNING_QUIET, SMALL_NET, with_plugin_callback
 
 
 def test_thread_candidates_stay_within_the_cores_without_duplicates_and_keep_the_configured_value():
@@ -136,9 +121,9 @@ def test_a_run_with_autotune_trains_with_the_chosen_threads(make_cfg, tmp_path, 
 
     seen = tmp_path / "threads.json"
     out = tmp_path / "run"
-    cfg = make_cfg(*SMALL_NET, *QUIET, "pipeline=light", "epochs=1", "pipeline.autotune=true",
+    cfg = make_cfg(*SMALL_NET, *LIGHTNING_QUIET, "pipeline=light", "epochs=1", "pipeline.autotune=true",
                    "pipeline.autotune_warmup=1", "pipeline.autotune_batches=3",
-                   f"+backend.callbacks.threads={{_target_: tests.test_autotune.RecordPipelineThreads, path: '{seen}'}}",
+                   with_plugin_callback("threads", "RecordPipelineThreads", path=str(seen)),
                    output_dir=out)
     cores = len(os.sched_getaffinity(0))
     candidates = autotune.thread_candidates(cfg.pipeline.num_threads, autotune.core_budget(1, 1))

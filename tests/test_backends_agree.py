@@ -1,13 +1,13 @@
 """Both backends run the same experiment: the same epochs, lr at every step, params and metric names,
 each loading only its own framework, each log line printed once."""
 import os
-import subprocess
-import sys
 
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import REPO, SMALL_NET, read_summary
+from tests.support.checks import read_summary
+from tests.support.cli import run_cli, start_cli
+from tests.support.configs import SMALL_NET
 
 pytestmark = pytest.mark.slow
 
@@ -20,10 +20,8 @@ IMPORT_PROBE = ("import atexit, runpy, sys; "
 
 
 def _run_with_probe(tmp_path, data_dir, name, *args):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-c", IMPORT_PROBE, f"paths.data_dir={data_dir}",
-                          f"hydra.run.dir={tmp_path / name}", *SAME, *args],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    out = run_cli(f"paths.data_dir={data_dir}", f"hydra.run.dir={tmp_path / name}", *SAME, *args, cwd=tmp_path,
+                  timeout=900, entry=("-c", IMPORT_PROBE))
     assert out.returncode == 0, out.stderr[-3000:]
     return out, read_summary(tmp_path / name)
 
@@ -101,10 +99,9 @@ def test_lightning_shows_a_bar_on_a_terminal_counting_epochs_from_one(tmp_path, 
     import pty
 
     leader, follower = pty.openpty()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "120"}
-    proc = subprocess.Popen([sys.executable, "-m", "hydrali.core", f"paths.data_dir={data_dir}", "epochs=2",
-                             *SMALL_NET, "tracking=none", f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, env=env,
-                            stdin=follower, stdout=follower, stderr=follower)
+    proc = start_cli(f"paths.data_dir={data_dir}", "epochs=2", *SMALL_NET, "tracking=none",
+                     f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, env={"COLUMNS": "120"}, stdin=follower,
+                     stdout=follower, stderr=follower)
     os.close(follower)
     screen = b""
     while True:

@@ -1,24 +1,13 @@
 """Mistakes a user can make end non-zero with one clear line naming the fix, and no traceback."""
-from pathlib import Path
-
 import pytest
 
-from tests.conftest import run_cli
-
-
-def _fails_with(out, *needles: str) -> None:
-    """The run ended with exit code 2 and one line `hydrali: error: ...` holding every needle; no traceback."""
-    assert out.returncode == 2, f"rc {out.returncode}: {out.stderr[-3000:]}"
-    assert "Traceback" not in out.stderr, out.stderr[-3000:]
-    errors = [line for line in out.stderr.splitlines() if line.startswith("hydrali: error:")]
-    assert len(errors) == 1, out.stderr[-3000:]
-    for needle in needles:
-        assert needle in errors[0], errors[0]
+from tests.support.checks import fails_with
+from tests.support.cli import REPO, run_cli
 
 
 def _fails_at_composition_with(out, *needles: str) -> None:
-    """`_fails_with`, and that line is all the run printed on stderr (Hydra's own several lines folded into it)."""
-    _fails_with(out, *needles)
+    """`fails_with`, and that line is all the run printed on stderr (Hydra's own several lines folded into it)."""
+    fails_with(out, *needles)
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
@@ -37,12 +26,12 @@ def test_a_non_ascii_path_says_to_quote_it(tmp_path):
                                "non-ASCII", "data.root='/data/café'")
     # and quoted as the message says, the path reaches hydrali (which then names the missing folder)
     (tmp_path / "café").mkdir()
-    _fails_with(run_cli("data=imagefolder", f"data.root='{tmp_path / 'café'}'", cwd=tmp_path),
+    fails_with(run_cli("data=imagefolder", f"data.root='{tmp_path / 'café'}'", cwd=tmp_path),
                 f"{tmp_path / 'café' / 'train'} is missing")
 
 
 def test_a_misspelled_key_added_with_plus_is_refused_naming_the_closest(tmp_path):
-    _fails_with(run_cli("+data.bach_size=8", cwd=tmp_path),
+    fails_with(run_cli("+data.bach_size=8", cwd=tmp_path),
                 "data.bach_size is not a setting of data: did you mean data.batch_size?")
 
 
@@ -54,7 +43,7 @@ def test_a_tracking_store_that_cannot_be_opened_is_one_line_within_seconds(tmp_p
 
     started = time.monotonic()
     out = run_cli(f"tracking.uri={uri}", cwd=tmp_path)
-    _fails_with(out, needle, "tracking=none")
+    fails_with(out, needle, "tracking=none")
     assert time.monotonic() - started < 15
 
 
@@ -67,11 +56,11 @@ def test_a_value_outside_its_choices_lists_them(tmp_path):
 
 
 def test_a_missing_data_root_says_how_to_set_it(tmp_path):
-    _fails_with(run_cli("data=imagefolder", cwd=tmp_path), "data.root is required", "data.root=/path")
+    fails_with(run_cli("data=imagefolder", cwd=tmp_path), "data.root is required", "data.root=/path")
 
 
 def test_a_data_root_that_does_not_exist_is_named(tmp_path):
-    _fails_with(run_cli("data=imagefolder", f"data.root={tmp_path / 'nowhere'}", cwd=tmp_path),
+    fails_with(run_cli("data=imagefolder", f"data.root={tmp_path / 'nowhere'}", cwd=tmp_path),
                 f"data.root={tmp_path / 'nowhere'} does not exist")
 
 
@@ -79,18 +68,18 @@ def test_a_dataset_folder_with_no_images_is_named(tmp_path):
     for split in ("train", "val"):
         (tmp_path / "ds" / split / "cat").mkdir(parents=True)
         (tmp_path / "ds" / split / "cat" / "notes.txt").write_text("not an image")
-    _fails_with(run_cli("data=imagefolder", f"data.root={tmp_path / 'ds'}", cwd=tmp_path),
+    fails_with(run_cli("data=imagefolder", f"data.root={tmp_path / 'ds'}", cwd=tmp_path),
                 f"{tmp_path / 'ds' / 'train'} holds no images")
 
 
 def test_a_pipeline_that_does_not_fit_the_task_names_the_choices(tmp_path):
     # a user's own recipe config, written for another task, found through hydra.searchpath
     (tmp_path / "myconf" / "pipeline").mkdir(parents=True)
-    standard = (Path(__file__).parents[1] / "conf" / "pipeline" / "standard.yaml").read_text()
+    standard = (REPO / "conf" / "pipeline" / "standard.yaml").read_text()
     (tmp_path / "myconf" / "pipeline" / "ssd.yaml").write_text(
         standard.replace("name: standard", "name: ssd").replace("task: classification", "task: detection"))
     out = run_cli(f"hydra.searchpath=[file://{tmp_path / 'myconf'}]", "pipeline=ssd", cwd=tmp_path)
-    _fails_with(out, "pipeline=ssd is a detection recipe", "task=classification", "light, standard")
+    fails_with(out, "pipeline=ssd is a detection recipe", "task=classification", "light, standard")
 
 
 def test_a_corrupt_jpeg_is_named_before_training(tmp_path, digits_copy):
@@ -98,10 +87,11 @@ def test_a_corrupt_jpeg_is_named_before_training(tmp_path, digits_copy):
     victim.write_bytes(b"\xff\xd8\xff\xe0" + b"not really a jpeg" * 20)
     out = run_cli("data=imagefolder", f"data.root={digits_copy}", "data.image_size=32", "epochs=1",
                   "tracking=none", "backend.trainer.enable_progress_bar=false", cwd=tmp_path)
-    _fails_with(out, f"cannot decode {victim}", "Remove or replace the file")
+    fails_with(out, f"cannot decode {victim}", "Remove or replace the file")
     assert not list(tmp_path.glob("outputs/*/*/checkpoints")), "it stops before any training"
 
 
+@pytest.mark.slow   # the run trains its first epoch before it reaches the file
 def test_a_truncated_jpeg_found_after_training_started_is_named_by_the_decoder_path(tmp_path, digits_copy):
     # data.verify=off: the file reaches DALI, and the decode error is traced back to the file.
     # A JPEG cut short keeps its start, so DALI fails cleanly on it (a garbage one can crash DALI 2.4).
@@ -109,39 +99,39 @@ def test_a_truncated_jpeg_found_after_training_started_is_named_by_the_decoder_p
     victim.write_bytes(victim.read_bytes()[:200])
     out = run_cli("data=imagefolder", f"data.root={digits_copy}", "data.image_size=32", "data.verify=off",
                   "epochs=1", "tracking=none", "backend.trainer.enable_progress_bar=false", cwd=tmp_path)
-    _fails_with(out, "cannot decode", str(victim))
+    fails_with(out, "cannot decode", str(victim))
 
 
 def test_zero_keras_replicas_is_refused(tmp_path):
-    _fails_with(run_cli("backend=keras", "backend.replicas=0", cwd=tmp_path), "backend.replicas=0", "at least 1")
+    fails_with(run_cli("backend=keras", "backend.replicas=0", cwd=tmp_path), "backend.replicas=0", "at least 1")
 
 
 @pytest.mark.parametrize("backend", ["lightning", "keras"])
 def test_a_batch_larger_than_a_shard_is_refused_on_both_backends(tmp_path, data_dir, backend):
     out = run_cli(f"backend={backend}", "data.batch_size=4000", f"paths.data_dir={data_dir}", cwd=tmp_path)
-    _fails_with(out, "data.batch_size=4000 is larger than a shard", "1437 images", "lower data.batch_size")
+    fails_with(out, "data.batch_size=4000 is larger than a shard", "1437 images", "lower data.batch_size")
 
 
 def test_dali_on_the_gpu_without_one_names_the_cause(tmp_path, data_dir):
     out = run_cli("pipeline.device=gpu", f"paths.data_dir={data_dir}", cwd=tmp_path)
-    _fails_with(out, "pipeline.device=gpu but DALI", "use pipeline.device=cpu")
+    fails_with(out, "pipeline.device=gpu but DALI", "use pipeline.device=cpu")
 
 
 def test_a_recipe_option_the_recipe_does_not_declare_is_named(tmp_path):
-    _fails_with(run_cli("pipeline=light", "+pipeline.options.random_area=[0.5,1.0]", cwd=tmp_path),
+    fails_with(run_cli("pipeline=light", "+pipeline.options.random_area=[0.5,1.0]", cwd=tmp_path),
                 "pipeline.options.random_area is not an option of recipe light", "flip_probability")
 
 
 def test_a_recipe_option_of_the_wrong_kind_is_one_line(tmp_path, data_dir):
     out = run_cli("pipeline.options.flip_probability=[1,2]", f"paths.data_dir={data_dir}", "tracking=none",
                   cwd=tmp_path)
-    _fails_with(out, "recipe standard cannot be defined with pipeline.options=")
+    fails_with(out, "recipe standard cannot be defined with pipeline.options=")
 
 
 def test_a_keras_checkpoint_of_an_unknown_epoch_is_refused_before_anything_is_tracked(tmp_path):
     odd = tmp_path / "best.weights.h5"
     odd.write_bytes(b"\x89HDF\r\n\x1a\n")
-    _fails_with(run_cli("backend=keras", f"ckpt_path={odd}", cwd=tmp_path), "not a hydrali Keras checkpoint",
+    fails_with(run_cli("backend=keras", f"ckpt_path={odd}", cwd=tmp_path), "not a hydrali Keras checkpoint",
                 "epoch003.weights.h5")
     assert not (tmp_path / "mlflow.db").exists()
 
@@ -149,11 +139,11 @@ def test_a_keras_checkpoint_of_an_unknown_epoch_is_refused_before_anything_is_tr
 def test_a_checkpoint_of_the_other_backend_is_refused(tmp_path):
     keras_ckpt = tmp_path / "epoch003.weights.h5"
     keras_ckpt.write_bytes(b"\x89HDF\r\n\x1a\n")
-    _fails_with(run_cli(f"ckpt_path={keras_ckpt}", cwd=tmp_path), "checkpoint of backend=keras",
+    fails_with(run_cli(f"ckpt_path={keras_ckpt}", cwd=tmp_path), "checkpoint of backend=keras",
                 "resume it with backend=keras")
     lightning_ckpt = tmp_path / "last.ckpt"
     lightning_ckpt.write_bytes(b"PK")
-    _fails_with(run_cli("backend=keras", f"ckpt_path={lightning_ckpt}", cwd=tmp_path),
+    fails_with(run_cli("backend=keras", f"ckpt_path={lightning_ckpt}", cwd=tmp_path),
                 "checkpoint of backend=lightning")
 
 
@@ -161,4 +151,4 @@ def test_a_sweep_over_lightning_spawned_processes_is_refused(tmp_path):
     # strategy=ddp: hydrali starts each job's processes (tests/test_launch.py); ddp_spawn would be Lightning's
     out = run_cli("-m", "optim.lr=0.1,0.2", "backend.accelerator=cpu", "backend.devices=2",
                   "backend.strategy=ddp_spawn", cwd=tmp_path)
-    _fails_with(out, "-m with backend.devices=2 and backend.strategy=ddp_spawn is not supported", "torchrun")
+    fails_with(out, "-m with backend.devices=2 and backend.strategy=ddp_spawn is not supported", "torchrun")

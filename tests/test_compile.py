@@ -6,15 +6,16 @@ import torch
 
 from hydrali.core.run.runner import run
 from hydrali.core.run.summary import format_table
-from tests.conftest import SMALL_NET, read_summary
+from tests.support.checks import read_summary
+from tests.support.configs import SMALL_NET, with_plugin_callback
 
 pytestmark = pytest.mark.slow
 # 3 batches of 120 score the 360 validation images: one shape for every step, so one graph per mode (train, eval).
 # The network without BatchNorm compiles in half the time of the small ResNet (inductor builds C++ kernels on a CPU)
 # and is an nn.Sequential, which nn.Module.compile would leave uncompiled (hydrali compiles its forward).
 TINY = [*SMALL_NET, "pipeline=light", "data.batch_size=120", "tracking=none", "data.verify=off",
-        "model._target_=tests.helpers.torch_model_without_batchnorm",
-        "model.keras_target=tests.helpers.keras_model_without_batchnorm"]
+        "model._target_=tests.support.plugins.torch_model_without_batchnorm",
+        "model.keras_target=tests.support.plugins.keras_model_without_batchnorm"]
 
 
 def _checkpoint_keys(path) -> list[str]:
@@ -23,7 +24,7 @@ def _checkpoint_keys(path) -> list[str]:
 
 def test_lightning_compiled_checkpoint_resumes_uncompiled_and_back(make_cfg, tmp_path):
     out, graphs = tmp_path / "run", tmp_path / "graphs.json"
-    observe = f"+backend.callbacks.graphs={{_target_: tests.compile_helpers.RecordDynamoGraphs, path: '{graphs}'}}"
+    observe = with_plugin_callback("graphs", "RecordDynamoGraphs", path=str(graphs))
     run(make_cfg(*TINY, "epochs=1", "backend.compile=true", observe, output_dir=out))
     assert json.loads(graphs.read_text())["graphs"] >= 2, "TorchDynamo compiled the training and eval graphs"
     compiled = read_summary(out)
@@ -45,9 +46,10 @@ def test_lightning_compiled_checkpoint_resumes_uncompiled_and_back(make_cfg, tmp
     assert [row["epoch"] for row in again["history"]] == [0, 1, 2]
 
 
+@pytest.mark.keras
 def test_keras_compile_trains_with_xla(make_cfg, tmp_path):
     out, jit = tmp_path / "keras", tmp_path / "jit.json"
-    observe = f"+backend.callbacks.jit={{_target_: tests.compile_helpers.KerasRecordJit, path: '{jit}'}}"
+    observe = with_plugin_callback("jit", "KerasRecordJit", path=str(jit))
     run(make_cfg(*TINY, "backend=keras", "backend.verbose=0", "epochs=1", "backend.compile=true", observe,
                  output_dir=out))
     assert json.loads(jit.read_text()) == {"jit_compile": True, "train_function": True}

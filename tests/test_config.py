@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.support.cli import REPO, run_cli
 
 
 def test_the_default_composition_is_classification_on_lightning_with_digits(make_cfg):
@@ -51,9 +51,8 @@ def test_the_project_compiles_without_warnings():
     import subprocess
     import sys
 
-    repo = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-W", "error", "-m", "compileall", "-q", "-f", "core", "backends", "tasks",
-                          "conf"], cwd=repo, capture_output=True, text=True)
+                          "conf"], cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -79,10 +78,9 @@ def test_an_installed_hydrali_is_one_namespace_that_runs_from_anywhere(tmp_path,
     import subprocess
     import sys
 
-    repo = Path(__file__).resolve().parents[1]
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(repo)], check=True, capture_output=True, cwd=tmp_path)
+                    "--target", str(target), str(REPO)], check=True, capture_output=True, cwd=tmp_path)
     top = {p.name for p in target.iterdir() if p.name not in ("bin", "__pycache__")}
     assert top == {"hydrali", "hydrali-0.1.0.dist-info"}, top
     assert (target / "hydrali" / "conf" / "pipeline" / "standard.yaml").is_file(), "the configs ship in the wheel"

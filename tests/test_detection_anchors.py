@@ -230,13 +230,6 @@ def test_box_encoder_scale_only_changes_rounding(encoded):
         np.testing.assert_allclose(loc, loc300, atol=CODE_TOLERANCE, rtol=0)
 
 
-def test_box_encoder_args_are_the_ssd_convention():
-    args = box_encoder_args(ANCHORS)
-    assert args["offset"] is True and args["criteria"] == MATCH_IOU_IN_TESTS
-    assert args["stds"] == [0.1, 0.1, 0.2, 0.2] and args["means"] == [0.0, 0.0, 0.0, 0.0]
-    np.testing.assert_array_equal(np.asarray(args["anchors"], np.float32).reshape(-1, 4), ANCHORS)
-
-
 # ----------------------------------------------------------------------------------------------
 # NMS
 

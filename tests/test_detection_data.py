@@ -8,7 +8,6 @@ import logging
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +18,8 @@ from hydrali.core.errors import HydraliError
 from hydrali.tasks.detection.coco import contiguous_labels, scan_coco
 from hydrali.tasks.detection.evaluation import category_ids_of
 from hydrali.tasks.detection.digits import render_digits_image, write_digits_detection
+from tests.support.cli import REPO, start_cli
 
-REPO = Path(__file__).resolve().parents[1]
 DIGITS = dict(num_train=40, num_val=12, canvas=128, min_digits=1, max_digits=5, min_size=16, max_size=48, seed=0)
 DRAW = {k: DIGITS[k] for k in ("seed", "canvas", "min_digits", "max_digits", "min_size", "max_size")}
 VISIBLE = 100   # grey levels: the strongest change a digit makes to its background is at least this
@@ -194,8 +193,7 @@ def test_processes_writing_at_once_end_with_one_whole_dataset(tmp_path):
     small = {**DIGITS, "num_train": 30, "num_val": 5}
     code = ("import sys; from hydrali.tasks.detection.digits import write_digits_detection as w; "
             f"w(sys.argv[1], **{small!r})")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(root)], env=env, stderr=subprocess.PIPE, text=True)
+    procs = [start_cli(str(root), cwd=REPO, entry=("-c", code), stdout=None, stderr=subprocess.PIPE)
              for _ in range(2)]
     for proc in procs:
         assert proc.wait(timeout=120) == 0, proc.stderr.read()

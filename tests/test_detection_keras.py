@@ -7,6 +7,8 @@ import pytest
 
 from hydrali.backends.keras.quiet_start import import_tensorflow
 
+pytestmark = pytest.mark.keras
+
 tf = import_tensorflow()
 
 import keras  # noqa: E402

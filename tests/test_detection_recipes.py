@@ -16,8 +16,8 @@ from hydrali.tasks.detection.coco import scan_coco
 from hydrali.tasks.detection.evaluation import category_ids_of
 from hydrali.tasks.detection.recipes import CocoSource, read_coco, scale_jitter, ssd
 from hydrali.tasks.detection.torch_decode import decode_boxes
-from tests.conftest import REPO
-from tests.coco_sets import EMPTY_VAL_IMAGE, write_rectangles_coco
+from tests.support.cli import REPO
+from tests.support.datasets import EMPTY_VAL_IMAGE, write_rectangles_coco
 
 SIZE = 128
 BATCH = 8
@@ -88,6 +88,7 @@ def test_unflipped_boxes_would_be_caught(rectangles):
     assert min(coverage) < COVERED
 
 
+@pytest.mark.keras
 @pytest.mark.parametrize("recipe", ["ssd", "scale_jitter"])
 def test_validation_targets_decode_to_the_files_boxes_on_both_backends(rectangles, recipe):
     """Ground truth encoded by the pipeline and decoded by the torch and the Keras decoder is the annotation

@@ -10,9 +10,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 from PIL import Image
 
-from tests.coco_sets import write_rectangles_coco
-from tests.conftest import read_summary, run_cli
-from tests.test_bad_input import _fails_with
+from tests.support.checks import fails_with, read_summary
+from tests.support.cli import run_cli
+from tests.support.datasets import write_rectangles_coco
 
 pytestmark = pytest.mark.slow
 
@@ -35,6 +35,7 @@ def short_runs(tmp_path_factory, data_dir):
     return root, runs
 
 
+@pytest.mark.keras   # the untrained Keras detector is scored in this process
 @pytest.mark.parametrize("backend", ["lightning", "keras"])
 def test_a_short_run_lifts_map50_far_above_an_untrained_detector(short_runs, backend, untrained_map50):
     _, runs = short_runs
@@ -64,7 +65,7 @@ def test_both_backends_report_the_same_metrics_and_pictures_in_mlflow(short_runs
 @pytest.fixture(scope="module")
 def untrained_map50(short_runs, data_dir):
     """val/map50 of each backend's detector before any training, scored as the run scores it."""
-    from tests.detection_untrained import untrained_map50_of
+    from tests.support.untrained_detection import untrained_map50_of
     return {backend: untrained_map50_of(backend, data_dir) for backend in ("lightning", "keras")}
 
 
@@ -92,10 +93,10 @@ def test_a_users_coco_set_trains_with_scale_jitter_on_both_backends(user_coco, t
 
 
 def test_a_classification_recipe_with_detection_and_the_reverse_are_refused(tmp_path):
-    _fails_with(run_cli("task=detection", "pipeline=standard", cwd=tmp_path),
+    fails_with(run_cli("task=detection", "pipeline=standard", cwd=tmp_path),
                 "pipeline=standard is a classification recipe and cannot feed task=detection",
                 "scale_jitter, ssd")
-    _fails_with(run_cli("pipeline=ssd", cwd=tmp_path),
+    fails_with(run_cli("pipeline=ssd", cwd=tmp_path),
                 "pipeline=ssd is a detection recipe and cannot feed task=classification", "light, standard")
 
 
@@ -105,5 +106,5 @@ def test_a_missing_annotated_image_is_named_in_one_line(user_coco, tmp_path):
     shutil.copytree(user_coco, broken)
     victim = json.loads((broken / "annotations" / "instances_val2017.json").read_text())["images"][0]["file_name"]
     (broken / "val2017" / victim).unlink()
-    _fails_with(run_cli("task=detection", "data=coco", f"data.root={broken}", f"paths.root={tmp_path}",
+    fails_with(run_cli("task=detection", "data=coco", f"data.root={broken}", f"paths.root={tmp_path}",
                         f"paths.data_dir={tmp_path / 'data'}", cwd=tmp_path), victim)

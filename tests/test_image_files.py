@@ -4,11 +4,12 @@ import io
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from hydrali.core.data.image_files import decode_problem, find_bad_files, structural_problem
-from tests.test_bad_input import _fails_with
-from tests.conftest import read_summary, run_cli
+from tests.support.checks import fails_with, read_summary
+from tests.support.cli import run_cli
 
 FORMATS = {"JPEG": "jpg", "PNG": "png", "BMP": "bmp", "TIFF": "tif", "WEBP": "webp", "PPM": "ppm"}
 
@@ -76,10 +77,11 @@ def test_a_jpeg_damaged_in_its_middle_is_named_with_data_verify_full(tmp_path, d
     _damaged_in_the_middle(victim)
     out = run_cli("data=imagefolder", f"data.root={digits_copy}", "data.image_size=32", "data.verify=full",
                   "epochs=1", "tracking=none", cwd=tmp_path)
-    _fails_with(out, f"cannot decode {victim}: it does not decode", "Remove or replace the file")
+    fails_with(out, f"cannot decode {victim}: it does not decode", "Remove or replace the file")
     assert out.returncode == 2
 
 
+@pytest.mark.slow
 def test_a_png_named_jpg_trains(tmp_path, digits_copy):
     victim = sorted((digits_copy / "train" / "2").glob("*.jpg"))[0]
     with Image.open(victim) as img:

@@ -1,27 +1,24 @@
 """Ctrl+C during an epoch ends the same way on both backends: one line, exit code 130, the run KILLED, resumable."""
-import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import REPO, as_from_a_terminal, read_summary, run_cli
+from tests.support.checks import read_summary
+from tests.support.cli import as_from_a_terminal, run_cli, start_cli
+from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET
 
 pytestmark = pytest.mark.slow
-QUIET = {"lightning": ["backend.trainer.enable_progress_bar=false", "backend.trainer.enable_model_summary=false"],
-         "keras": ["backend.verbose=0"]}
+QUIET = {"lightning": LIGHTNING_QUIET, "keras": KERAS_QUIET}
 
 
 @pytest.mark.parametrize("backend", ["lightning", "keras"])
 def test_ctrl_c_during_an_epoch_exits_130_marks_the_run_killed_and_resumes(tmp_path, data_dir, backend):
     out = tmp_path / "run"
     args = [f"backend={backend}", "epochs=3", f"paths.data_dir={data_dir}", f"hydra.run.dir={out}", *QUIET[backend]]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
-    proc = subprocess.Popen(preexec_fn=as_from_a_terminal, args=[sys.executable, "-m", "hydrali.core", *args], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_cli(*args, cwd=tmp_path, stderr=subprocess.PIPE, preexec_fn=as_from_a_terminal)
     deadline = time.monotonic() + 300
     while not (out / "history.json").exists():  # written when the first epoch ends
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]

@@ -7,12 +7,13 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from hydrali.core.run.runner import run
-from tests.conftest import (check_each_val_image_counted_once, check_resume_keeps_the_record,
-                            SMALL_NET, check_validation_every_second_epoch, compose_config, read_summary)
-from tests.helpers import keras_model_without_batchnorm
+from tests.support.checks import (check_each_val_image_counted_once, check_resume_keeps_the_record,
+                                  check_validation_every_second_epoch, read_summary)
+from tests.support.configs import KERAS_QUIET, SMALL_NET, TINY, compose_config, with_plugin_callback
+from tests.support.plugins import keras_model_without_batchnorm
 
-pytestmark = pytest.mark.slow
-QUIET = ["backend=keras", "backend.verbose=0"]
+pytestmark = [pytest.mark.slow, pytest.mark.keras]
+QUIET = ["backend=keras", *KERAS_QUIET]
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +130,7 @@ def test_the_same_seed_gives_the_same_losses_on_keras(make_cfg, tmp_path):
 def test_an_interrupted_keras_run_resumes_with_its_whole_record(make_cfg, tmp_path):
     # keep only the newest checkpoint: the best one (epoch 1) survives only because the run record names it
     resumed = check_resume_keeps_the_record(make_cfg, tmp_path, [*QUIET, "backend.keep_checkpoints=1"],
-                                            "tests.helpers.KerasInterruptAtEpoch", KeyboardInterrupt)
+                                            "tests.support.plugins.KerasInterruptAtEpoch")
     kept = {p.name for p in (tmp_path / "resumed" / "checkpoints").glob("*.h5")}
     assert kept == {"epoch001.weights.h5", "epoch003.weights.h5"}
     assert resumed["best_checkpoint"].endswith("epoch001.weights.h5")
@@ -142,10 +143,9 @@ def test_keras_epochs_without_validation_have_no_val_metrics(make_cfg, tmp_path)
 def test_keras_trains_in_bf16_mixed_precision_on_the_cpu(make_cfg, tmp_path):
     policies = tmp_path / "policies.json"
     out = tmp_path / "bf16"
-    record = f"+backend.callbacks.policies={{_target_: tests.helpers.KerasRecordPolicies, path: '{policies}'}}"
+    record = with_plugin_callback("policies", "KerasRecordPolicies", path=str(policies))
     # a narrow network on 16 x 16 images: bf16 matmuls are slow on a CPU, and the policy is what is checked
-    run(make_cfg("epochs=1", "tracking=none", "backend.precision=bf16-mixed", "pipeline=light", "model.widths=[8,16,32]",
-                 "data.image_size=16", record, *QUIET, output_dir=out))
+    run(make_cfg("epochs=1", "tracking=none", "backend.precision=bf16-mixed", *TINY, record, *QUIET, output_dir=out))
     summary = read_summary(out)
     assert json.loads(policies.read_text()) == ["mixed_bfloat16"]
     assert np.isfinite(summary["final"]["train/loss"]) and summary["val_images"] == 360

@@ -1,38 +1,43 @@
 """Several processes through the real launchers: Lightning DDP (CPU, gloo) and a Hydra -m sweep."""
-import re
-
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import check_each_val_image_counted_once, read_summary, run_cli
+from tests.support.checks import check_each_val_image_counted_once, read_summary
+from tests.support.cli import run_cli, start_cli
+from tests.support.configs import LIGHTNING_QUIET, TINY, compose_config, with_plugin_callback
+from tests.support.datasets import write_one_image_per_class
 
 pytestmark = pytest.mark.slow
-QUIET = ["backend.trainer.enable_progress_bar=false", "backend.trainer.enable_model_summary=false"]
-TINY = ["pipeline=light", "model.widths=[8,16,32]", "data.image_size=16"]   # a narrow network on 16 x 16 images
 
 
-def test_ddp_with_two_processes_reads_two_shards_and_doubles_the_global_batch(tmp_path, data_dir):
-    out = tmp_path / "ddp"
-    res = run_cli("backend.accelerator=cpu", "backend.devices=2", "backend.strategy=ddp", "epochs=1",
-                  f"paths.data_dir={data_dir}", f"hydra.run.dir={out}", *QUIET, cwd=tmp_path)
+def test_ddp_with_two_processes_reads_two_disjoint_shards_and_doubles_the_global_batch(tmp_path, data_dir):
+    # every image its own class: the labels each process trained on name the files DALI read for it
+    classes, batch = 36, 8   # shards of 18: 2 whole training batches, 3 validation batches (the last holds 2)
+    write_one_image_per_class(tmp_path / "ds", classes)
+    out, record = tmp_path / "ddp", tmp_path / "record"
+    args = ["data=imagefolder", f"data.root={tmp_path / 'ds'}", f"data.batch_size={batch}", "backend.accelerator=cpu",
+            "backend.devices=2", "backend.strategy=ddp", "epochs=1", *TINY, *LIGHTNING_QUIET,
+            "pipeline.options.initial_fill=1",   # DALI's shuffle buffer draws nothing from the next pass
+            with_plugin_callback("labels", "RecordTrainingLabels", folder=str(record))]
+    res = run_cli(*args, f"hydra.run.dir={out}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     summary = read_summary(out)
-    assert (summary["world_size"], summary["global_batch"]) == (2, 128)
-    # 2 x 180 validation images, 3 batches of 64 per process (the last 52 real): each image scored once
-    check_each_val_image_counted_once(summary)
-    assert summary["steps_per_epoch"] == 11 and summary["history"][0]["train/images"] == 11 * 128
-    logs = "".join(p.read_text() for p in out.glob("*.log"))
-    shards = set(re.findall(r"rank (\d) reads shard (\d)/2", logs))
-    assert shards == {("0", "0"), ("1", "1")}, logs[-2000:]
+    assert (summary["world_size"], summary["global_batch"]) == (2, 2 * batch)
+    check_each_val_image_counted_once(summary, val_set=classes)
+    assert summary["steps_per_epoch"] == 2 and summary["history"][0]["train/images"] == 2 * 2 * batch
+    read = [[int(x) for x in (record / f"labels_rank{r}.txt").read_text().split()] for r in (0, 1)]
+    assert len(read[0]) == len(set(read[0])) == 2 * batch, "rank 0 trained on 2 batches of distinct images"
+    assert len(read[1]) == len(set(read[1])) == 2 * batch, "rank 1 too"
+    assert set(read[0]).isdisjoint(read[1]), "the two processes read disjoint shards"
+    cfg = compose_config(args, tmp_path, data_dir)
     run_ = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").get_run(summary["mlflow_run_id"])
     assert run_.data.params["plan/world_size"] == "2"
-    assert float(run_.data.params["plan/effective_lr"]) == pytest.approx(0.1 * 128 / 32)
+    assert float(run_.data.params["plan/effective_lr"]) == pytest.approx(cfg.optim.lr * 2 * batch / cfg.optim.ref_batch)
 
 
 def test_a_sweep_over_the_backends_is_one_parent_with_a_child_per_backend_and_the_same_metrics(tmp_path, data_dir):
     # the README's comparison of the two frameworks: hydrali -m backend=lightning,keras
-    res = run_cli("-m", "backend=lightning,keras", "epochs=1", "pipeline=light", "model.widths=[8,16,32]",
-                  "data.image_size=16", f"paths.data_dir={data_dir}", cwd=tmp_path)
+    res = run_cli("-m", "backend=lightning,keras", "epochs=1", *TINY, f"paths.data_dir={data_dir}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "raised" not in res.stderr, res.stderr[-3000:]  # Hydra only warns when a callback fails
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
@@ -52,21 +57,13 @@ def test_a_sweep_over_the_backends_is_one_parent_with_a_child_per_backend_and_th
 
 
 def test_two_runs_started_together_on_a_fresh_sqlite_store_are_both_recorded(tmp_path, data_dir):
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO
-
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
     store = f"sqlite:///{tmp_path}/fresh.db"
-    procs = [subprocess.Popen([sys.executable, "-m", "hydrali.core", "epochs=1", f"tracking.uri={store}",
-                               f"paths.data_dir={data_dir}", f"hydra.run.dir={tmp_path / name}", *QUIET, *TINY],
-                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs = [start_cli("epochs=1", f"tracking.uri={store}", f"paths.data_dir={data_dir}",
+                       f"hydra.run.dir={tmp_path / name}", *LIGHTNING_QUIET, *TINY, cwd=tmp_path)
              for name in ("a", "b")]
     for proc in procs:
-        _, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, err[-3000:]
+        out, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, out[-3000:]
     client = MlflowClient(store)
     for name in ("a", "b"):
         run_ = client.get_run(read_summary(tmp_path / name)["mlflow_run_id"])

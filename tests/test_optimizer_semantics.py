@@ -1,7 +1,10 @@
-"""hydrali.core.optim.optimizer's semantics, the same on both backends: the same weights after the same steps, the same loss."""
+"""hydrali.core.optim.optimizer's semantics, the same on both backends: the same weights after the same steps, the
+same loss."""
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
+
+pytestmark = pytest.mark.keras
 
 CLASSES, FEATURES, HIDDEN, BATCH = 5, 12, 16, 8
 

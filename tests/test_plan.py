@@ -6,7 +6,7 @@ import pytest
 from hydrali.core.errors import HydraliError
 from hydrali.core.run.plan import make_plan, scaled_lr
 from hydrali.core.optim.schedule import lr_factor
-from hydrali.core.run.seeding import pipeline_seed, resolve_seed
+from hydrali.core.run.seeding import resolve_seed
 from hydrali.core.distributed.topology import detect, is_first_process
 
 
@@ -76,11 +76,25 @@ def test_seed_zero_is_a_seed_and_null_draws_one():
     assert isinstance(drawn, int) and 0 <= drawn < 2**31
 
 
-def test_pipeline_seed_differs_per_shard_and_is_stable():
-    seeds = {pipeline_seed(0, shard) for shard in range(8)}
-    assert len(seeds) == 8
-    assert pipeline_seed(42, 3) == pipeline_seed(42, 3)
-    assert pipeline_seed(42, 0) != pipeline_seed(43, 0)
+def test_a_shard_gets_the_same_pipeline_seed_whichever_process_drives_it_and_each_shard_its_own():
+    """Lightning (a process per replica) and Keras (a process driving every replica of its node) give shard i the
+    same DALI seed; other shards, and the same shards under another run seed, get other seeds."""
+    def seeds_of_one_process_per_replica(seed: int) -> list[int]:
+        return [make_plan(topology=detect(4, 1, env={"RANK": str(r), "LOCAL_RANK": str(r), "NODE_RANK": "0"}),
+                          seed=seed, **PLAN).shard.pipeline_seed for r in range(4)]
+
+    def seeds_of_one_process(seed: int) -> list[int]:
+        plan = make_plan(topology=detect(4, 1, env={}, replicas_per_process=4), seed=seed, **PLAN)
+        return [shard.pipeline_seed for shard in plan.shards]
+
+    lightning, keras = seeds_of_one_process_per_replica(42), seeds_of_one_process(42)
+    assert lightning == keras
+    assert len(set(lightning)) == 4, "every shard its own stream of augmentations"
+    assert set(lightning).isdisjoint(seeds_of_one_process(43)), "another run seed: other streams on every shard"
+    assert all(0 <= s < 2**31 for s in lightning + seeds_of_one_process(2**40)), "within DALI's seed range"
+
+
+PLAN = dict(batch_size=16, base_lr=0.1, ref_batch=256, rule="linear", warmup_epochs=0, epochs=1, device="cpu")
 
 
 def test_schedule_warms_up_linearly_then_decays_to_zero():

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import run_cli
-from tests.test_bad_input import _fails_with
+from tests.support.checks import fails_with
+from tests.support.cli import run_cli
 
 pytestmark = pytest.mark.slow
 OTHER_WIDTHS = "model.widths=[16,32,64]"   # the default small_resnet is [32, 64, 128]
@@ -77,7 +77,7 @@ def test_a_refused_attempt_changes_nothing(finished, data_dir, name):
     started = time.monotonic()
     out = run_cli(*args, f"paths.root={finished}", f"paths.data_dir={data_dir}", cwd=finished)
     elapsed = time.monotonic() - started
-    _fails_with(out, needle)
+    fails_with(out, needle)
     assert elapsed < 15, f"{name}: refused after {elapsed:.0f} s"
     assert _snapshot(finished) == before, name
 
@@ -88,4 +88,4 @@ def test_another_models_checkpoint_from_elsewhere_is_one_line(finished, data_dir
     copy.write_bytes((finished / "lightning" / "checkpoints" / "last.ckpt").read_bytes())
     out = run_cli("epochs=2", OTHER_WIDTHS, f"ckpt_path={copy}", "tracking=none", f"paths.data_dir={data_dir}",
                   cwd=tmp_path)
-    _fails_with(out, f"ckpt_path={copy} holds the weights of another model", "size mismatch")
+    fails_with(out, f"ckpt_path={copy} holds the weights of another model", "size mismatch")

@@ -6,9 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -19,11 +17,11 @@ import yaml
 from mlflow.tracking import MlflowClient
 from PIL import Image
 
-from tests.conftest import REPO, as_from_a_terminal, run_cli
+from tests.support.cli import as_from_a_terminal, free_port, run_cli, start_cli
+from tests.support.configs import LIGHTNING_QUIET, TINY
 
 pytestmark = pytest.mark.slow
-TINY = ["pipeline=light", "model.widths=[8,16,32]", "data.image_size=16", "backend.trainer.enable_progress_bar=false",
-        "backend.trainer.enable_model_summary=false"]   # a narrow network on 16 x 16 images: seconds per job
+QUIET_TINY = [*TINY, *LIGHTNING_QUIET]   # a narrow network on 16 x 16 images, no progress output: seconds per job
 # matplotlib's first line colours (its default cycle): the pictures draw job i in colour i
 CYCLE = [(0x1f, 0x77, 0xb4), (0xff, 0x7f, 0x0e), (0x2c, 0xa0, 0x2c), (0xd6, 0x27, 0x28), (0x94, 0x67, 0xbd)]
 
@@ -52,12 +50,6 @@ def _colours_drawn(png: Path) -> int:
     return found.index(False) if False in found else len(found)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _rest(port: int, endpoint: str, body: dict) -> dict:
     request = urllib.request.Request(f"http://127.0.0.1:{port}/api/2.0/mlflow/{endpoint}",
                                      data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
@@ -69,7 +61,7 @@ def _rest(port: int, endpoint: str, body: dict) -> dict:
 def grid(tmp_path_factory, data_dir):
     """A 2 x 2 grid sweep of 2 epochs per job."""
     root = tmp_path_factory.mktemp("grid")
-    out = _sweep(root, data_dir, "-m", "optim.lr=0.05,0.1", "data.batch_size=32,64", "epochs=2", *TINY)
+    out = _sweep(root, data_dir, "-m", "optim.lr=0.05,0.1", "data.batch_size=32,64", "epochs=2", *QUIET_TINY)
     assert out.returncode == 0, out.stderr[-3000:]
     return root, out
 
@@ -113,11 +105,8 @@ def test_the_parent_holds_the_summary_table_and_two_pictures_with_a_line_per_chi
 
 def test_hydrali_ui_serves_the_sweep_over_rest(grid):
     root, _ = grid
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    server = subprocess.Popen([sys.executable, "-m", "hydrali.core", "ui", f"tracking.ui_port={port}"], cwd=root,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              start_new_session=True)
+    port = free_port()
+    server = start_cli("ui", f"tracking.ui_port={port}", cwd=root, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -139,7 +128,7 @@ def test_hydrali_ui_serves_the_sweep_over_rest(grid):
 
 
 def test_a_failed_job_is_a_failed_child_and_the_sweep_goes_on(tmp_path, data_dir):
-    out = _sweep(tmp_path, data_dir, "-m", "data.batch_size=4000,64", "epochs=1", *TINY)
+    out = _sweep(tmp_path, data_dir, "-m", "data.batch_size=4000,64", "epochs=1", *QUIET_TINY)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "hydrali: job 0 failed: data.batch_size=4000 is larger than a shard" in out.stderr
     client, parents, children = _runs(tmp_path)
@@ -156,7 +145,7 @@ def test_a_failed_job_is_a_failed_child_and_the_sweep_goes_on(tmp_path, data_dir
 
 
 def test_a_diverging_job_stops_in_its_first_epoch_and_fails_the_sweep(tmp_path, data_dir):
-    out = _sweep(tmp_path, data_dir, "-m", "optim.lr=1e6", "epochs=4", *TINY)
+    out = _sweep(tmp_path, data_dir, "-m", "optim.lr=1e6", "epochs=4", *QUIET_TINY)
     assert out.returncode == 1, out.stderr[-3000:]
     assert "train/loss became nan in epoch 1" in out.stderr
     client, parents, (child,) = _runs(tmp_path)
@@ -166,10 +155,8 @@ def test_a_diverging_job_stops_in_its_first_epoch_and_fails_the_sweep(tmp_path, 
 
 
 def test_ctrl_c_during_a_sweep_leaves_no_run_running(tmp_path, data_dir):
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
-    proc = subprocess.Popen(preexec_fn=as_from_a_terminal, args=[sys.executable, "-m", "hydrali.core", "-m", "optim.lr=0.05,0.1", "epochs=3",
-                             f"paths.data_dir={data_dir}", *TINY], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_cli("-m", "optim.lr=0.05,0.1", "epochs=3", f"paths.data_dir={data_dir}", *QUIET_TINY, cwd=tmp_path,
+                     stderr=subprocess.PIPE, preexec_fn=as_from_a_terminal)
     deadline = time.monotonic() + 300
     while not list(tmp_path.glob("multirun/*/*/0/history.json")):   # the first job finished an epoch
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
@@ -186,7 +173,7 @@ def test_an_optuna_search_of_three_trials_records_the_best_and_survives_a_failed
     # the search space's batch sizes include one larger than the training split: that trial fails
     out = _sweep(tmp_path, data_dir, "hparams_search=classification_optuna", "hydra.sweeper.n_trials=3",
                  "hydra.sweeper.params={data.batch_size:'choice(64,4000)'}", "hydra.sweeper.sampler.seed=0",
-                 "epochs=1", *TINY)
+                 "epochs=1", *QUIET_TINY)
     assert out.returncode == 0, out.stderr[-3000:]
     client, parents, children = _runs(tmp_path)
     assert len(children) == 3
@@ -203,7 +190,7 @@ def test_an_optuna_search_of_three_trials_records_the_best_and_survives_a_failed
 
 def test_a_parallel_joblib_sweep_records_every_job_completely(tmp_path, data_dir):
     out = _sweep(tmp_path, data_dir, "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-                 "optim.lr=0.05,0.1", "epochs=2", *TINY)
+                 "optim.lr=0.05,0.1", "epochs=2", *QUIET_TINY)
     assert out.returncode == 0, out.stderr[-3000:]
     client, parents, children = _runs(tmp_path)
     assert len(parents) == 1 and len(children) == 2

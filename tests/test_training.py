@@ -5,21 +5,18 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from hydrali.core.run.runner import run
-from tests.conftest import (check_each_val_image_counted_once, check_resume_keeps_the_record,
-                            SMALL_NET, check_validation_every_second_epoch, read_summary)
+from tests.support.checks import (check_each_val_image_counted_once, check_resume_keeps_the_record,
+                                  check_validation_every_second_epoch, read_summary)
+from tests.support.configs import LIGHTNING_QUIET, SMALL_NET, compose_config
 
 pytestmark = pytest.mark.slow
-
-QUIET = ["backend.trainer.enable_progress_bar=false", "backend.trainer.enable_model_summary=false"]
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, data_dir):
     """One default run (10 epochs), tracked in MLflow: shared by the tests below."""
-    from tests.conftest import compose_config
-
     root = tmp_path_factory.mktemp("trained")
-    cfg = compose_config(QUIET, root, data_dir)
+    cfg = compose_config(LIGHTNING_QUIET, root, data_dir)
     value = run(cfg)
     return cfg, value, read_summary(cfg.paths.output_dir)
 
@@ -65,7 +62,7 @@ def test_the_run_is_in_mlflow_with_params_metrics_and_config(trained):
 
 def _losses(make_cfg, tmp_path, seed: int, name: str) -> list[float]:
     out = tmp_path / name
-    run(make_cfg(f"seed={seed}", "epochs=2", "tracking=none", *SMALL_NET, *QUIET, output_dir=out))
+    run(make_cfg(f"seed={seed}", "epochs=2", "tracking=none", *SMALL_NET, *LIGHTNING_QUIET, output_dir=out))
     return [row["train/loss"] for row in read_summary(out)["history"]]
 
 
@@ -79,8 +76,8 @@ def test_the_same_seed_gives_the_same_losses_and_another_seed_does_not(make_cfg,
 
 
 def test_an_interrupted_run_resumes_with_its_whole_record(make_cfg, tmp_path):
-    check_resume_keeps_the_record(make_cfg, tmp_path, QUIET, "tests.helpers.InterruptAtEpoch", KeyboardInterrupt)
+    check_resume_keeps_the_record(make_cfg, tmp_path, LIGHTNING_QUIET, "tests.support.plugins.InterruptAtEpoch")
 
 
 def test_epochs_without_validation_have_no_val_metrics(make_cfg, tmp_path):
-    check_validation_every_second_epoch(make_cfg, tmp_path, [*QUIET, "backend.trainer.check_val_every_n_epoch=2"])
+    check_validation_every_second_epoch(make_cfg, tmp_path, [*LIGHTNING_QUIET, "backend.trainer.check_val_every_n_epoch=2"])

@@ -11,7 +11,7 @@ from hydra.utils import instantiate
 
 from hydrali.core.run.plan import make_plan
 from hydrali.core.distributed.topology import detect as detect_topology
-from tests.conftest import compose_config
+from tests.support.configs import compose_config
 
 SEED = 0
 

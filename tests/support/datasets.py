@@ -1,6 +1,11 @@
-"""A small COCO-layout dataset written by the tests: solid rectangles (the objects) on a plain light
-background, so that a test can find each object's pixels; non-square images of several sizes,
-category ids 3/7/11 (not 1..K), and one validation image without any box."""
+"""The datasets tests write.
+
+One image per class (`write_one_image_per_class`): an image folder where a label names its file, so that the labels
+a process trained on tell which files DALI read for it.
+
+A small COCO-layout set (`write_rectangles_coco`): solid rectangles (the objects) on a plain light background, so
+that a test can find each object's pixels; non-square images of several sizes, category ids 3/7/11 (not 1..K), and
+one validation image without any box."""
 from __future__ import annotations
 
 import json
@@ -60,3 +65,14 @@ def write_rectangles_coco(root: Path, *, num_train: int = 24, num_val: int = 8, 
         data = _write_split(root, folder, count, first_id, rng, empty)
         (root / "annotations" / f"instances_{folder}.json").write_text(json.dumps(data))
     return root
+
+
+def write_one_image_per_class(root: Path, classes: int, size: int = 24) -> None:
+    """An image folder (train/ and val/) where every image is its own class: a label names its file."""
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for c in range(classes):
+            folder = root / split / f"c{c:03d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            pixels = rng.integers(0, 256, size=(size, size, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(folder / "0.jpg", quality=90)

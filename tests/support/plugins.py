@@ -1,0 +1,168 @@
+"""What the tests plug into hydrali as a user would, through `_target_` strings (`tests.support.plugins.<name>`):
+callbacks (`+backend.callbacks.<key>={_target_: ...}`) that press Ctrl+C or record what the frameworks, and DALI
+through them, really did (torch's seed, the labels trained on, dtype policies, compiled graphs, DALI's threads), and
+model builders (`model._target_`, `model.keras_target`). Each imports its framework only when it is built."""
+
+
+class InterruptAtEpoch:
+    """Press Ctrl+C (raise KeyboardInterrupt) when epoch `epoch` (0-based) starts, on Lightning."""
+
+    def __new__(cls, epoch: int):
+        import lightning as L
+
+        class _Interrupt(L.Callback):
+            def on_train_epoch_start(self, trainer, pl_module) -> None:
+                if trainer.current_epoch == epoch:
+                    raise KeyboardInterrupt
+
+        return _Interrupt()
+
+
+class KerasInterruptAtEpoch:
+    """Press Ctrl+C (raise KeyboardInterrupt) when epoch `epoch` (0-based) starts, on Keras."""
+
+    def __new__(cls, epoch: int):
+        import keras
+
+        class _Interrupt(keras.callbacks.Callback):
+            def on_epoch_begin(self, current: int, logs=None) -> None:
+                if current == epoch:
+                    raise KeyboardInterrupt
+
+        return _Interrupt()
+
+
+def keras_model_without_batchnorm(num_classes: int, image_size: int, **unused):
+    """A small conv net with no BatchNorm: its gradients do not depend on how a batch is split."""
+    import keras
+
+    inputs = keras.Input((image_size, image_size, 3))
+    x = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(inputs)
+    x = keras.layers.Conv2D(16, 3, strides=2, padding="same", activation="relu")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, keras.layers.Dense(num_classes)(x))
+
+
+class KerasRecordPolicies:
+    """Write the dtype policies of the trained network's layers (that have weights) to `path`, as JSON."""
+
+    def __new__(cls, path: str):
+        import json
+
+        import keras
+
+        class _Record(keras.callbacks.Callback):
+            def on_train_begin(self, logs=None) -> None:
+                network = getattr(self.model, "network", self.model)
+                policies = sorted({layer.dtype_policy.name for layer in network.layers if layer.weights})
+                with open(path, "w") as fh:
+                    json.dump(policies, fh)
+
+        return _Record()
+
+
+class RecordTorchSeed:
+    """Write the seed torch's generator was seeded with, and the process's rank, into <folder>/seed_rank<R>.txt
+    when training starts, on Lightning: what each DDP process really trains with."""
+
+    def __new__(cls, folder: str):
+        import os
+        from pathlib import Path
+
+        import lightning as L
+        import torch
+
+        class _Record(L.Callback):
+            def on_train_start(self, trainer, pl_module) -> None:
+                Path(folder).mkdir(parents=True, exist_ok=True)
+                (Path(folder) / f"seed_rank{trainer.global_rank}.txt").write_text(
+                    f"{torch.initial_seed()} {os.getpid()} {trainer.world_size}\n")
+
+        return _Record()
+
+
+class RecordTrainingLabels:
+    """Append the labels of every training batch this process trains on to <folder>/labels_rank<R>.txt, one
+    line per batch, on Lightning: in a dataset whose every image is its own class, the files each rank read."""
+
+    def __new__(cls, folder: str):
+        from pathlib import Path
+
+        import lightning as L
+
+        class _Record(L.Callback):
+            def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
+                Path(folder).mkdir(parents=True, exist_ok=True)
+                labels = batch["labels"].reshape(-1).tolist()
+                with open(Path(folder) / f"labels_rank{trainer.global_rank}.txt", "a") as fh:
+                    fh.write(" ".join(str(int(label)) for label in labels) + "\n")
+
+        return _Record()
+
+
+def torch_model_without_batchnorm(num_classes: int, **unused):
+    """A small conv net with no BatchNorm, on torch: its gradients do not depend on how a batch is split."""
+    from torch import nn
+
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 16, 3, stride=2, padding=1),
+                         nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, num_classes))
+
+
+class RecordDynamoGraphs:
+    """Write, as JSON to `path`, how many graphs TorchDynamo compiled while Lightning trained and validated
+    (torch._dynamo's own counters, read at the start and the end of fit)."""
+
+    def __new__(cls, path: str):
+        import json
+
+        import lightning as L
+
+        def graphs() -> int:
+            from torch._dynamo.utils import counters
+            return int(counters["stats"]["unique_graphs"])
+
+        class _Record(L.Callback):
+            def on_fit_start(self, trainer, pl_module) -> None:
+                self.before = graphs()
+
+            def on_fit_end(self, trainer, pl_module) -> None:
+                with open(path, "w") as fh:
+                    json.dump({"graphs": graphs() - self.before}, fh)
+
+        return _Record()
+
+
+class KerasRecordJit:
+    """Write, as JSON to `path`, whether the Keras model that trains is XLA-compiled (its `jit_compile`, which Keras
+    itself turns off where XLA cannot run) and whether its train function was built, after the first epoch."""
+
+    def __new__(cls, path: str):
+        import json
+
+        import keras
+
+        class _Record(keras.callbacks.Callback):
+            def on_epoch_end(self, epoch: int, logs=None) -> None:
+                with open(path, "w") as fh:
+                    json.dump({"jit_compile": bool(self.model.jit_compile),
+                               "train_function": self.model.train_function is not None}, fh)
+
+        return _Record()
+
+
+class RecordPipelineThreads:
+    """Write, as JSON to `path`, the num_threads of the DALI pipelines the Lightning training iterator holds, when
+    training starts."""
+
+    def __new__(cls, path: str):
+        import json
+        from pathlib import Path
+
+        import lightning as L
+
+        class _Record(L.Callback):
+            def on_train_start(self, trainer, pl_module) -> None:
+                iterator = trainer.datamodule.train_dataloader().iterator
+                Path(path).write_text(json.dumps([pipe.num_threads for pipe in iterator._pipes]))
+
+        return _Record()
