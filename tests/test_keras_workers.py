@@ -1,5 +1,6 @@
 """Keras workers started by the user with their own TF_CONFIG train one job (MultiWorkerMirroredStrategy):
-each reads the shard of its rank, they agree on rank 0's run dir and seed, and the chief alone writes."""
+each reads the shard of its rank, they agree on rank 0's run dir and seed, the chief alone writes, and a
+detection validation is scored once over every worker's detections."""
 from __future__ import annotations
 
 import json
@@ -12,11 +13,17 @@ from pathlib import Path
 
 import pytest
 
+from hydrali.core.distributed.topology import (
+    TFWorkers,
+    detect,
+    is_first_process,
+    launched_externally,
+    tf_config_workers,
+)
 from hydrali.core.errors import HydraliError
-from hydrali.core.distributed.topology import TFWorkers, detect, is_first_process, launched_externally, tf_config_workers
 from tests.conftest import REPO, read_summary
 from tests.helpers import write_one_image_per_class
-from tests.keras_worker_helpers import RECORD_ENV, read_record
+from tests.keras_worker_helpers import DETECTIONS_ENV, RECORD_ENV, read_detections, read_record
 
 
 def tf_config(workers: list[str], kind: str, index: int, chief: str | None = None) -> str:
@@ -78,6 +85,31 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
+WORKERS_TIMEOUT = 300   # seconds for 2 workers to start TensorFlow, train one tiny epoch and validate
+
+
+def run_two_workers(tmp_path: Path, args: list[str], env_of) -> None:
+    """Start hydrali with `args` as 2 Keras workers on 127.0.0.1 (worker `index` with its own TF_CONFIG, TMPDIR
+    tmp_path/tmp<index> and the variables `env_of(index)`), from tmp_path; check that both succeed."""
+    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    procs = []
+    try:
+        for index in (0, 1):
+            (tmp_path / f"tmp{index}").mkdir()
+            env = {**os.environ, "HYDRA_FULL_ERROR": "0", "TF_CONFIG": tf_config(workers, "worker", index),
+                   "TMPDIR": str(tmp_path / f"tmp{index}"), "PYTHONPATH": str(REPO), **env_of(index)}
+            procs.append(subprocess.Popen([sys.executable, "-m", "hydrali.core", *args], cwd=tmp_path, env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            time.sleep(1.2)   # a later second: Hydra's ${now:...} run dir differs, the workers must agree on one
+        outputs = [proc.communicate(timeout=WORKERS_TIMEOUT)[0] for proc in procs]
+    finally:
+        for proc in procs:   # a worker left waiting for one that failed
+            if proc.poll() is None:
+                proc.kill()
+    for proc, out in zip(procs, outputs):
+        assert proc.returncode == 0, out[-4000:]
+
+
 IMAGES, BATCH = 32, 8   # 2 workers x 1 replica: shards of 16 images, 2 training steps per epoch
 # (pipeline.options.initial_fill=1: DALI's shuffle buffer draws nothing from the next pass, so one epoch reads each
 # image of a shard exactly once)
@@ -87,22 +119,10 @@ IMAGES, BATCH = 32, 8   # 2 workers x 1 replica: shards of 16 images, 2 training
 def test_two_keras_workers_from_tf_config_train_one_epoch_on_disjoint_shards_and_the_chief_alone_writes(tmp_path):
     data = tmp_path / "images"
     write_one_image_per_class(data, IMAGES, size=16)
-    workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
     args = ["backend=keras", "pipeline=light", "data=imagefolder", f"data.root={data}", f"data.batch_size={BATCH}",
             "data.image_size=16", "model.widths=[8,16,32]", "pipeline.options.initial_fill=1", "epochs=1",
-            "seed=null", "task.keras_target=tests.keras_worker_helpers.recording_classification"]
-    procs = []
-    for index in (0, 1):
-        (tmp_path / f"tmp{index}").mkdir()
-        env = {**os.environ, "HYDRA_FULL_ERROR": "0", "TF_CONFIG": tf_config(workers, "worker", index),
-               RECORD_ENV: str(tmp_path / f"labels{index}.txt"), "TMPDIR": str(tmp_path / f"tmp{index}"),
-               "PYTHONPATH": str(REPO)}
-        procs.append(subprocess.Popen([sys.executable, "-m", "hydrali.core", *args], cwd=tmp_path, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-        time.sleep(1.2)   # a later second: Hydra's ${now:...} run dir differs, the workers must agree on one
-    outputs = [proc.communicate(timeout=300)[0] for proc in procs]
-    for proc, out in zip(procs, outputs):
-        assert proc.returncode == 0, out[-4000:]
+            "seed=null", "task.sides.keras=tests.keras_worker_helpers.recording_classification"]
+    run_two_workers(tmp_path, args, lambda index: {RECORD_ENV: str(tmp_path / f"labels{index}.txt")})
 
     run_dirs = [d for d in tmp_path.glob("outputs/*/*") if d.is_dir()]
     assert len(run_dirs) == 1, f"one run dir for the job: {run_dirs}"
@@ -129,6 +149,58 @@ def test_two_keras_workers_from_tf_config_train_one_epoch_on_disjoint_shards_and
     assert not set(read[0]) & set(read[1]), "the workers read disjoint samples"
     assert sorted(read[0] + read[1]) == list(range(IMAGES)), "together they read the epoch, each image once"
     assert read == [shard_labels(data / "train", shard, 2) for shard in (0, 1)], "worker r reads DALI's shard r"
+
+
+# task=detection on the bundled digits, as small as they go: 16 + 32 images of 32 x 32 (digits of 16-24 pixels on a
+# 64-pixel canvas), 2 workers x batch 4: 2 training and 4 validation steps each; every detection scored (no score
+# threshold), so that an untrained detector finds some digits and the mAP of one worker's shard is not all images'
+DETECTION = ["task=detection", "backend=keras", "data.generate.num_train=16", "data.generate.num_val=32",
+             "data.generate.canvas=64", "data.generate.min_size=16", "data.generate.max_size=24",
+             "data.image_size=32", "data.batch_size=4", "model.widths=[8,16,32,64]", "epochs=1",
+             "task.score_threshold=0.0", "task.pictures=2",
+             "task.sides.keras=tests.keras_worker_helpers.recording_detection"]
+
+
+@pytest.mark.slow
+def test_two_keras_workers_score_detection_once_over_all_images_and_the_chief_alone_draws(tmp_path):
+    run_two_workers(tmp_path, [*DETECTION, f"paths.data_dir={tmp_path / 'data'}"],
+                    lambda index: {DETECTIONS_ENV: str(tmp_path / f"detections{index}.jsonl")})
+
+    run_dirs = [d for d in tmp_path.glob("outputs/*/*") if d.is_dir()]
+    assert len(run_dirs) == 1, f"one run dir for the job: {run_dirs}"
+    run_dir = run_dirs[0]
+    pictures = sorted(p for p in tmp_path.rglob("pictures") if "mlartifacts" not in p.parts)
+    assert pictures == [run_dir / "pictures"], "the chief alone draws, into the agreed run dir"
+    assert [p.name for p in pictures[0].iterdir()] == ["val_epoch001.png"]
+
+    annotations = tmp_path / "data" / "digits_detection" / "annotations" / "instances_val2017.json"
+    val_images = {image["id"] for image in json.loads(annotations.read_text())["images"]}
+    shares = [read_detections(tmp_path / f"detections{index}.jsonl") for index in (0, 1)]
+    seen = [{d["image_id"] for d in share} for share in shares]
+    assert all(seen) and not seen[0] & seen[1] and seen[0] | seen[1] <= val_images, "each worker its own shard"
+    every = coco_map_of(annotations, shares[0] + shares[1])
+    assert every > 0 and every != pytest.approx(coco_map_of(annotations, shares[0]), abs=1e-9), \
+        "the mAP of all images is not that of one worker's shard"
+
+    summary = read_summary(run_dir)
+    assert summary["world_size"] == 2 and summary["val_images"] == len(val_images)
+    assert summary["final"]["val/map"] == pytest.approx(every, abs=1e-9), "scored once, over all images"
+    from mlflow.tracking import MlflowClient
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    (logged,) = client.get_metric_history(summary["mlflow_run_id"], "val/map")
+    assert logged.value == pytest.approx(every, abs=1e-9)
+    assert [a.path for a in client.list_artifacts(summary["mlflow_run_id"], "pictures")] == \
+        ["pictures/val_epoch001.png"]
+
+
+def coco_map_of(annotations: Path, detections: list[dict]) -> float:
+    """COCO mAP@[.5:.95] of `detections` over every image of the annotation file, as faster-coco-eval gives it."""
+    from faster_coco_eval import COCO, COCOeval_faster
+
+    truth = COCO(str(annotations))
+    evaluation = COCOeval_faster(truth, truth.loadRes(detections), iouType="bbox", print_function=lambda *a: None)
+    evaluation.run()
+    return max(0.0, float(evaluation.stats_as_dict["AP_all"]))
 
 
 def shard_labels(folder: Path, shard: int, shards: int) -> list[int]:

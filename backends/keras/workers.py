@@ -5,12 +5,12 @@ or a task of `srun` (TensorFlow's SlurmClusterResolver: workers meet on port 888
 node), and drives one replica: its GPU (SLURM: the node's GPU of its local task id), or its CPU. TF_CONFIG's
 chief (or worker 0 without one), or SLURM's task 0, is global rank 0 (hydrali.core.distributed.topology): it alone
 tracks, checkpoints and writes the run's files. The strategy is created once per process, before
-TensorFlow runs any op (collectives are configured at its start); the workers share rank 0's start values
-(run dir, drawn seed) through its all-reduce.
+TensorFlow runs any op (collectives are configured at its start); its all-reduce is the job's collective for
+hydrali.core.distributed.gather (installed with the strategy): the workers share rank 0's start values (run dir,
+drawn seed) and gather a validation's results through it.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -19,8 +19,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from hydrali.core.errors import HydraliError
+from hydrali.core.distributed import gather
 from hydrali.core.distributed.topology import TFWorkers, tf_config_workers
+from hydrali.core.errors import HydraliError
 
 _strategy: tf.distribute.MultiWorkerMirroredStrategy | None = None
 
@@ -61,7 +62,8 @@ def _resolver():
 
 def strategy(device: str) -> tf.distribute.MultiWorkerMirroredStrategy:
     """The job's MultiWorkerMirroredStrategy (created on the first call, the same one after): collectives over
-    NCCL between GPUs (`device` "gpu"), over gRPC rings between CPUs."""
+    NCCL between GPUs (`device` "gpu"), over gRPC rings between CPUs. Its all-reduce becomes this process's
+    collective for hydrali.core.distributed.gather."""
     global _strategy
     if _strategy is None:
         kind = tf.distribute.experimental.CommunicationImplementation
@@ -74,6 +76,8 @@ def strategy(device: str) -> tf.distribute.MultiWorkerMirroredStrategy:
         except (RuntimeError, ValueError, KeyError) as err:
             raise HydraliError(f"TensorFlow could not start MultiWorkerMirroredStrategy from {source} ({err}): start "
                                f"every worker with the same cluster and its own task index") from err
+        place = cluster()
+        gather.install(gather.all_gather_through_sum(_all_reduce_sum, place.rank, place.count))
     return _strategy
 
 
@@ -97,25 +101,20 @@ def one_replica_per_worker(replicas: int | None, gpus: int) -> None:
 
 
 def share_from_rank0(values: dict, device: str) -> dict:
-    """Rank 0's `values` (JSON-able) on every worker: its JSON text, all-reduced as bytes (the others add zeros)."""
-    workers = cluster()
-    if workers is None:
+    """Rank 0's `values` (picklable) on every worker, gathered through the job's strategy (created if needed)."""
+    if cluster() is None:
         return values
-    job = strategy(device)
-    mine = np.frombuffer(json.dumps(values).encode(), dtype=np.uint8).astype(np.int32)
-    length = int(_sum_from_first_replica(job, np.array([mine.size], np.int32), workers.rank)[0])
-    padded = np.zeros(length, np.int32)
-    padded[:min(length, mine.size)] = mine[:length]
-    text = _sum_from_first_replica(job, padded, workers.rank).astype(np.uint8).tobytes().decode()
-    return json.loads(text)
+    strategy(device)
+    return gather.gather_objects(values)[0]
 
 
-def _sum_from_first_replica(job, values: np.ndarray, rank: int) -> np.ndarray:
-    """Rank 0's `values` on every worker: an all-reduced sum to which the other workers (one replica each)
-    add zeros."""
+def _all_reduce_sum(values: np.ndarray) -> np.ndarray:
+    """The sum over the job's workers (one replica each) of every worker's `values` (int32, one shape on every
+    worker), through the job's strategy (created before); every worker calls it at the same point."""
+    job = _strategy
+
     def step():
-        mine = tf.constant(values) if rank == 0 else tf.zeros(values.shape, tf.int32)
-        return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, mine)
+        return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, tf.constant(values, tf.int32))
 
     result = job.run(tf.function(step))
     return job.experimental_local_results(result)[0].numpy()

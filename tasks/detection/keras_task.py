@@ -7,6 +7,7 @@ import tensorflow as tf
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from hydrali.core.distributed.topology import is_first_process
 from hydrali.tasks.detection.keras_decode import detect
 from hydrali.tasks.detection.keras_loss import MultiboxLoss
 
@@ -14,7 +15,8 @@ IMAGE_IDS = 2     # position of the image ids in a validation batch: (images, ta
 
 
 class DetectionMetrics(keras.callbacks.Callback):
-    """Adds the validation's COCO mAP to the logs of each epoch that validated (val_map, val_map50)."""
+    """Adds the validation's COCO mAP to the logs of each epoch that validated (val_map, val_map50): every
+    Keras worker's detections gathered, so that each worker scores all images; the chief draws the pictures."""
 
     def __init__(self, validation):
         super().__init__()
@@ -26,7 +28,8 @@ class DetectionMetrics(keras.callbacks.Callback):
     def on_epoch_end(self, epoch: int, logs=None) -> None:
         if logs is None or "val_loss" not in logs:
             return   # no validation this epoch
-        metrics = self.validation.finish(epoch, draw=True)   # one process drives every replica
+        self.validation.gather_across_processes()   # every worker reaches this callback at the same point
+        metrics = self.validation.finish(epoch, draw=is_first_process())
         logs.update({"val_" + name.removeprefix("val/"): value for name, value in metrics.items()})
 
 

@@ -29,12 +29,13 @@ def _one_thread_on_cpu(device: torch.device):
         torch.set_num_threads(previous)
 
 
-def _gathered(share):
-    """Every process's `share` (just this one's outside DDP)."""
+def all_gather_bytes(data: bytes) -> list[bytes]:
+    """Every process's `data`, in rank order, through torch.distributed (just this one's outside DDP): the
+    collective of hydrali.core.distributed.gather on torch."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return [share]
-    shares = [None] * dist.get_world_size()
-    dist.all_gather_object(shares, share)
+        return [data]
+    shares = [b""] * dist.get_world_size()
+    dist.all_gather_object(shares, data)
     return shares
 
 
@@ -75,7 +76,7 @@ class TorchDetection(nn.Module):
 
     def val_metrics_compute(self, epoch: int) -> dict[str, float]:
         """COCO mAP of the epoch's detections from every process (val/map, val/map50); then reset."""
-        self.validation.add_collected(_gathered(self.validation.collected()))  # its own images are skipped
+        self.validation.gather_across_processes(all_gather_bytes)
         return self.validation.finish(epoch, draw=_is_first_process())
 
     def val_metrics_reset(self) -> None:

@@ -1,7 +1,8 @@
 """One validation of the detection task, framework-neutral: detections in, COCO mAP and pictures out.
 
-Both backends' framework sides feed it numpy arrays batch by batch (each process its own shard),
-share what they collected across processes, and call `finish` once per validation.
+Both backends' framework sides feed it numpy arrays batch by batch (each process its own shard), gather what
+every process collected (`gather_across_processes`, through hydrali.core.distributed.gather) and call `finish`
+once per validation: every process then scores the same detections, those of all images.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hydrali.core.distributed.gather import AllGatherBytes, gather_objects
 from hydrali.tasks.detection.coco import CocoSplit, load_coco_json
 from hydrali.tasks.detection.evaluation import CocoEvaluator
 from hydrali.tasks.detection.pictures import draw_predictions
@@ -38,6 +40,15 @@ class DetectionValidation:
         """Add other processes' collected detections (images already added are skipped)."""
         for detections, image_ids in shares:
             self.evaluator.add(detections, image_ids)
+
+    def gather_across_processes(self, all_gather_bytes: AllGatherBytes | None = None) -> None:
+        """Hold every process's collected detections, in rank order (each image once), instead of this process's
+        own: through `all_gather_bytes` (None: the collective the backend installed; none: this process alone).
+        Every process of the job calls it at the same point."""
+        shares = gather_objects(self.collected(), all_gather_bytes)
+        if len(shares) > 1:   # a process alone holds its own already
+            self.evaluator.reset()
+            self.add_collected(shares)
 
     def finish(self, epoch: int, *, draw: bool) -> dict[str, float]:
         """{"val/map", "val/map50"} of what was added; with `draw` (one process of a run), this validation's
