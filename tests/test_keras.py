@@ -10,6 +10,7 @@ from hydrali.core.run.runner import run
 from tests.support.checks import (check_each_val_image_counted_once, check_resume_keeps_the_record,
                                   check_validation_every_second_epoch, read_summary)
 from tests.support.configs import KERAS_QUIET, SMALL_NET, TINY, compose_config, with_plugin_callback
+from tests.support.datasets import write_one_image_per_class
 from tests.support.plugins import keras_model_without_batchnorm
 
 pytestmark = [pytest.mark.slow, pytest.mark.keras]
@@ -43,30 +44,28 @@ def test_keras_trains_whole_batches_and_scores_each_val_image_once(keras_run):
     check_each_val_image_counted_once(summary)
 
 
-def test_two_replicas_show_in_mlflow_and_summary_and_read_their_own_shards(make_cfg, tmp_path, monkeypatch):
-    import hydrali.backends.keras.backend as keras_backend
+def test_two_replicas_show_in_mlflow_and_summary_and_read_disjoint_shards(make_cfg, tmp_path, monkeypatch):
+    from tests.keras_worker_helpers import RECORD_ENV, read_record
 
-    built = []
-    original = keras_backend.dali_dataset
-
-    def recording(**kwargs):
-        shard = kwargs["plan"].shards[kwargs["replica"]]
-        built.append((kwargs["is_training"], kwargs["replica"], shard.shard_id, kwargs["plan"].num_shards))
-        return original(**kwargs)
-
-    monkeypatch.setattr(keras_backend, "dali_dataset", recording)
-    cfg = make_cfg("epochs=1", "backend.replicas=2", *QUIET)
+    # every image its own class: the labels the loss saw name the files DALI read for each replica
+    classes, batch = 36, 8   # shards of 18: 2 whole training batches, 3 validation batches (the last holds 2)
+    write_one_image_per_class(tmp_path / "ds", classes)
+    record = tmp_path / "labels.txt"
+    monkeypatch.setenv(RECORD_ENV, str(record))
+    cfg = make_cfg("epochs=1", "backend.replicas=2", "data=imagefolder", f"data.root={tmp_path / 'ds'}",
+                   f"data.batch_size={batch}", *TINY, "pipeline.options.initial_fill=1",   # no draw from the next pass
+                   "task.sides.keras=tests.keras_worker_helpers.recording_classification", *QUIET)
     run(cfg)
     summary = read_summary(cfg.paths.output_dir)
-    assert (summary["world_size"], summary["per_replica_batch"], summary["global_batch"]) == (2, 64, 128)
+    assert (summary["world_size"], summary["per_replica_batch"], summary["global_batch"]) == (2, batch, 2 * batch)
     params = MlflowClient(cfg.tracking.uri).get_run(summary["mlflow_run_id"]).data.params
-    assert (params["plan/world_size"], params["plan/global_batch"]) == ("2", "128")
-    # 2 x 180 validation images, 3 batches of 64 per replica (the last 52 real): each image scored once
-    check_each_val_image_counted_once(summary)
-    assert summary["history"][0]["train/images"] == 11 * 128
-    # one DALIDataset per replica and split, replica i on shard i of 2 (the reader keeps shards disjoint:
-    # tests/test_sharding.py)
-    assert sorted(built) == [(False, 0, 0, 2), (False, 1, 1, 2), (True, 0, 0, 2), (True, 1, 1, 2)]
+    assert (params["plan/world_size"], params["plan/global_batch"]) == ("2", str(2 * batch))
+    check_each_val_image_counted_once(summary, val_set=classes)
+    assert summary["history"][0]["train/images"] == 2 * 2 * batch
+    _, batches = read_record(record)
+    labels = [label for labels in batches for label in labels]
+    assert len(batches) == 2 * 2 and all(len(labels) == batch for labels in batches), "2 steps x 2 replicas"
+    assert len(set(labels)) == len(labels) == 2 * 2 * batch, "the replicas read disjoint shards, each image once"
 
 
 def test_one_sgd_step_on_two_replicas_equals_one_on_one_replica_with_twice_the_batch(make_cfg):
