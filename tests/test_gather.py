@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from hydrali.core.distributed import gather
+from tests.support.cli import free_port
 
 
 class ThreadSum:
@@ -127,14 +128,10 @@ def _score_on_gloo(rank: int, folder: str, port: int) -> None:
 
 def test_detections_gathered_through_torch_distributed_are_scored_over_every_image(tmp_path):
     import json
-    import socket
 
     import torch.multiprocessing as mp
 
     _write_ground_truth(tmp_path / "truth.json")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    mp.spawn(_score_on_gloo, args=(str(tmp_path), port), nprocs=2, join=True)
+    mp.spawn(_score_on_gloo, args=(str(tmp_path), free_port()), nprocs=2, join=True)
     for rank in (0, 1):
         assert json.loads((tmp_path / f"rank{rank}.json").read_text()) == {"val/map": 1.0, "val/map50": 1.0}

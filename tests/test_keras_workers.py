@@ -4,10 +4,6 @@ detection validation is scored once over every worker's detections."""
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,8 +17,9 @@ from hydrali.core.distributed.topology import (
     tf_config_workers,
 )
 from hydrali.core.errors import HydraliError
-from tests.conftest import REPO, read_summary
-from tests.helpers import write_one_image_per_class
+from tests.support.checks import read_summary
+from tests.support.cli import free_ports, start_cli
+from tests.support.datasets import write_one_image_per_class
 from tests.keras_worker_helpers import DETECTIONS_ENV, RECORD_ENV, read_detections, read_record
 
 
@@ -74,17 +71,6 @@ def test_srun_tasks_are_keras_workers_ranked_by_slurm(monkeypatch):
     assert (topo.global_rank, topo.local_rank, topo.node_rank, topo.shard_ids) == (3, 1, 1, (3,))
 
 
-def free_ports(count: int) -> list[int]:
-    """`count` TCP ports free on 127.0.0.1 now."""
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 WORKERS_TIMEOUT = 300   # seconds for 2 workers to start TensorFlow, train one tiny epoch and validate
 
 
@@ -96,10 +82,9 @@ def run_two_workers(tmp_path: Path, args: list[str], env_of) -> None:
     try:
         for index in (0, 1):
             (tmp_path / f"tmp{index}").mkdir()
-            env = {**os.environ, "HYDRA_FULL_ERROR": "0", "TF_CONFIG": tf_config(workers, "worker", index),
-                   "TMPDIR": str(tmp_path / f"tmp{index}"), "PYTHONPATH": str(REPO), **env_of(index)}
-            procs.append(subprocess.Popen([sys.executable, "-m", "hydrali.core", *args], cwd=tmp_path, env=env,
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            env = {"TF_CONFIG": tf_config(workers, "worker", index), "TMPDIR": str(tmp_path / f"tmp{index}"),
+                   **env_of(index)}
+            procs.append(start_cli(*args, cwd=tmp_path, env=env))
             time.sleep(1.2)   # a later second: Hydra's ${now:...} run dir differs, the workers must agree on one
         outputs = [proc.communicate(timeout=WORKERS_TIMEOUT)[0] for proc in procs]
     finally:
