@@ -5,57 +5,32 @@ import logging
 import sys
 from pathlib import Path
 
-import keras
-from hydra.errors import InstantiationException
-from hydra.utils import get_method, instantiate
-from omegaconf import DictConfig
+from hydrali.backends.keras.quiet_start import import_tensorflow
 
-from hydrali.backends.keras import checkpoints, workers
-from hydrali.backends.keras.callbacks import EpochRecorder, Throughput
-from hydrali.backends.keras.data import LAYOUT, dali_dataset, distribute  # noqa: F401 (LAYOUT: core.data.autotune's)
-from hydrali.backends.keras.strategy import configure_devices, make_strategy, placement, visible_gpus  # noqa: F401
-from hydrali.backends.keras.training import ValidationPosition, compile_model
-from hydrali.core.run.checkpoints import CHECKPOINT_DIR
-from hydrali.core.data.dali_errors import explain_dali_error
-from hydrali.core.errors import HydraliError
-from hydrali.core.run.plan import Plan
-from hydrali.core.run.record import RunRecord
-from hydrali.core.run.results import FitResult
+import_tensorflow()   # first, so that no other import starts TensorFlow with its chatter
+
+import keras  # noqa: E402
+from hydra.errors import InstantiationException  # noqa: E402
+from hydra.utils import instantiate  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from hydrali.backends.keras import checkpoints, workers  # noqa: E402
+from hydrali.backends.keras.callbacks import Observe  # noqa: E402
+from hydrali.backends.keras.data import LAYOUT, dali_dataset, distribute  # noqa: E402
+from hydrali.backends.keras.spec import SPEC  # noqa: E402
+from hydrali.backends.keras.strategy import configure_devices, make_strategy, placement, visible_gpus  # noqa: E402
+from hydrali.backends.keras.training import ValidationPosition, compile_model  # noqa: E402
+from hydrali.core.contracts.task import side_builder  # noqa: E402
+from hydrali.core.data.dali_errors import explain_dali_error  # noqa: E402
+from hydrali.core.errors import HydraliError  # noqa: E402
+from hydrali.core.run.checkpoints import CHECKPOINT_DIR  # noqa: E402
+from hydrali.core.run.observer import TrainingObserver  # noqa: E402
+from hydrali.core.run.plan import Plan  # noqa: E402
+from hydrali.core.run.record import RunRecord  # noqa: E402
+from hydrali.core.run.results import FitResult  # noqa: E402
 
 log = logging.getLogger("hydrali")
 logging.getLogger("tensorflow").setLevel(logging.WARNING)  # per-variable all-reduce notices
-FRAMEWORK = "TensorFlow"
-newest_checkpoint = checkpoints.newest
-checkpoint_epochs = checkpoints.epochs_in
-
-
-def processes_to_start(backend: DictConfig) -> int:
-    """One: a Keras job is one process driving every replica of its machine."""
-    return 1
-
-
-def replicas(backend: DictConfig, device: str) -> tuple[int, int, int]:
-    """Replicas per node, nodes, replicas per process: one process drives every replica of its node
-    (the GPUs TensorFlow sees, or `backend.replicas` logical CPUs on a machine without one); TF_CONFIG
-    workers drive one replica each, every worker counted as a node."""
-    gpus = visible_gpus()
-    cluster = workers.cluster()
-    if cluster is not None:
-        workers.one_replica_per_worker(backend.replicas, gpus)
-        per_node, nodes = workers.slurm_tasks() or (1, cluster.count)   # SLURM: its tasks; TF_CONFIG: a node each
-        if gpus and per_node > 1 and gpus != per_node:   # task i of a node takes the node's GPU i
-            raise HydraliError(f"{per_node} SLURM tasks per node but this task sees {gpus} GPU(s): start one task per "
-                               f"GPU of the node, each seeing all of them (no per-task GPU binding)")
-        return per_node, nodes, 1
-    count = backend.replicas if backend.replicas is not None else max(1, gpus)
-    if count < 1:
-        raise HydraliError(f"backend.replicas={count}: it needs at least 1 (or null for every visible GPU)")
-    if gpus and count > gpus:
-        raise HydraliError(f"backend.replicas={count} but TensorFlow sees only {gpus} GPU(s): lower backend.replicas")
-    if device == "gpu" and not gpus:
-        raise HydraliError("DALI runs on the GPU but TensorFlow sees none: install TensorFlow with CUDA "
-                           "(tensorflow[and-cuda]) or set pipeline.device=cpu")
-    return count, 1, count
 
 
 def _devices(plan: Plan) -> list[str]:
@@ -64,35 +39,16 @@ def _devices(plan: Plan) -> list[str]:
     return configure_devices(len(plan.shards), "gpu" if visible_gpus() else "cpu")
 
 
-def share_from_rank0(values: dict, plan: Plan) -> dict:
-    """Rank 0's `values` (JSON-able) on every Keras worker (TF_CONFIG's or SLURM's), through the job's
-    MultiWorkerMirroredStrategy (created here: it must exist before TensorFlow runs its first op)."""
-    _devices(plan)
-    return workers.share_from_rank0(values, "gpu" if visible_gpus() else "cpu")
-
-
 def _keras_task(task, dataset):
-    try:
-        return get_method(task.keras_target)(task, dataset)
-    except Exception as err:
-        raise HydraliError(f"task.keras_target={task.keras_target} cannot be built: {err}") from err
+    from hydrali.backends.keras.training import build_keras_side   # the builder the benchmark uses too
+
+    return build_keras_side(task, dataset)
 
 
 def _compile(cfg: DictConfig, framework, strategy, dataset, plan: Plan):
-    def network():
-        try:
-            return framework.build_model(cfg.model, dataset.num_classes, cfg.data.image_size)
-        except (InstantiationException, TypeError, ValueError) as err:
-            raise HydraliError(f"model={cfg.model.get('_target_')} cannot be built on Keras: {err}") from err
+    from hydrali.backends.keras.training import compile_task_model   # the builder the benchmark uses too
 
-    try:
-        return compile_model(strategy=strategy, build_network=network, loss=framework.loss(),
-                             metrics=framework.metrics(), optim=cfg.optim, plan=plan, contract=plan.epoch,
-                             precision=str(cfg.backend.precision), jit_compile=cfg.backend.compile,
-                             on_val_batch=framework.on_val_batch)
-    except (InstantiationException, TypeError, ValueError) as err:
-        raise HydraliError(f"the Keras optimizer or loss cannot be set up (optim={cfg.optim.name}, "
-                           f"backend.precision={cfg.backend.precision}): {err}") from err
+    return compile_task_model(cfg=cfg, side=framework, strategy=strategy, dataset=dataset, plan=plan)
 
 
 def _verbosity(verbose):
@@ -101,9 +57,8 @@ def _verbosity(verbose):
     return (1 if sys.stdout.isatty() else 0) if verbose == "auto" else verbose
 
 
-def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume_from: Path | None,
-        output_dir: Path) -> FitResult:
-    """Train `task` with one replica per shard of this process, as the plan says; checkpoint every epoch."""
+def _fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume_from: Path | None,
+         output_dir: Path) -> FitResult:
     checkpoint_dir = output_dir / CHECKPOINT_DIR
     chief = plan.global_rank == 0   # the one writer among TF_CONFIG workers (the only process otherwise)
     initial_epoch = checkpoints.epochs_done(resume_from) if resume_from is not None else 0
@@ -138,17 +93,17 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
                 raise HydraliError(f"ckpt_path={resume_from} does not fit this model and optimizer: {err}") from err
             log.info("resuming from %s at epoch %d", resume_from, initial_epoch + 1)
 
-        recorder = EpochRecorder(record, contract.train_steps)
-        throughput = Throughput(cfg.throughput_warmup_steps, plan.global_batch)
+        observer = TrainingObserver(record, global_batch=plan.global_batch, steps_per_epoch=contract.train_steps,
+                                    warmup_steps=cfg.throughput_warmup_steps)
         callbacks = [
             *framework.callbacks(),   # first: the task's validation metrics join the epoch's logs
             keras.callbacks.ModelCheckpoint(str(checkpoint_dir / checkpoints.PATTERN), save_weights_only=True)
             if chief else workers.ThrowawayCheckpoint(),   # every worker saves, at the same point
-            recorder,   # before the pruning, which keeps the best epoch of the record
+            Observe(observer),   # before the pruning, which keeps the best epoch of the record
             *([checkpoints.PruneCheckpoints(checkpoint_dir, cfg.backend.keep_checkpoints, record, cfg.task.monitor,
                                             str(cfg.task.mode)),
                keras.callbacks.TensorBoard(log_dir=str(output_dir / "tensorboard"))] if chief else []),
-            ValidationPosition(), throughput, *(instantiate(spec) for spec in cfg.backend.callbacks.values()),
+            ValidationPosition(), *(instantiate(spec) for spec in cfg.backend.callbacks.values()),
         ]
         try:
             model.fit(datasets(True), epochs=cfg.epochs, initial_epoch=initial_epoch,
@@ -163,6 +118,61 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
         best = record.best(cfg.task.monitor, str(cfg.task.mode))
         best_file = checkpoints.file_of(checkpoint_dir, best["epoch"]) if best else None
         return FitResult(best_checkpoint=str(best_file) if best_file and best_file.exists() else None,
-                         first_epoch=recorder.first_epoch if recorder.first_epoch is not None else initial_epoch,
-                         epochs_completed=record.rows[-1]["epoch"] + 1 if record.rows else initial_epoch,
-                         **throughput.clock.fit_fields(), compiled=bool(model.jit_compile))
+                         **observer.fit_fields(start_epoch=initial_epoch), compiled=bool(model.jit_compile))
+
+
+class KerasBackend:
+    """backend=keras (core.contracts.backend.Backend): one process drives every replica of its machine."""
+
+    layout = LAYOUT
+
+    def processes_to_start(self, backend: DictConfig) -> int:
+        """One: a Keras job is one process driving every replica of its machine."""
+        return 1
+
+    def replicas(self, backend: DictConfig, device: str) -> tuple[int, int, int]:
+        """Replicas per node, nodes, replicas per process: one process drives every replica of its node
+        (the GPUs TensorFlow sees, or `backend.replicas` logical CPUs on a machine without one); TF_CONFIG
+        workers drive one replica each, every worker counted as a node."""
+        gpus = visible_gpus()
+        cluster = workers.cluster()
+        if cluster is not None:
+            workers.one_replica_per_worker(backend.replicas, gpus)
+            per_node, nodes = workers.slurm_tasks() or (1, cluster.count)   # SLURM: its tasks; TF_CONFIG: a node each
+            if gpus and per_node > 1 and gpus != per_node:   # task i of a node takes the node's GPU i
+                raise HydraliError(f"{per_node} SLURM tasks per node but this task sees {gpus} GPU(s): start one task per "
+                                   f"GPU of the node, each seeing all of them (no per-task GPU binding)")
+            return per_node, nodes, 1
+        count = backend.replicas if backend.replicas is not None else max(1, gpus)
+        if count < 1:
+            raise HydraliError(f"backend.replicas={count}: it needs at least 1 (or null for every visible GPU)")
+        if gpus and count > gpus:
+            raise HydraliError(f"backend.replicas={count} but TensorFlow sees only {gpus} GPU(s): lower backend.replicas")
+        if device == "gpu" and not gpus:
+            raise HydraliError("DALI runs on the GPU but TensorFlow sees none: install TensorFlow with CUDA "
+                               "(tensorflow[and-cuda]) or set pipeline.device=cpu")
+        return count, 1, count
+
+    def share_from_rank0(self, values: dict, plan: Plan) -> dict:
+        """Rank 0's `values` (JSON-able) on every Keras worker (TF_CONFIG's or SLURM's), through the job's
+        MultiWorkerMirroredStrategy (created here: it must exist before TensorFlow runs its first op)."""
+        _devices(plan)
+        return workers.share_from_rank0(values, "gpu" if visible_gpus() else "cpu")
+
+    def visible_gpus(self) -> int:
+        """The number of GPUs TensorFlow sees."""
+        return visible_gpus()
+
+    def newest_checkpoint(self, checkpoint_dir: Path) -> Path | None:
+        """The newest per-epoch checkpoint in `checkpoint_dir`, if there is one."""
+        return checkpoints.newest(checkpoint_dir)
+
+    def checkpoint_epochs(self, path: Path) -> int:
+        """How many epochs a Keras checkpoint holds; one line if it cannot be read as one."""
+        return checkpoints.epochs_in(path)
+
+    def fit(self, *, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume_from: Path | None,
+            output_dir: Path) -> FitResult:
+        """Train `task` with one replica per shard of this process, as the plan says; checkpoint every epoch."""
+        return _fit(cfg=cfg, task=task, dataset=dataset, plan=plan, record=record, resume_from=resume_from,
+                    output_dir=output_dir)

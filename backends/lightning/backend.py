@@ -10,19 +10,22 @@ from pathlib import Path
 import lightning as L
 import torch
 from hydra.errors import InstantiationException
-from hydra.utils import get_method, instantiate
+from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from hydrali.backends.lightning.agreement import share_from_rank0  # noqa: F401 (the runner's)
-from hydrali.backends.lightning.callbacks import EpochRecorder, Throughput, progress_bar
-from hydrali.backends.lightning.data import LAYOUT, DaliDataModule  # noqa: F401 (LAYOUT: core.data.autotune's)
+from hydrali.backends.lightning import agreement
+from hydrali.backends.lightning.callbacks import Observe, progress_bar
+from hydrali.backends.lightning.data import LAYOUT, DaliDataModule
 from hydrali.backends.lightning.module import HydraliModule, compile_network
+from hydrali.backends.lightning.spec import SPEC
+from hydrali.core.contracts.task import side_builder
 from hydrali.core.run import job_context
 from hydrali.core.distributed import topology
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR
 from hydrali.core.errors import HydraliError, SweepRefused, first_line
 from hydrali.core.run.plan import Plan
+from hydrali.core.run.observer import TrainingObserver
 from hydrali.core.run.record import RunRecord
 from hydrali.core.run.results import FitResult
 
@@ -31,51 +34,8 @@ log = logging.getLogger("hydrali")
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
 # hydrali manages the run's checkpoints/ (trained_with.json, resume): a non-empty folder is expected there
 warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
-FRAMEWORK = "torch"
 SELF_LAUNCHED = ("auto", "ddp", "ddp_find_unused_parameters_true")   # strategies whose processes hydrali starts
 LAST = "last.ckpt"
-
-
-def visible_gpus() -> int:
-    """The number of GPUs torch can train on."""
-    return torch.cuda.device_count()
-
-
-def processes_to_start(backend: DictConfig) -> int:
-    """How many processes hydrali starts for this job on this node: backend.devices under DDP (from the job's
-    resolved config, not by re-running the command line as Lightning's launcher would), one when a launcher
-    (torchrun, SLURM, MPI) started the processes or the strategy is not DDP."""
-    if backend.devices > 1 and str(backend.strategy) in SELF_LAUNCHED and not topology.launched_externally():
-        return backend.devices
-    return 1
-
-
-def replicas(backend: DictConfig, device: str) -> tuple[int, int, int]:
-    """Replicas per node, nodes, replicas per process: backend.devices one-replica processes per node."""
-    if processes_to_start(backend) == 1 and backend.devices > 1 and _in_sweep() and not topology.launched_externally():
-        raise SweepRefused(
-            f"-m with backend.devices={backend.devices} and backend.strategy={backend.strategy} is not supported: "
-            f"Lightning's launcher would restart the whole sweep in every process (Lightning issue 11300). Use "
-            f"backend.strategy=ddp (hydrali then starts each job's processes), or start them with torchrun or srun")
-    return backend.devices, backend.num_nodes, 1
-
-
-def newest_checkpoint(checkpoint_dir: Path) -> Path | None:
-    """This run dir's last.ckpt, if there is one."""
-    last = Path(checkpoint_dir) / LAST
-    return last if last.is_file() else None
-
-
-def checkpoint_epochs(path: Path) -> int:
-    """How many epochs a Lightning checkpoint holds (whole training epochs); one line if it cannot be read as one."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        progress = state["loops"]["fit_loop"]["epoch_progress"]["current"]
-        state["state_dict"]
-    except Exception as err:  # torch raises many types for a file that is not a checkpoint
-        raise HydraliError(f"ckpt_path={path} cannot be read as a Lightning checkpoint ({first_line(err)}): "
-                           f"pass a .ckpt file that hydrali wrote, or ckpt_path=last") from err
-    return int(progress["processed"])
 
 
 def _in_sweep() -> bool:
@@ -83,14 +43,9 @@ def _in_sweep() -> bool:
 
 
 def _torch_task(task, cfg: DictConfig, dataset):
-    try:
-        build = get_method(task.torch_target)
-    except Exception as err:
-        raise HydraliError(f"task.torch_target={task.torch_target} cannot be imported: {err}") from err
-    try:
-        return build(task, cfg.model, dataset, cfg.data.image_size)
-    except (InstantiationException, TypeError, ValueError) as err:
-        raise HydraliError(f"model={cfg.model.get('_target_')} cannot be built: {err}") from err
+    from hydrali.backends.lightning.module import build_torch_side   # the builder the benchmark uses too
+
+    return build_torch_side(task, cfg, dataset)
 
 
 def _quiet_duplicate_logs() -> None:
@@ -111,9 +66,8 @@ class _NoTips(logging.Filter):
         return "Tip:" not in str(record.msg)
 
 
-def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume_from: Path | None,
-        output_dir: Path) -> FitResult:
-    """Train `task` on this process's shard as the plan says; checkpoint, record and resume through Lightning."""
+def _fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume_from: Path | None,
+         output_dir: Path) -> FitResult:
     _quiet_duplicate_logs()
     checkpoint_dir = output_dir / CHECKPOINT_DIR
     datamodule = DaliDataModule(task=task, cfg=cfg, dataset=dataset, plan=plan)
@@ -136,13 +90,14 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
     # last.ckpt after every epoch (Lightning's save_last writes it only when a top-k file was saved)
     last = ModelCheckpoint(dirpath=checkpoint_dir, filename=Path(LAST).stem, save_top_k=1, monitor=None,
                            save_on_train_epoch_end=True, enable_version_counter=False)
-    recorder, throughput = EpochRecorder(record), Throughput(cfg.throughput_warmup_steps, plan.global_batch)
+    observer = TrainingObserver(record, global_batch=plan.global_batch, steps_per_epoch=plan.epoch.train_steps,
+                                warmup_steps=cfg.throughput_warmup_steps)
     trainer = L.Trainer(
         max_epochs=cfg.epochs, accelerator=cfg.backend.accelerator,
         devices=cfg.backend.devices, num_nodes=cfg.backend.num_nodes, strategy=cfg.backend.strategy,
         precision=str(cfg.backend.precision), deterministic=cfg.deterministic, logger=False,
         default_root_dir=str(output_dir), enable_progress_bar=show_bar,
-        callbacks=[checkpoint, last, recorder, throughput, *([progress_bar()] if show_bar else []),
+        callbacks=[checkpoint, last, Observe(observer), *([progress_bar()] if show_bar else []),
                    *_extra_callbacks(cfg)],
         **trainer_options)
     try:
@@ -162,11 +117,62 @@ def fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume
         raise KeyboardInterrupt from None
 
     best = checkpoint.best_model_path or last.best_model_path or None
-    return FitResult(best_checkpoint=best,
-                     first_epoch=recorder.first_epoch if recorder.first_epoch is not None else trainer.current_epoch,
-                     epochs_completed=trainer.current_epoch, **throughput.clock.fit_fields(),
+    return FitResult(best_checkpoint=best, **observer.fit_fields(start_epoch=trainer.current_epoch),
                      compiled=bool(cfg.backend.compile))
 
 
 def _extra_callbacks(cfg: DictConfig) -> list[L.Callback]:
     return [instantiate(spec) for spec in cfg.backend.callbacks.values()]
+
+
+class LightningBackend:
+    """backend=lightning (core.contracts.backend.Backend): one process per device, DDP across them."""
+
+    layout = LAYOUT
+
+    def visible_gpus(self) -> int:
+        """The number of GPUs torch can train on."""
+        return torch.cuda.device_count()
+
+    def processes_to_start(self, backend: DictConfig) -> int:
+        """How many processes hydrali starts for this job on this node: backend.devices under DDP (from the job's
+        resolved config, not by re-running the command line as Lightning's launcher would), one when a launcher
+        (torchrun, SLURM, MPI) started the processes or the strategy is not DDP."""
+        if backend.devices > 1 and str(backend.strategy) in SELF_LAUNCHED and not topology.launched_externally():
+            return backend.devices
+        return 1
+
+    def replicas(self, backend: DictConfig, device: str) -> tuple[int, int, int]:
+        """Replicas per node, nodes, replicas per process: backend.devices one-replica processes per node."""
+        if self.processes_to_start(backend) == 1 and backend.devices > 1 and _in_sweep() and not topology.launched_externally():
+            raise SweepRefused(
+                f"-m with backend.devices={backend.devices} and backend.strategy={backend.strategy} is not supported: "
+                f"Lightning's launcher would restart the whole sweep in every process (Lightning issue 11300). Use "
+                f"backend.strategy=ddp (hydrali then starts each job's processes), or start them with torchrun or srun")
+        return backend.devices, backend.num_nodes, 1
+
+    def newest_checkpoint(self, checkpoint_dir: Path) -> Path | None:
+        """This run dir's last.ckpt, if there is one."""
+        last = Path(checkpoint_dir) / LAST
+        return last if last.is_file() else None
+
+    def checkpoint_epochs(self, path: Path) -> int:
+        """How many epochs a Lightning checkpoint holds (whole training epochs); one line if it cannot be read as one."""
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            progress = state["loops"]["fit_loop"]["epoch_progress"]["current"]
+            state["state_dict"]
+        except Exception as err:  # torch raises many types for a file that is not a checkpoint
+            raise HydraliError(f"ckpt_path={path} cannot be read as a Lightning checkpoint ({first_line(err)}): "
+                               f"pass a .ckpt file that hydrali wrote, or ckpt_path=last") from err
+        return int(progress["processed"])
+
+    def share_from_rank0(self, values: dict, plan: Plan) -> dict:
+        """Rank 0's `values` on every process that torchrun, srun or MPI started (torch.distributed's store)."""
+        return agreement.share_from_rank0(values, plan)
+
+    def fit(self, *, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume_from: Path | None,
+            output_dir: Path) -> FitResult:
+        """Train `task` on this process's shard as the plan says; checkpoint, record and resume through Lightning."""
+        return _fit(cfg=cfg, task=task, dataset=dataset, plan=plan, record=record, resume_from=resume_from,
+                    output_dir=output_dir)

@@ -1,4 +1,4 @@
-"""Lightning callbacks of hydrali: each epoch's metrics into core's run record, training throughput, and a
+"""Lightning callbacks of hydrali: the adapter to core's TrainingObserver (each epoch's record, throughput), and a
 progress bar that counts epochs from 1 (as the run log and the summary do)."""
 from __future__ import annotations
 
@@ -6,67 +6,37 @@ import lightning as L
 from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 
-from hydrali.core.run.record import RunRecord
-from hydrali.core.run.throughput import StepClock
+from hydrali.core.run.observer import TrainingObserver
 
 
-class EpochRecorder(L.Callback):
-    """After each epoch, hand its metrics to the run record: train/loss, train/images, lr/first, lr/last,
-    and the val/ metrics only when validation ran in this epoch."""
+class Observe(L.Callback):
+    """Lightning's hooks, told to core's TrainingObserver (core/run/observer.py): the same record and throughput as
+    on every backend."""
 
-    def __init__(self, record: RunRecord):
-        self.record = record
-        self.first_epoch: int | None = None
+    def __init__(self, observer: TrainingObserver):
+        self.observer = observer
         self._validated = False
-        self._images = 0
-        self._lrs: list[float] = []
-        self._epoch: int | None = None   # the epoch whose start this callback saw
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
-        if self.first_epoch is None:
-            self.first_epoch = trainer.current_epoch
-            self.record.start(trainer.current_epoch)
-        self._validated, self._images, self._lrs, self._epoch = False, 0, [], trainer.current_epoch
+        self._validated = False
+        self.observer.epoch_start(trainer.current_epoch)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self._lrs.append(float(trainer.optimizers[0].param_groups[0]["lr"]))  # the lr this step uses
+        self.observer.step_start(batch_idx, lambda: trainer.optimizers[0].param_groups[0]["lr"])
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self._images += int(next(iter(batch.values())).shape[0]) * trainer.world_size
+        self.observer.step_end()
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            self.observer.validation_start()
 
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
         if not trainer.sanity_checking:
             self._validated = True
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
-        if self._epoch != trainer.current_epoch:
-            return  # the end of an epoch finished before a resume (a checkpoint taken at its validation)
-        prefixes = ("train/", "val/") if self._validated else ("train/",)
-        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(prefixes)}
-        metrics["train/images"] = self._images
-        if self._lrs:
-            metrics["lr/first"], metrics["lr/last"] = self._lrs[0], self._lrs[-1]
-        self.record.add(trainer.current_epoch, metrics)
-
-
-class Throughput(L.Callback):
-    """Training steps timed by core's StepClock (validation excluded): the run's images/s, whole and steady."""
-
-    def __init__(self, warmup_steps: int, global_batch: int):
-        self.clock = StepClock(warmup_steps)
-        self.global_batch = global_batch
-
-    def on_train_epoch_start(self, trainer, pl_module) -> None:
-        self.clock.epoch_start()
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.clock.step_end(self.global_batch)   # every training batch is whole (core.run.epoch's contract)
-
-    def on_validation_start(self, trainer, pl_module) -> None:
-        self.clock.training_end()
-
-    def on_train_epoch_end(self, trainer, pl_module) -> None:
-        self.clock.training_end()
+        self.observer.epoch_end(trainer.current_epoch, dict(trainer.callback_metrics), self._validated)
 
 
 class _RichEpochsFromOne(RichProgressBar):

@@ -1,0 +1,73 @@
+"""What both backends report while training, in one vocabulary: each framework's callbacks are thin adapters
+that call a `TrainingObserver` at the same points (epoch start, step start and end, validation start, epoch end),
+and the observer turns them into the run record's rows, the throughput clock and the FitResult's fields.
+
+So the two backends agree by construction on what an epoch's row holds (train/ metrics, val/ metrics only when the
+epoch validated, train/images = steps x the plan's global batch, lr/first and lr/last: the lr of the epoch's first
+and last training steps) and on how throughput is timed (core/run/throughput.py).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from hydrali.core.run.record import RunRecord
+from hydrali.core.run.throughput import StepClock
+
+
+class TrainingObserver:
+    """Records each epoch of a run into its RunRecord and times its training steps."""
+
+    def __init__(self, record: RunRecord, *, global_batch: int, steps_per_epoch: int, warmup_steps: int):
+        self.record = record
+        self.global_batch = global_batch
+        self.steps_per_epoch = steps_per_epoch
+        self.clock = StepClock(warmup_steps)
+        self.first_epoch: int | None = None   # the first epoch this invocation trained (0-based)
+        self.last_epoch: int | None = None    # the last epoch it recorded
+        self._epoch: int | None = None        # the epoch whose start it saw
+        self._steps = 0
+        self._lrs: dict[str, float] = {}
+
+    def epoch_start(self, epoch: int) -> None:
+        """The training part of epoch `epoch` (0-based) starts."""
+        if self.first_epoch is None:
+            self.first_epoch = epoch
+            self.record.start(epoch)
+        self._epoch, self._steps, self._lrs = epoch, 0, {}
+        self.clock.epoch_start()
+
+    def step_start(self, step: int, lr: Callable[[], float]) -> None:
+        """Training step `step` of the epoch starts; `lr()` reads the lr it uses (read at the first and last step
+        only: on some frameworks reading it waits for the device)."""
+        if step == 0:
+            self._lrs["lr/first"] = float(lr())
+        if step == self.steps_per_epoch - 1:
+            self._lrs["lr/last"] = float(lr())
+
+    def step_end(self) -> None:
+        """A training step of the plan's global batch ended (every training batch is whole: the epoch contract)."""
+        self._steps += 1
+        self.clock.step_end(self.global_batch)
+
+    def validation_start(self) -> None:
+        """The epoch's training part ended and its validation starts."""
+        self.clock.training_end()
+
+    def epoch_end(self, epoch: int, metrics: dict[str, float], validated: bool) -> None:
+        """Epoch `epoch` ended with `metrics` (hydrali's names: train/..., val/...); val/ metrics are kept only when
+        the epoch validated. An epoch whose start was not seen (finished before a resume) is not recorded."""
+        self.clock.training_end()
+        if self._epoch != epoch:
+            return
+        prefixes = ("train/", "val/") if validated else ("train/",)
+        row = {name: float(value) for name, value in metrics.items() if name.startswith(prefixes)}
+        row["train/images"] = self._steps * self.global_batch
+        self.record.add(epoch, {**row, **self._lrs})
+        self.last_epoch = epoch
+
+    def fit_fields(self, start_epoch: int) -> dict:
+        """What a FitResult takes from what was observed: first_epoch, epochs_completed (`start_epoch` when no
+        epoch ran), and the clock's timings."""
+        first = self.first_epoch if self.first_epoch is not None else start_epoch
+        completed = self.last_epoch + 1 if self.last_epoch is not None else start_epoch
+        return {"first_epoch": first, "epochs_completed": completed, **self.clock.fit_fields()}

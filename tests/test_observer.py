@@ -1,0 +1,58 @@
+"""core's TrainingObserver, the one vocabulary both backends' callbacks speak: what an epoch's row holds and what a
+FitResult takes, driven here as a framework's hooks would drive it."""
+from __future__ import annotations
+
+import json
+
+from hydrali.core.run.observer import TrainingObserver
+from hydrali.core.run.record import RunRecord
+from hydrali.core.tracking.mlflow_runs import start_tracking
+
+
+def _observer(tmp_path, steps_per_epoch=4, global_batch=16):
+    tracker = start_tracking(enabled=False, is_global_zero=True, uri=None, experiment="x", artifact_location=None,
+                             output_dir=tmp_path, run_name="x", sweep_dir=None, resume=False, tags={})
+    record = RunRecord.open(tmp_path, tracker, resume=False, writer=True, epochs=3)
+    return TrainingObserver(record, global_batch=global_batch, steps_per_epoch=steps_per_epoch, warmup_steps=1)
+
+
+def _epoch(observer, epoch, lrs, metrics, validated):
+    observer.epoch_start(epoch)
+    for step, lr in enumerate(lrs):
+        observer.step_start(step, lambda lr=lr: lr)
+        observer.step_end()
+    if validated:
+        observer.validation_start()
+    observer.epoch_end(epoch, metrics, validated)
+
+
+def test_an_epochs_row_holds_its_images_lrs_and_val_metrics_only_when_it_validated(tmp_path):
+    observer = _observer(tmp_path)
+    _epoch(observer, 0, [0.1, 0.2, 0.3, 0.4], {"train/loss": 2.0, "val/acc": 0.5, "other": 1.0}, validated=True)
+    _epoch(observer, 1, [0.5, 0.6, 0.7, 0.8], {"train/loss": 1.0, "val/acc": 0.5}, validated=False)
+    rows = json.loads((tmp_path / "history.json").read_text())["history"]   # what the run dir keeps
+    first, second = rows[0], rows[1]
+    assert (first["train/images"], first["lr/first"], first["lr/last"], first["val/acc"]) == (64, 0.1, 0.4, 0.5)
+    assert "other" not in first
+    assert "val/acc" not in second and (second["lr/first"], second["lr/last"]) == (0.5, 0.8)
+    fields = observer.fit_fields(start_epoch=0)
+    assert (fields["first_epoch"], fields["epochs_completed"]) == (0, 2)
+    assert fields["train_seconds"] > 0 and fields["first_step_seconds"] is not None
+
+
+def test_the_lr_is_read_at_the_first_and_last_step_only(tmp_path):
+    observer = _observer(tmp_path, steps_per_epoch=5)
+    reads = []
+    observer.epoch_start(0)
+    for step in range(5):
+        observer.step_start(step, lambda step=step: reads.append(step) or 0.01 * step)
+        observer.step_end()
+    assert reads == [0, 4]
+
+
+def test_an_epoch_ended_before_a_resume_is_not_recorded_again(tmp_path):
+    """Lightning may end, after a resume, the epoch a checkpoint was taken in: without its start, no row."""
+    observer = _observer(tmp_path)
+    observer.epoch_end(2, {"train/loss": 1.0}, validated=False)
+    assert observer.record.rows == []
+    assert observer.fit_fields(start_epoch=2)["epochs_completed"] == 2
