@@ -239,3 +239,26 @@ def test_the_registry_reads_no_framework():
     """)
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def _readme_layout() -> set[str]:
+    """The folders the README's layout block lists (an indented entry is a sub-folder of the entry above it)."""
+    text = (REPO / "README.md").read_text()
+    block = text[text.index("Layout:"):].split("\n\n", 2)[1]
+    listed, parent = set(), ""
+    for line in block.splitlines():
+        entry = line[4:].split(" ", 1)[0] if line.startswith("    ") and line[4:5] != " " else None
+        nested = line[6:].split(" ", 1)[0] if line.startswith("      ") and line[6:7] != " " else None
+        if entry and entry.endswith("/"):
+            parent = entry
+            listed.add(entry.rstrip("/"))
+        elif nested and nested.endswith("/"):
+            listed.add(parent + nested.rstrip("/"))
+    return listed
+
+
+def test_the_readmes_layout_lists_every_package_of_the_tree():
+    packages = {str(init.parent.relative_to(REPO)) for folder in PACKAGES for init in (REPO / folder).rglob("__init__.py")}
+    listed = _readme_layout()
+    assert packages - {"backends"} <= listed, f"packages the README does not list: {sorted(packages - listed)}"
+    assert all((REPO / entry).is_dir() for entry in listed), [e for e in listed if not (REPO / e).is_dir()]
