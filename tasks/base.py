@@ -3,7 +3,7 @@ and how it builds a DALI pipeline from a recipe of conf/pipeline. A task says on
 files are read from (`source`), which files it holds (`image_files`) and what else its recipes take."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +16,15 @@ from hydrali.core.errors import HydraliError
 from hydrali.core.run.plan import Plan, Shard
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DaliTask:
-    """A task fed by DALI recipes; subclasses add their settings and data."""
+    """A task fed by DALI recipes; subclasses add their settings and data. Built from the config's `task` node
+    (every field given there: the defaults live in the schema and the YAML)."""
 
     name: str
     monitor: str
     mode: str
-    sides: dict[str, str] = field(default_factory=dict)   # framework -> "module.callable" building that side
+    sides: dict[str, str]   # framework -> "module.callable" building that side
 
     def image_files(self, dataset: Dataset) -> list[Path]:
         """Every image file of the dataset's splits."""

@@ -17,10 +17,11 @@ from hydrali.tasks.base import DaliTask
 from hydrali.tasks.classification.datasets import ImageFolderInfo, image_files, scan_image_folder, write_digits
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ClassificationTask(DaliTask):
-    """Image classification over a folder-per-class dataset; top-1 accuracy, cross-entropy loss."""
-    label_smoothing: float = 0.0
+    """Image classification over a folder-per-class dataset; top-1 accuracy, cross-entropy loss. Its settings come
+    from the config (conf/task/classification.yaml, its schema: tasks/classification/spec.py)."""
+    label_smoothing: float
 
     def output_names(self, is_training: bool) -> tuple[str, ...]:
         """What the recipes return, in order (the same for both splits)."""

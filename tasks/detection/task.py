@@ -24,19 +24,20 @@ TARGET_COLUMNS = 5    # per anchor: 4 encoded box offsets and the label (tasks/d
 IMAGE_ID_COLUMNS = 1
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DetectionTask(DaliTask):
-    """Single-stage object detection on a COCO-layout dataset; SSD losses; COCO mAP."""
-    loss: str = "hard_negatives"
-    neg_pos_ratio: float = 3.0
-    focal_alpha: float = 0.25
-    focal_gamma: float = 2.0
-    score_threshold: float = 0.05
-    iou_threshold: float = 0.5
-    pre_nms_top_k: int = 200
-    max_detections: int = 100
-    pictures: int = 4
-    pictures_dir: str = "pictures"
+    """Single-stage object detection on a COCO-layout dataset; SSD losses; COCO mAP. Its settings come from the
+    config (their defaults and comments: conf/task/detection.yaml, its schema: tasks/detection/spec.py)."""
+    loss: str
+    neg_pos_ratio: float
+    focal_alpha: float
+    focal_gamma: float
+    score_threshold: float
+    iou_threshold: float
+    pre_nms_top_k: int
+    max_detections: int
+    pictures: int
+    pictures_dir: str
 
     def output_names(self, is_training: bool) -> tuple[str, ...]:
         """What the recipes return, in order: validation adds each image's id."""
