@@ -12,7 +12,8 @@ import tensorflow as tf
 from hydrali.core.run.plan import Plan
 
 LAYOUT = "HWC"   # the image layout Keras takes (also what core.data.autotune probes with)
-_TF_DTYPES = {"float": tf.float32, "float16": tf.float16, "int32": tf.int32, "int64": tf.int64}  # a task's output dtypes
+# a task's output dtypes, as TensorFlow names them
+_TF_DTYPES = {"float": tf.float32, "float16": tf.float16, "int32": tf.int32, "int64": tf.int64}
 
 
 def data_devices(devices: list[str], dali_device: str) -> list[str]:

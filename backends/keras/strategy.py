@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from hydrali.backends.keras import workers
 from hydrali.core.errors import HydraliError
+from hydrali.core.run.plan import Plan
 
 
 def visible_gpus() -> int:
@@ -43,6 +44,13 @@ def configure_devices(replicas: int, device: str) -> list[str]:
             raise HydraliError(f"backend.replicas={replicas} needs {replicas} logical CPUs but TensorFlow already "
                                f"started with fewer in this process: run hydrali in a new process") from err
     return [f"/cpu:{i}" for i in range(replicas)]
+
+
+def replica_devices(plan: Plan) -> list[str]:
+    """The devices of this process's replicas, made available: its GPUs when TensorFlow sees any (a SLURM task
+    first picks its own), else logical CPUs; one per shard of the plan."""
+    workers.select_gpu(plan.local_rank)
+    return configure_devices(len(plan.shards), "gpu" if visible_gpus() else "cpu")
 
 
 def make_strategy(devices: list[str]) -> tf.distribute.Strategy:

@@ -7,6 +7,9 @@
 - `images` (a weighted metric) counts the samples trained on or scored,
 - backend.precision selects a Keras dtype policy (16-mixed scales the loss),
 - backend.compile XLA-compiles the train step (jit_compile); validation runs without XLA.
+
+`build_keras_side` and `compile_task_model` are what the backend builds a run's model with; the benchmark
+(core/bench/keras_loops.py) builds its upper bound with them too.
 """
 from __future__ import annotations
 
@@ -15,13 +18,17 @@ import contextlib
 import keras
 import numpy as np
 import tensorflow as tf
+from hydra.errors import InstantiationException
 from keras import ops
 from omegaconf import DictConfig
 
-from hydrali.core.run.epoch import EpochContract
+from hydrali.backends.keras.spec import SPEC
+from hydrali.core.contracts.task import side_builder
+from hydrali.core.errors import HydraliError
 from hydrali.core.optim.optimizer import ADAM_EPSILON, decays
-from hydrali.core.run.plan import Plan
 from hydrali.core.optim.schedule import lr_factor
+from hydrali.core.run.epoch import EpochContract
+from hydrali.core.run.plan import Plan
 
 POLICIES = {"32-true": "float32", "bf16-mixed": "mixed_bfloat16", "16-mixed": "mixed_float16"}
 
@@ -61,7 +68,8 @@ class TorchSGD(keras.optimizers.Optimizer):
     def __init__(self, learning_rate=0.01, momentum: float = 0.0, nesterov: bool = False,
                  coupled_weight_decay: float = 0.0, name: str = "torch_sgd", **kwargs):
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
-        self.momentum, self.nesterov, self.coupled_weight_decay = float(momentum), bool(nesterov), float(coupled_weight_decay)
+        self.momentum, self.nesterov = float(momentum), bool(nesterov)
+        self.coupled_weight_decay = float(coupled_weight_decay)
 
     def build(self, variables):
         """Create one momentum buffer per variable (none without momentum)."""
@@ -259,3 +267,31 @@ def compile_model(*, strategy, build_network, loss, metrics, optim: DictConfig, 
                       jit_compile=jit_compile)
         model.optimizer.build(model.trainable_variables)  # so that a checkpoint can restore its state
     return model
+
+
+def build_keras_side(task, dataset):
+    """The task's Keras side (network builder, loss, metrics, callbacks) for `dataset`; a HydraliError names the
+    side that cannot be imported or built."""
+    build = side_builder(task, SPEC.framework, SPEC.name)
+    try:
+        return build(task, dataset)
+    except Exception as err:
+        raise HydraliError(f"task.sides.{SPEC.framework}={task.sides[SPEC.framework]} cannot be built: {err}") from err
+
+
+def compile_task_model(*, cfg: DictConfig, side, strategy, dataset, plan: Plan) -> ContractModel:
+    """The model a Keras run trains: the side's network of `cfg.model`, compiled by compile_model with the plan's
+    optimizer and schedule, `backend.precision` and `backend.compile`; a HydraliError names what cannot be built."""
+    def network():
+        try:
+            return side.build_model(cfg.model, dataset.num_classes, cfg.data.image_size)
+        except (InstantiationException, TypeError, ValueError) as err:
+            raise HydraliError(f"model={cfg.model.get('_target_')} cannot be built on Keras: {err}") from err
+
+    try:
+        return compile_model(strategy=strategy, build_network=network, loss=side.loss(), metrics=side.metrics(),
+                             optim=cfg.optim, plan=plan, contract=plan.epoch, precision=str(cfg.backend.precision),
+                             jit_compile=bool(cfg.backend.compile), on_val_batch=side.on_val_batch)
+    except (InstantiationException, TypeError, ValueError) as err:
+        raise HydraliError(f"the Keras optimizer or loss cannot be set up (optim={cfg.optim.name}, "
+                           f"backend.precision={cfg.backend.precision}): {err}") from err

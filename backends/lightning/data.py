@@ -1,4 +1,5 @@
-"""DALI pipelines as Lightning data: one iterator per split of this process's shard, cut into epochs by hydrali.core.run.epoch."""
+"""DALI pipelines as Lightning data: one iterator per split of this process's shard, cut into epochs by
+hydrali.core.run.epoch."""
 from __future__ import annotations
 
 import lightning as L
@@ -6,6 +7,7 @@ from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
 from hydrali.core.data.dali_errors import explain_dali_error
 from hydrali.core.run.epoch import EpochContract
+from hydrali.core.run.plan import Plan
 
 LAYOUT = "CHW"   # the image layout torch takes (also what core.data.autotune probes with)
 
@@ -46,6 +48,29 @@ class DaliLoader:
             yield batch
 
 
+def dali_loader(*, task, cfg, dataset, plan: Plan, is_training: bool) -> DaliLoader:
+    """The loader of one split of this process's shard: the task's DALI pipeline through DALIGenericIterator, cut
+    into epochs by the plan's epoch contract; DALI's errors are explained (hydrali.core.data.dali_errors)."""
+    contract: EpochContract = plan.epoch
+    shard = plan.shard
+
+    def explain(err: RuntimeError) -> Exception:
+        return explain_dali_error(err, lambda: task.explain_decode_error(dataset))
+
+    pipe = task.build_pipeline(pipeline=cfg.pipeline, data=cfg.data, model=cfg.model, dataset=dataset, plan=plan,
+                               shard=shard, layout=LAYOUT, is_training=is_training)
+    try:
+        pipe.build()
+        # endless: the contract counts the steps
+        iterator = DALIGenericIterator([pipe], list(task.output_names(is_training)))
+    except RuntimeError as err:
+        raise explain(err) from err
+    if is_training:
+        return DaliLoader(iterator, contract.train_steps, explain)
+    return DaliLoader(iterator, contract.val_steps, explain,
+                      valid=lambda step: contract.val_valid(shard.shard_id, step))
+
+
 class DaliDataModule(L.LightningDataModule):
     """Builds the train and val DALI pipelines of this process's shard when Lightning sets up."""
 
@@ -54,28 +79,10 @@ class DaliDataModule(L.LightningDataModule):
         self.task, self.cfg, self.dataset, self.plan = task, cfg, dataset, plan
         self.loaders: dict[str, DaliLoader] = {}
 
-    def _loader(self, is_training: bool) -> DaliLoader:
-        contract: EpochContract = self.plan.epoch
-        shard = self.plan.shard
-        pipe = self.task.build_pipeline(pipeline=self.cfg.pipeline, data=self.cfg.data, model=self.cfg.model,
-                                        dataset=self.dataset, plan=self.plan, shard=shard, layout=LAYOUT,
-                                        is_training=is_training)
-        try:
-            pipe.build()
-            iterator = DALIGenericIterator([pipe], list(self.task.output_names(is_training)))  # endless: the contract counts steps
-        except RuntimeError as err:
-            raise self._explain(err) from err
-        if is_training:
-            return DaliLoader(iterator, contract.train_steps, self._explain)
-        return DaliLoader(iterator, contract.val_steps, self._explain,
-                          valid=lambda step: contract.val_valid(shard.shard_id, step))
-
-    def _explain(self, err: RuntimeError) -> Exception:
-        return explain_dali_error(err, lambda: self.task.explain_decode_error(self.dataset))
-
     def setup(self, stage: str) -> None:
         if not self.loaders:
-            self.loaders = {"train": self._loader(True), "val": self._loader(False)}
+            self.loaders = {split: dali_loader(task=self.task, cfg=self.cfg, dataset=self.dataset, plan=self.plan,
+                                               is_training=split == "train") for split in ("train", "val")}
 
     def train_dataloader(self) -> DaliLoader:
         return self.loaders["train"]

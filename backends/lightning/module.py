@@ -1,18 +1,38 @@
-"""The LightningModule: a task's torch side trained with the optimizer and lr schedule of the plan."""
+"""The torch side of a task as the Lightning backend trains it, and the LightningModule around it.
+
+Its builders are public so that what the benchmark measures (core/bench/torch_loops.py) is built by the same
+code: the task's torch side, its memory format and compilation, the optimizer and lr schedule of the plan, and the
+precision plugin of `backend.precision`.
+"""
 from __future__ import annotations
 
 import lightning as L
 import torch
+from hydra.errors import InstantiationException
+from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 from omegaconf import DictConfig
 
+from hydrali.backends.lightning.spec import SPEC
+from hydrali.core.contracts.task import side_builder
 from hydrali.core.errors import HydraliError
 from hydrali.core.optim.optimizer import ADAM_EPSILON, decays
-from hydrali.core.run.plan import Plan
 from hydrali.core.optim.schedule import lr_factor
+from hydrali.core.run.plan import Plan
+
+
+def build_torch_side(task, cfg: DictConfig, dataset) -> torch.nn.Module:
+    """The task's torch side (network, loss, metrics) for `dataset`, with the network of `cfg.model` at
+    `cfg.data.image_size`; a HydraliError names the side or the model that cannot be built."""
+    build = side_builder(task, SPEC.framework, SPEC.name)
+    try:
+        return build(task, cfg.model, dataset, cfg.data.image_size)
+    except (InstantiationException, TypeError, ValueError) as err:
+        raise HydraliError(f"model={cfg.model.get('_target_')} cannot be built: {err}") from err
 
 
 def make_optimizer(parameters, optim: DictConfig, lr: float) -> torch.optim.Optimizer:
-    """SGD (torch's coupled weight decay) or AdamW (decoupled), decaying only what hydrali.core.optim.optimizer.decays says."""
+    """SGD (torch's coupled weight decay) or AdamW (decoupled), decaying only what
+    hydrali.core.optim.optimizer.decays says."""
     decay, no_decay = [], []
     for p in parameters:
         (decay if decays(p.shape) else no_decay).append(p)
@@ -20,6 +40,25 @@ def make_optimizer(parameters, optim: DictConfig, lr: float) -> torch.optim.Opti
     if str(optim.name) == "sgd":
         return torch.optim.SGD(groups, lr=lr, momentum=optim.momentum, nesterov=optim.nesterov)
     return torch.optim.AdamW(groups, lr=lr, betas=tuple(optim.betas), eps=ADAM_EPSILON)
+
+
+def make_schedule(optimizer: torch.optim.Optimizer, optim: DictConfig, plan: Plan,
+                  steps_per_epoch: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """The lr schedule of the plan, stepped after every optimizer step: the optimizer's lr times
+    hydrali.core.optim.schedule.lr_factor (warmup, then cosine or constant, over plan.epochs epochs)."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(
+        step, steps_per_epoch=steps_per_epoch, epochs=plan.epochs, warmup_epochs=optim.warmup_epochs,
+        warmup_div=optim.warmup_div, schedule=str(optim.schedule)))
+
+
+def precision_plugin(precision: str, device_type: str) -> Precision:
+    """Lightning's precision plugin for `backend.precision` on one device of `device_type` (cpu | cuda), as the
+    Trainer builds it from `precision=`: autocast in its `forward_context()`, and its `scaler` with 16-mixed."""
+    if precision == "32-true":
+        return Precision()
+    if precision == "16-mixed" and device_type == "cpu":
+        precision = "bf16-mixed"   # as the Trainer does: torch has no float16 autocast with a scaler on the CPU
+    return MixedPrecision(precision, device_type)
 
 
 def compile_network(torch_task: torch.nn.Module, *, mode: str = "default", fullgraph: bool = False,
@@ -36,6 +75,12 @@ def compile_network(torch_task: torch.nn.Module, *, mode: str = "default", fullg
     network.forward = torch.compile(network.forward, mode=mode,
                                     fullgraph=fullgraph, dynamic=dynamic)
     return network
+
+
+def compile_torch_side(torch_task: torch.nn.Module, backend: DictConfig) -> torch.nn.Module:
+    """compile_network with the `backend` node's compile_mode, compile_fullgraph and compile_dynamic."""
+    return compile_network(torch_task, mode=str(backend.compile_mode), fullgraph=backend.compile_fullgraph,
+                           dynamic=backend.compile_dynamic)
 
 
 class HydraliModule(L.LightningModule):
@@ -77,9 +122,6 @@ class HydraliModule(L.LightningModule):
         self.log_dict({name: float(value) for name, value in metrics.items()}, prog_bar=True, sync_dist=True)
 
     def configure_optimizers(self):
-        o = self.optim
-        opt = make_optimizer(self.torch_task.parameters(), o, self.plan.effective_lr)
-        schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_factor(
-            step, steps_per_epoch=self.steps_per_epoch, epochs=self.plan.epochs,
-            warmup_epochs=o.warmup_epochs, warmup_div=o.warmup_div, schedule=str(o.schedule)))
+        opt = make_optimizer(self.torch_task.parameters(), self.optim, self.plan.effective_lr)
+        schedule = make_schedule(opt, self.optim, self.plan, self.steps_per_epoch)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
