@@ -1,7 +1,7 @@
 """The benchmark's training measurements on this machine's CPU (hydrali-bench's training sections need a GPU;
 these are the parts of them that do not): a timed run through hydrali itself on both backends, which trains
 its warm-up and timed steps, then stops, and gives the timed window's images/s; the plain torch loop from
-either feed; Keras' own bound."""
+either feed, with the backend's lr schedule and Lightning's own precision; Keras' own bound."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,7 @@ import torch
 from hydrali.core.bench.sections import plain
 from hydrali.core.bench.training import HydraliTraining
 from hydrali.core.errors import HydraliError
-from tests.conftest import SMALL_NET
+from tests.support.configs import SMALL_NET
 
 pytestmark = pytest.mark.slow
 BATCH = 8
@@ -52,30 +52,53 @@ def test_the_plain_torch_loop_trains_the_tasks_network_from_either_feed(feed, ma
 
     from hydrali.core.bench.loaders import one_replica_plan
     from hydrali.core.bench.torch_loops import TorchLoop
+    from hydrali.core.optim.schedule import lr_factor
 
-    cfg = make_cfg(*SMALL_NET, f"data.batch_size={BATCH}", "pipeline.device=cpu")
+    cfg = make_cfg(*SMALL_NET, f"data.batch_size={BATCH}", "pipeline.device=cpu", "optim.warmup_epochs=1")
     task = instantiate(cfg.task)
     dataset = task.prepare_data(cfg.data, verify="off")
-    loop = TorchLoop(task, cfg, dataset, one_replica_plan(cfg, dataset, "cpu"), feed, warmup=1, steps=2)
+    plan = one_replica_plan(cfg, dataset, "cpu")
+    loop = TorchLoop(task, cfg, dataset, plan, feed, warmup=1, steps=2)
 
     first = loop.once()
-    network = loop._state[0]
+    network, optimizer = loop._state.torch_task, loop._state.optimizer
     before = [p.detach().clone() for p in network.parameters()]
     second = loop.once()
 
     assert first.images_per_s > 0 and second.median_step_images_per_s > 0
     assert any(not torch.equal(b, p.detach()) for b, p in zip(before, network.parameters()))   # it trained
+    # the lr of the run's schedule after its 2 x (1 + 2) steps, as a Lightning run would have it (warming up)
+    steps_per_epoch = plan.epoch.train_steps
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(plan.effective_lr * lr_factor(
+        6, steps_per_epoch=steps_per_epoch, epochs=plan.epochs, warmup_epochs=1, warmup_div=cfg.optim.warmup_div,
+        schedule=str(cfg.optim.schedule)))
+    assert optimizer.param_groups[0]["lr"] < plan.effective_lr
     loop.close()
 
 
-def test_keras_own_bound_trains_the_keras_model_on_tensors(make_cfg):
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed", "16-mixed"])
+def test_the_plain_torch_loop_runs_the_precision_lightnings_trainer_runs(precision):
+    import lightning as L
+
+    from hydrali.backends.lightning.module import precision_plugin
+
+    trainer = L.Trainer(accelerator="cpu", devices=1, precision=precision, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    mine = precision_plugin(precision, "cpu")
+
+    assert type(mine) is type(trainer.precision_plugin)
+    assert (mine.precision, getattr(mine, "device", None)) == \
+        (trainer.precision_plugin.precision, getattr(trainer.precision_plugin, "device", None))
+
+
+def test_keras_own_bound_trains_the_keras_model_on_one_batch_of_the_shard(make_cfg):
     from hydra.utils import instantiate
 
     from hydrali.core.bench.keras_loops import KerasBound
 
     cfg = make_cfg("backend=keras", *SMALL_NET, f"data.batch_size={BATCH}")
     task = instantiate(cfg.task)
-    bound = KerasBound(cfg, task, task.prepare_data(cfg.data, verify="off"), warmup=1, steps=2)
+    bound = KerasBound(cfg, task, task.prepare_data(cfg.data, verify="off"), warmup=1, steps=2, device="cpu")
     before = [w.numpy().copy() for w in bound.model.trainable_variables]
 
     assert bound.once().images_per_s > 0

@@ -1,26 +1,28 @@
 """The benchmark's Keras side: the Keras step timer, and Keras' own upper bound for a task's network.
 
-The upper bound is the model the Keras backend compiles (backends/keras/training.py compile_model: the same
-network, optimizer, dtype policy and jit_compile), trained by its own `train_step` in a tf.function on one
-batch of tensors already on the device: no input pipeline, no fit() loop.
+The upper bound is the model the Keras backend trains, built by the backend's own builders
+(backends/keras/strategy.py, training.py): the replica's device and strategy, the task's Keras side, and the model
+compiled with the same network, optimizer, dtype policy and jit_compile. It is trained by its own `train_step` in a
+tf.function on one batch already on the device (the shard's first batch of the backend's DALIDataset, fed again
+at every step): no input pipeline, no fit() loop.
 These run in the benchmark's worker process (hydrali.core.bench.worker), which never loads torch.
 """
 from __future__ import annotations
 
-import keras
-from omegaconf import DictConfig, OmegaConf
+from hydrali.backends.keras.quiet_start import import_tensorflow
 
-from hydrali.core.bench.timing import StepWindow, Timing, time_steps
+import_tensorflow()   # first, so that no other import starts TensorFlow with its chatter
+
+import keras  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+
+from hydrali.core.bench.timing import StepWindow, Timing, time_steps  # noqa: E402
 
 
-def prepare(cfg: dict, device: str = "gpu"):
-    """(config, task, dataset) in a fresh process: TensorFlow told to take GPU memory as needed (DALI shares
-    the GPU) before anything starts its runtime."""
+def prepare(cfg: dict):
+    """(config, task, dataset) in a fresh process, from a plain config."""
     from hydra.utils import instantiate
 
-    from hydrali.backends.keras.strategy import configure_devices
-
-    configure_devices(1, device)
     conf = OmegaConf.create(cfg)
     task = instantiate(conf.task)
     return conf, task, task.prepare_data(conf.data, verify="off")
@@ -43,36 +45,36 @@ class KerasStepTimer(keras.callbacks.Callback):
 
 
 class KerasBound:
-    """Keras' own upper bound for the configured network, precision and jit_compile."""
+    """Keras' own upper bound for the configured network, precision and jit_compile; DALI on `device` gives it
+    its one batch."""
 
-    def __init__(self, conf: DictConfig, task, dataset, warmup: int, steps: int):
+    def __init__(self, conf: DictConfig, task, dataset, warmup: int, steps: int, device: str = "gpu"):
         import tensorflow as tf
-        from hydra.utils import get_method
 
-        from hydrali.backends.keras.training import compile_model
+        from hydrali.backends.keras.data import dali_dataset, distribute
+        from hydrali.backends.keras.strategy import make_strategy, placement, replica_devices
+        from hydrali.backends.keras.training import build_keras_side, compile_task_model
         from hydrali.core.bench.loaders import one_replica_plan
 
-        plan = one_replica_plan(conf, dataset, "gpu")
-        framework = get_method(task.keras_target)(task, dataset)
+        plan = one_replica_plan(conf, dataset, device)
+        self.devices = replica_devices(plan)
+        strategy = make_strategy(self.devices)
         self.warmup, self.steps, self.batch = warmup, steps, plan.per_replica_batch
-        with tf.device("/gpu:0"):
-            self.model = compile_model(
-                strategy=tf.distribute.get_strategy(),
-                build_network=lambda: framework.build_model(conf.model, dataset.num_classes, conf.data.image_size),
-                loss=framework.loss(), metrics=framework.metrics(), optim=conf.optim, plan=plan, contract=plan.epoch,
-                precision=str(conf.backend.precision), jit_compile=bool(conf.backend.compile))
-            size = conf.data.image_size
-            self.x = tf.random.normal((self.batch, size, size, 3))
-            self.y = tf.random.uniform((self.batch, 1), maxval=dataset.num_classes, dtype=tf.int32)
-        self.step = tf.function(lambda x, y: self.model.train_step((x, y)),
-                                jit_compile=bool(conf.backend.compile))
+        data = distribute(strategy, self.devices, plan.device, lambda replica: dali_dataset(
+            task=task, cfg=conf, dataset=dataset, plan=plan, replica=replica, is_training=True))
+        with placement(self.devices):
+            self.model = compile_task_model(cfg=conf, side=build_keras_side(task, dataset), strategy=strategy,
+                                            dataset=dataset, plan=plan)
+            self.data = tf.nest.map_structure(tf.identity, next(iter(data)))   # kept where the model computes
+        self.step = tf.function(lambda data: self.model.train_step(data), jit_compile=bool(conf.backend.compile))
 
     def once(self) -> Timing:
-        """The Timing (images/s) of `steps` train steps after `warmup` (the last step's loss fetched before the clock stops)."""
-        import tensorflow as tf
+        """The Timing (images/s) of `steps` train steps after `warmup` (the last step's loss fetched before the clock
+        stops)."""
+        from hydrali.backends.keras.strategy import placement
 
-        with tf.device("/gpu:0"):
-            return time_steps(lambda: self.step(self.x, self.y), warmup=self.warmup, steps=self.steps,
+        with placement(self.devices):
+            return time_steps(lambda: self.step(self.data), warmup=self.warmup, steps=self.steps,
                               images_per_step=self.batch, sync=lambda logs: float(logs["loss"]))
 
 
@@ -87,7 +89,7 @@ def hydrali_training(cfg: dict, name: str, run_dir: str, warmup: int, steps: int
     from hydrali.backends.keras.strategy import configure_devices
     from hydrali.core.bench.training import HydraliTraining
 
-    configure_devices(1, "gpu")
+    configure_devices(1, "gpu")   # GPU memory taken as needed (DALI shares the GPU), before the runtime starts
     return HydraliTraining(cfg, name, run_dir, warmup, steps)
 
 
@@ -95,5 +97,5 @@ def keras_layer(cfg: dict, device: str, warmup: int, batches: int):
     """The worker's factory of the Keras data layer's measurement (core/bench/loaders.py)."""
     from hydrali.core.bench.loaders import KerasLayer
 
-    conf, task, dataset = prepare(cfg, device)
+    conf, task, dataset = prepare(cfg)
     return KerasLayer(task, conf, dataset, device, warmup, batches)

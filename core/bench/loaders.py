@@ -2,7 +2,7 @@
 `once()` reads warm-up batches, then times `batches` batches and returns their Timing (images/s).
 
 - RawDali: the recipe's DALI pipeline, `pipeline.run()` (the same operators, no framework plugin);
-- LightningLayer: hydrali's Lightning data layer (DaliDataModule's loader over DALIGenericIterator);
+- LightningLayer: hydrali's Lightning data layer (the backend's loader over DALIGenericIterator);
 - KerasLayer: the Keras backend's DALIDataset, read by a tf.function as Keras' train step reads it;
 - PilLoader: a torch DataLoader whose worker processes do the recipe's work with PIL (the usual PyTorch loader).
 """
@@ -14,9 +14,9 @@ from functools import cached_property
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hydrali.core.bench.timing import Timing, time_steps
+from hydrali.core.distributed.topology import detect
 from hydrali.core.run.epoch import make_contract
 from hydrali.core.run.plan import Plan, make_plan
-from hydrali.core.distributed.topology import detect
 
 
 def one_replica_plan(cfg: DictConfig, dataset, device: str) -> Plan:
@@ -66,7 +66,8 @@ class RawDali:
 
 
 class LightningLayer:
-    """hydrali's Lightning data layer: the train loader of DaliDataModule (torch tensors, on the GPU with gpu)."""
+    """hydrali's Lightning data layer: the backend's train loader of the shard (backends/lightning/data.py
+    dali_loader, as DaliDataModule builds it; torch tensors, on the GPU with gpu)."""
 
     def __init__(self, task, cfg: DictConfig, dataset, device: str, warmup: int, batches: int):
         self.task, self.cfg, self.dataset, self.device = task, cfg, dataset, device
@@ -81,14 +82,12 @@ class LightningLayer:
         """The Timing (images/s) of the loader Lightning trains from (CUDA synchronized)."""
         import torch
 
-        from hydrali.backends.lightning.data import DaliDataModule
+        from hydrali.backends.lightning.data import dali_loader
 
         if self._stream is None:
             plan = one_replica_plan(self.cfg, self.dataset, self.device)
-            module = DaliDataModule(task=self.task, cfg=self.cfg, dataset=self.dataset, plan=plan)
-            module.setup("fit")
-            module.loaders.pop("val")   # only training is read
-            self._stream = self._batches(module.train_dataloader())
+            self._stream = self._batches(dali_loader(task=self.task, cfg=self.cfg, dataset=self.dataset, plan=plan,
+                                                     is_training=True))
         sync = (lambda out: torch.cuda.synchronize()) if self.device == "gpu" else (lambda out: None)
         return time_steps(lambda: next(self._stream), warmup=self.warmup, steps=self.batches,
                           images_per_step=self.cfg.data.batch_size, sync=sync)
@@ -99,8 +98,9 @@ class LightningLayer:
 
 
 class KerasLayer:
-    """The Keras backend's data layer: its DALIDataset of the shard, each batch pulled inside a tf.function
-    (as Keras' train function pulls it), on the GPU with gpu."""
+    """The Keras backend's data layer: its DALIDataset of the shard, placed and distributed as the backend places
+    it (backends/keras/data.py, strategy.py), each batch pulled inside a tf.function on the replica's device (as
+    Keras' train function pulls it); DALI on `device`."""
 
     def __init__(self, task, cfg: DictConfig, dataset, device: str, warmup: int, batches: int):
         self.task, self.cfg, self.dataset, self.device = task, cfg, dataset, device
@@ -108,17 +108,19 @@ class KerasLayer:
         self._pull = None
 
     def once(self) -> Timing:
-        """The Timing (images/s) of the DALIDataset Keras trains from (the last batch fetched before the clock stops)."""
+        """The Timing (images/s) of the DALIDataset Keras trains from (the last batch fetched before the clock
+        stops)."""
         import tensorflow as tf
 
-        from hydrali.backends.keras.data import dali_dataset
+        from hydrali.backends.keras.data import dali_dataset, distribute
+        from hydrali.backends.keras.strategy import make_strategy, placement, replica_devices
 
-        where = "/gpu:0" if self.device == "gpu" else "/cpu:0"
         if self._pull is None:
             plan = one_replica_plan(self.cfg, self.dataset, self.device)
-            with tf.device(where):
-                data = dali_dataset(task=self.task, cfg=self.cfg, dataset=self.dataset, plan=plan, replica=0,
-                                    is_training=True)
+            devices = replica_devices(plan)
+            data = distribute(make_strategy(devices), devices, plan.device, lambda replica: dali_dataset(
+                task=self.task, cfg=self.cfg, dataset=self.dataset, plan=plan, replica=replica, is_training=True))
+            with placement(devices):   # as Keras' fit iterates it
                 iterator = iter(data)
 
             @tf.function
@@ -126,9 +128,9 @@ class KerasLayer:
                 images, _ = next(iterator)
                 return images[0, 0, 0, 0]
 
-            self._pull = (pull, iterator, data)
-        pull = self._pull[0]
-        with tf.device(where):
+            self._pull = (pull, iterator, data, devices)
+        pull, devices = self._pull[0], self._pull[3]
+        with placement(devices):
             return time_steps(pull, warmup=self.warmup, steps=self.batches, images_per_step=self.cfg.data.batch_size,
                               sync=lambda out: out.numpy())
 

@@ -132,8 +132,8 @@ class Bench:
     def loaders(self, sections: list[str]) -> None:
         """1: each recipe through hydrali's data layers, against raw DALI and the PIL DataLoader;
         4: DALI's CPU operators against the PIL DataLoader on the same cores."""
-        from hydrali.core.data.devices import resolve_device
         from hydrali.core.bench.loaders import LightningLayer, PilLoader, RawDali, with_threads
+        from hydrali.core.data.devices import resolve_device
 
         b, pairs = self.bench, []
         workers = b.workers or self.machine.cores
@@ -197,9 +197,9 @@ class Bench:
         and a plain PyTorch loop fed by the same DALI pipeline."""
         if self._needs_gpu("lightning", "training through the Lightning backend, upper bound, plain loop"):
             return
-        from hydrali.core.bench.training import HydraliTraining
         from hydrali.core.bench.loaders import one_replica_plan
         from hydrali.core.bench.torch_loops import TorchLoop
+        from hydrali.core.bench.training import HydraliTraining
 
         t = self.bench.train
         cfg = self.classification([*t.overrides, *t.lightning])
@@ -243,8 +243,8 @@ class Bench:
 
     def detection(self) -> None:
         """5: the ssd recipe alone (DALI, GPU and CPU) and the detector's training on each backend."""
-        from hydrali.core.bench.training import HydraliTraining
         from hydrali.core.bench.loaders import RawDali
+        from hydrali.core.bench.training import HydraliTraining
 
         keep = [o for o in self.overrides if override_key(o).startswith(DETECTION_KEEPS)]
         base = ["task=detection", *self.bench.detection.overrides, *keep]

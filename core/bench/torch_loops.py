@@ -1,23 +1,21 @@
 """The benchmark's torch side: the Lightning step timer, and the same network trained by a plain PyTorch loop,
 on batches already on the device (the upper bound) or fed by the task's DALI pipeline.
 
-Both loops train what the Lightning backend trains: the task's torch side (`task.torch_target`, its
-`training_loss`), hydrali's optimizer (backends/lightning/module.py make_optimizer) at the plan's lr, the
-precision of `backend.precision` (autocast), `backend.channels_last` and, with `backend.compile=true`,
-the network compiled as the Lightning backend compiles it (the compiled bound; warm-up steps take the compile).
+Both loops train what the Lightning backend trains, built by the backend's own builders
+(backends/lightning/module.py, data.py): the task's torch side in a HydraliModule (its memory format), compiled as
+the backend compiles it with `backend.compile=true` (the warm-up steps take the compile), the module's optimizer and
+per-step lr schedule, Lightning's precision plugin of `backend.precision`, and the backend's DALI loader of the
+shard. Only the loop around them is plain: no Trainer, no callbacks, no logging.
 """
 from __future__ import annotations
 
-import contextlib
+from typing import Iterator, NamedTuple
 
 import lightning as L
 import torch
-from hydra.utils import get_method
 from omegaconf import DictConfig
 
 from hydrali.core.bench.timing import HostStamp, StepWindow, time_steps
-
-AUTOCAST = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 
 
 def synchronize(device: torch.device) -> None:
@@ -56,9 +54,18 @@ class LightningStepTimer(L.Callback):
             trainer.should_stop = True
 
 
+class _Built(NamedTuple):
+    """What a TorchLoop trains with, built once."""
+    torch_task: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    schedule: torch.optim.lr_scheduler.LRScheduler
+    precision: object      # Lightning's precision plugin
+    batches: Iterator[dict]
+
+
 class TorchLoop:
-    """The task's network trained by a plain loop: `feed` = "tensors" (one batch of random tensors already on the
-    device: the upper bound) or "dali" (the task's training pipeline through DALIGenericIterator). It runs where
+    """The task's network trained by a plain loop: `feed` = "tensors" (the shard's first batch, kept on the device
+    and fed again at every step: the upper bound) or "dali" (the backend's DALI loader of the shard). It runs where
     the plan puts DALI: on the GPU with "gpu", else on the CPU."""
 
     def __init__(self, task, cfg: DictConfig, dataset, plan, feed: str, warmup: int, steps: int):
@@ -68,53 +75,47 @@ class TorchLoop:
         self._state = None
 
     def _build(self):
-        from hydrali.backends.lightning.module import make_optimizer
+        from hydrali.backends.lightning.module import (
+            HydraliModule,
+            build_torch_side,
+            compile_torch_side,
+            precision_plugin,
+        )
 
-        device = self.device
-        torch_task = get_method(self.task.torch_target)(self.task, self.cfg.model, self.dataset,
-                                                        self.cfg.data.image_size).to(device)
-        if self.cfg.backend.channels_last:
-            torch_task.to(memory_format=torch.channels_last)
-        if self.cfg.backend.compile:   # the compiled bound: the network compiled as the Lightning backend compiles it
-            from hydrali.backends.lightning.module import compile_network
+        cfg, steps_per_epoch = self.cfg, max(1, self.plan.epoch.train_steps)
+        module = HydraliModule(build_torch_side(self.task, cfg, self.dataset), cfg.optim, self.plan, steps_per_epoch,
+                               channels_last=cfg.backend.channels_last)
+        if cfg.backend.compile:   # the compiled bound: before the module moves, as the backend compiles it
+            compile_torch_side(module.torch_task, cfg.backend)
+        module.to(self.device)
+        optimizers = module.configure_optimizers()
+        return _Built(module.torch_task, optimizers["optimizer"], optimizers["lr_scheduler"]["scheduler"],
+                      precision_plugin(str(cfg.backend.precision), self.device.type), self._batches())
 
-            b = self.cfg.backend
-            compile_network(torch_task, mode=str(b.compile_mode), fullgraph=b.compile_fullgraph, dynamic=b.compile_dynamic)
-        optimizer = make_optimizer(torch_task.parameters(), self.cfg.optim, self.plan.effective_lr)
-        precision = str(self.cfg.backend.precision)
-        scaler = torch.amp.GradScaler(device.type) if precision == "16-mixed" else None
-        return torch_task, optimizer, precision, scaler, self._batches(device)
+    def _batches(self):
+        from hydrali.backends.lightning.data import dali_loader
 
-    def _batches(self, device):
+        loader = dali_loader(task=self.task, cfg=self.cfg, dataset=self.dataset, plan=self.plan, is_training=True)
         if self.feed == "tensors":
-            size, batch = self.cfg.data.image_size, self.plan.per_replica_batch
-            fixed = {"images": torch.randn(batch, 3, size, size, device=device),
-                     "labels": torch.randint(0, self.dataset.num_classes, (batch, 1), device=device, dtype=torch.int32)}
+            first = {name: value.to(self.device).clone() for name, value in next(iter(loader)).items()}
+            del loader   # the pipeline is not read again
             while True:
-                yield fixed
-        from nvidia.dali.plugin.pytorch import DALIGenericIterator
-
-        pipe = self.task.build_pipeline(pipeline=self.cfg.pipeline, data=self.cfg.data, model=self.cfg.model,
-                                        dataset=self.dataset, plan=self.plan, shard=self.plan.shard, layout="CHW",
-                                        is_training=True)
-        pipe.build()
-        iterator = DALIGenericIterator([pipe], list(self.task.output_names(True)))
+                yield first
         while True:
-            yield next(iterator)[0]
+            yield from loader
 
     def once(self):
         """The Timing of `steps` optimizer steps after `warmup` (CUDA synchronized on the GPU, each step's end
         marked)."""
         if self._state is None:
             self._state = self._build()
-        torch_task, optimizer, precision, scaler, batches = self._state
+        torch_task, optimizer, schedule, precision, batches = self._state
+        scaler = getattr(precision, "scaler", None)
         torch_task.train()
 
         def step():
             batch = next(batches)
-            dtype = AUTOCAST.get(precision)
-            cast = torch.autocast(self.device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
-            with cast:
+            with precision.forward_context():
                 loss, _ = torch_task.training_loss(batch)
             optimizer.zero_grad(set_to_none=True)
             if scaler is not None:
@@ -124,6 +125,7 @@ class TorchLoop:
             else:
                 loss.backward()
                 optimizer.step()
+            schedule.step()
             return loss
 
         return time_steps(step, warmup=self.warmup, steps=self.steps, images_per_step=self.plan.per_replica_batch,
