@@ -108,7 +108,7 @@ def _score_on_gloo(rank: int, folder: str, port: int) -> None:
     import torch.distributed as dist
 
     from hydrali.tasks.detection.coco import CocoSplit
-    from hydrali.tasks.detection.torch_task import all_gather_bytes
+    from hydrali.backends.lightning.collectives import all_gather_bytes
     from hydrali.tasks.detection.validation import DetectionValidation
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)

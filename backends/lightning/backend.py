@@ -15,13 +15,14 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from hydrali.backends.lightning import agreement
+from hydrali.backends.lightning.collectives import all_gather_bytes
 from hydrali.backends.lightning.callbacks import Observe, progress_bar
 from hydrali.backends.lightning.data import LAYOUT, DaliDataModule
 from hydrali.backends.lightning.module import HydraliModule, compile_network
 from hydrali.backends.lightning.spec import SPEC
 from hydrali.core.contracts.task import side_builder
 from hydrali.core.run import job_context
-from hydrali.core.distributed import topology
+from hydrali.core.distributed import gather, topology
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR
 from hydrali.core.errors import HydraliError, SweepRefused, first_line
 from hydrali.core.run.plan import Plan
@@ -100,6 +101,7 @@ def _fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resum
         callbacks=[checkpoint, last, Observe(observer), *([progress_bar()] if show_bar else []),
                    *_extra_callbacks(cfg)],
         **trainer_options)
+    gather.install(all_gather_bytes)   # a task's validation gathers across the DDP processes through it
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume_from) if resume_from else None)
     except RuntimeError as err:

@@ -16,7 +16,7 @@ from hydrali.core.run import job_context
 from hydrali.core.distributed import local_launch
 from hydrali.core.run import seeding
 from hydrali.core.tracking import sweep
-from hydrali.core.distributed import topology
+from hydrali.core.distributed import gather, topology
 from hydrali.core.tracking import mlflow_runs as tracking
 from hydrali.core.distributed.mpi_ranks import adopt_mpi_ranks
 from hydrali.core.run.checkpoints import resolve_checkpoint, write_trained_with
@@ -54,6 +54,7 @@ def run(cfg: DictConfig) -> float | None:
     adopt_mpi_ranks()   # mpirun's ranks, as torchrun's variables (the frameworks read those), before anything can fail:
                         # a failed job is then recorded by rank 0 alone (sweep.run_job asks is_first_process)
     check_config(cfg)
+    gather.install(None)   # the collective of an earlier job of this process goes; this run's backend installs its own
     if cfg.tracking.enabled and cfg.tracking.uri and topology.is_first_process():
         tracking.check_reachable(cfg.tracking.uri)   # in seconds, before anything heavy is loaded
     output_dir = Path(cfg.paths.output_dir)

@@ -4,11 +4,11 @@ from __future__ import annotations
 import contextlib
 
 import torch
-import torch.distributed as dist
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch import nn
 
+from hydrali.core.distributed.topology import is_first_process
 from hydrali.tasks.detection.torch_decode import detect
 from hydrali.tasks.detection.torch_loss import multibox_loss
 
@@ -27,20 +27,6 @@ def _one_thread_on_cpu(device: torch.device):
         yield
     finally:
         torch.set_num_threads(previous)
-
-
-def all_gather_bytes(data: bytes) -> list[bytes]:
-    """Every process's `data`, in rank order, through torch.distributed (just this one's outside DDP): the
-    collective of hydrali.core.distributed.gather on torch."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return [data]
-    shares = [b""] * dist.get_world_size()
-    dist.all_gather_object(shares, data)
-    return shares
-
-
-def _is_first_process() -> bool:
-    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
 
 
 class TorchDetection(nn.Module):
@@ -76,8 +62,8 @@ class TorchDetection(nn.Module):
 
     def val_metrics_compute(self, epoch: int) -> dict[str, float]:
         """COCO mAP of the epoch's detections from every process (val/map, val/map50); then reset."""
-        self.validation.gather_across_processes(all_gather_bytes)
-        return self.validation.finish(epoch, draw=_is_first_process())
+        self.validation.gather_across_processes()   # through the collective the backend installed
+        return self.validation.finish(epoch, draw=is_first_process())
 
     def val_metrics_reset(self) -> None:
         """Forget the detections collected (e.g. after Lightning's sanity check)."""
