@@ -9,9 +9,6 @@ import pytest
 
 from hydrali.tasks.classification.datasets import write_digits
 from tests.support.configs import compose_config
-# kept for tests/test_keras_workers.py, which imports them from here
-from tests.support.checks import read_summary  # noqa: F401
-from tests.support.cli import REPO  # noqa: F401
 
 
 @pytest.fixture(scope="session", autouse=True)
