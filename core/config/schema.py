@@ -3,6 +3,10 @@
 An unknown key or a value of the wrong type fails at composition time, naming the key. Each
 group's options pull their schema through their defaults list; the primary config pulls
 `hydrali_schema` for the top-level keys.
+
+The `Choice` enums below are the only list of each closed set of values: the code that acts on a value (the lr
+scale rules, the schedules, the last-batch policies, the DALI devices, the precisions) keys its tables by them,
+and tests/test_choices.py checks that every table covers exactly its enum.
 """
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
-from hydrali.core.optim.optimizer import PRECISIONS
+from hydrali.core.errors import HydraliError
 
 
 class Choice(str, Enum):
@@ -20,6 +24,20 @@ class Choice(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+    @classmethod
+    def of(cls, value: str, setting: str) -> "Choice":
+        """The member whose value is `value` (a member or its string); any other value, as code called without
+        the schema may receive, is an error naming `setting` and the choices."""
+        try:
+            return cls(value)
+        except ValueError:
+            raise HydraliError(f"{setting}={value!r}: choose one of {', '.join(cls.values())}") from None
+
+    @classmethod
+    def values(cls) -> tuple[str, ...]:
+        """The values a user may type, in declaration order."""
+        return tuple(member.value for member in cls)
 
 
 class Mode(Choice):
@@ -29,21 +47,21 @@ class Mode(Choice):
 
 
 class Device(Choice):
-    """Where DALI runs: auto, cpu or gpu."""
+    """Where DALI runs: auto, cpu or gpu (resolved by hydrali.core.data.devices.resolve_device)."""
     auto = "auto"
     cpu = "cpu"
     gpu = "gpu"
 
 
 class LastBatch(Choice):
-    """What happens to an epoch's last, partial training batch (see hydrali.core.run.epoch)."""
+    """What happens to an epoch's last, partial training batch (hydrali.core.run.epoch.TRAIN_STEPS)."""
     drop = "drop"
     fill = "fill"
 
 
-# Numeric precision of training, the same names on every backend (see hydrali.core.optim.optimizer). Built with
-# the functional API: the names (what a user types) are not Python identifiers.
-Precision = Choice("Precision", {name: name for name in PRECISIONS})
+# Numeric precision of training, the same names on every backend (see hydrali.core.optim.optimizer): Lightning's
+# names. Built with the functional API: the names (what a user types) are not Python identifiers.
+Precision = Choice("Precision", {name: name for name in ("32-true", "bf16-mixed", "16-mixed")})
 
 
 class Dtype(Choice):
@@ -66,14 +84,14 @@ class Optimizer(Choice):
 
 
 class Scale(Choice):
-    """How the lr follows the global batch."""
+    """How the lr follows the global batch (hydrali.core.run.plan.SCALE_RULES)."""
     linear = "linear"
     sqrt = "sqrt"
     none = "none"
 
 
 class Schedule(Choice):
-    """The lr schedule after warmup."""
+    """The lr schedule after warmup (hydrali.core.optim.schedule.AFTER_WARMUP)."""
     cosine = "cosine"
     constant = "constant"
 

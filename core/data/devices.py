@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import logging
 
+from hydrali.core.config.schema import Device
 from hydrali.core.errors import HydraliError
 
 log = logging.getLogger(__name__)
-DEVICES = ("auto", "cpu", "gpu")
 
 
 def dali_cuda_devices() -> tuple[int, str]:
@@ -30,23 +30,22 @@ def cuda_device_count() -> int:
 
 
 def resolve_device(requested: str, framework_gpus: int = 0, framework: str = "the framework") -> str:
-    """Turn pipeline.device into "cpu" or "gpu", given how many GPUs the training framework sees."""
-    if requested not in DEVICES:
-        raise HydraliError(f"pipeline.device={requested!r}: choose one of {', '.join(DEVICES)}")
-    if requested == "cpu":
-        return "cpu"
+    """Turn pipeline.device (a Device value) into "cpu" or "gpu", given how many GPUs the training framework sees."""
+    device = Device.of(requested, "pipeline.device")
+    if device is Device.cpu:
+        return Device.cpu.value
     count, why_none = dali_cuda_devices()
-    if count > 0 and requested == "auto" and framework_gpus == 0:
+    if count > 0 and device is Device.auto and framework_gpus == 0:
         log.warning("pipeline.device=auto: DALI sees %d GPU(s) but %s sees none, so DALI runs on the CPU; "
                     "install %s with CUDA to train on the GPU", count, framework, framework)
-        return "cpu"
+        return Device.cpu.value
     if count > 0:
-        return "gpu"
-    if requested == "gpu":
+        return Device.gpu.value
+    if device is Device.gpu:
         raise HydraliError(f"pipeline.device=gpu but {why_none}: use pipeline.device=cpu, or install the "
                            f"nvidia-dali-cudaXXX package that matches the driver")
     if framework_gpus > 0:
         log.warning("pipeline.device=auto: %s sees %d GPU(s) but %s, so DALI runs on the CPU (training stays on "
                     "the GPU); install the nvidia-dali-cudaXXX package that matches the driver to decode on the GPU",
                     framework, framework_gpus, why_none)
-    return "cpu"
+    return Device.cpu.value

@@ -10,15 +10,15 @@
   never biases or normalization scales and shifts.
 - **Label smoothing** (task.label_smoothing = e): cross-entropy against (1 - e) * one-hot + e / classes.
 - **Learning rate**: the plan's effective lr times hydrali.core.optim.schedule.lr_factor(step), the same at every step.
-- **Precision** (backend.precision): 32-true, bf16-mixed or 16-mixed on both backends (Lightning's
-  names; Keras uses the mixed_bfloat16 / mixed_float16 dtype policies, 16-mixed with loss scaling).
+- **Precision** (backend.precision, hydrali.core.config.schema.Precision): 32-true, bf16-mixed or 16-mixed on
+  both backends (Lightning's names; Keras uses the mixed_bfloat16 / mixed_float16 dtype policies, 16-mixed
+  with loss scaling).
 """
 from __future__ import annotations
 
 from typing import Sequence
 
 ADAM_EPSILON = 1e-8
-PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
 
 
 def decays(shape: Sequence[int]) -> bool:

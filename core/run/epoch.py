@@ -20,9 +20,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from hydrali.core.config.schema import LastBatch
 from hydrali.core.errors import HydraliError
 
-LAST_BATCH = ("drop", "fill")
+TRAIN_STEPS = {   # pipeline.train_last_batch -> training steps per epoch from the shards' sizes and the batch
+    LastBatch.drop: lambda sizes, batch: min(sizes) // batch,
+    LastBatch.fill: lambda sizes, batch: math.ceil(max(sizes) / batch),
+}
 
 
 def shard_bounds(num_samples: int, shard_id: int, num_shards: int) -> tuple[int, int]:
@@ -42,15 +46,12 @@ class EpochContract:
     val_samples: int       # images in the validation split
     num_shards: int        # replicas in the whole job
     batch: int             # per replica
-    last_batch: str        # drop | fill (training)
+    last_batch: str        # a LastBatch value: the policy of the training epoch's last batch
 
     @property
     def train_steps(self) -> int:
         """Optimizer steps per epoch, the same on every replica."""
-        sizes = shard_sizes(self.train_samples, self.num_shards)
-        if self.last_batch == "drop":
-            return min(sizes) // self.batch
-        return math.ceil(max(sizes) / self.batch)
+        return TRAIN_STEPS[LastBatch(self.last_batch)](shard_sizes(self.train_samples, self.num_shards), self.batch)
 
     @property
     def train_images_per_epoch(self) -> int:
@@ -80,8 +81,7 @@ class EpochContract:
 def make_contract(*, train_samples: int, val_samples: int, num_shards: int, batch: int,
                   last_batch: str) -> EpochContract:
     """The epoch contract of a run; a split too small for its shards and batch is an error saying what to change."""
-    if last_batch not in LAST_BATCH:
-        raise HydraliError(f"pipeline.train_last_batch={last_batch!r}: choose one of {', '.join(LAST_BATCH)}")
+    last_batch = LastBatch.of(last_batch, "pipeline.train_last_batch").value
     contract = EpochContract(train_samples, val_samples, num_shards, batch, last_batch)
     smallest = min(shard_sizes(train_samples, num_shards))
     if contract.train_steps == 0 or smallest == 0:

@@ -1,32 +1,32 @@
 """The plan of a run: everything both backends must agree on, computed once in core.
 
 global batch = per-replica batch x world size
-effective lr = optim.lr x rule(global batch / optim.ref_batch), rule: linear | sqrt | none
+effective lr = optim.lr x rule(global batch / optim.ref_batch), rule: SCALE_RULES[optim.scale]
 """
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
 
-from hydrali.core.run.epoch import EpochContract
-from hydrali.core.errors import HydraliError
-from hydrali.core.run.seeding import pipeline_seed
+from hydrali.core.config.schema import Scale
 from hydrali.core.distributed.topology import Topology
+from hydrali.core.errors import HydraliError
+from hydrali.core.run.epoch import EpochContract
+from hydrali.core.run.seeding import pipeline_seed
 
-SCALE_RULES = {
-    "linear": lambda ratio: ratio,
-    "sqrt": math.sqrt,
-    "none": lambda ratio: 1.0,
+SCALE_RULES = {   # optim.scale -> the lr's factor as a function of global batch / ref_batch; one rule per Scale
+    Scale.linear: lambda ratio: ratio,
+    Scale.sqrt: math.sqrt,
+    Scale.none: lambda ratio: 1.0,
 }
 
 
 def scaled_lr(base_lr: float, global_batch: int, ref_batch: int, rule: str) -> float:
     """The learning rate for `global_batch`, given `base_lr` tuned for `ref_batch`."""
-    if rule not in SCALE_RULES:
-        raise HydraliError(f"optim.scale={rule!r} is not a rule; choose one of: {', '.join(SCALE_RULES)}")
+    scale = Scale.of(rule, "optim.scale")
     if ref_batch < 1:
         raise HydraliError(f"optim.ref_batch={ref_batch}: it must be a positive batch size")
-    return base_lr * SCALE_RULES[rule](global_batch / ref_batch)
+    return base_lr * SCALE_RULES[scale](global_batch / ref_batch)
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class Plan:
     epochs: int
     seed: int
     device: str            # "cpu" or "gpu": where DALI runs (the backend decides where the model trains)
-    epoch: EpochContract | None = None   # steps and counted samples per epoch (hydrali.core.run.epoch), set by the runner
+    epoch: EpochContract | None = None   # steps and counted samples per epoch (core.run.epoch), set by the runner
 
     @property
     def shard(self) -> Shard:
