@@ -31,10 +31,10 @@ def test_a_lightning_validation_batch_of_padding_only_is_skipped():
 
     from hydrali.backends.lightning.module import HydraliModule
     from hydrali.core.run.plan import make_plan
-    from hydrali.core.distributed.topology import detect
+    from hydrali.core.distributed.topology import detect_topology
     from hydrali.tasks.classification.torch_task import TorchClassification
 
-    plan = make_plan(topology=detect(1, 1, env={}), batch_size=4, base_lr=0.1, ref_batch=4, rule="none",
+    plan = make_plan(topology=detect_topology(1, 1, env={}), batch_size=4, base_lr=0.1, ref_batch=4, rule="none",
                      warmup_epochs=0, epochs=1, seed=0, device="cpu")
     task = TorchClassification(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3)), 3)
     module = HydraliModule(task, None, plan, 1)

@@ -77,7 +77,7 @@ def test_one_sgd_step_on_two_replicas_equals_one_on_one_replica_with_twice_the_b
     from hydrali.backends.keras.training import compile_model
     from hydrali.core.run.epoch import make_contract
     from hydrali.core.run.plan import make_plan
-    from hydrali.core.distributed.topology import detect
+    from hydrali.core.distributed.topology import detect_topology
     from hydrali.tasks.classification.keras_task import KerasClassification
 
     cfg = make_cfg("backend=keras", "optim.warmup_epochs=0")
@@ -87,7 +87,7 @@ def test_one_sgd_step_on_two_replicas_equals_one_on_one_replica_with_twice_the_b
     labels = rng.integers(0, classes, size=(2 * half, 1)).astype("int32")
 
     def one_step(replicas: int):
-        plan = make_plan(topology=detect(replicas, 1, env={}, replicas_per_process=replicas),
+        plan = make_plan(topology=detect_topology(replicas, 1, env={}, replicas_per_process=replicas),
                          batch_size=2 * half // replicas, base_lr=cfg.optim.lr, ref_batch=cfg.optim.ref_batch,
                          rule=str(cfg.optim.scale), warmup_epochs=0, epochs=1, seed=0, device="cpu")
         devices = configure_devices(replicas, "cpu")

@@ -11,7 +11,7 @@ import pytest
 
 from hydrali.core.distributed.topology import (
     TFWorkers,
-    detect,
+    detect_topology,
     is_first_process,
     launched_externally,
     tf_config_workers,
@@ -33,7 +33,7 @@ def test_tf_config_maps_workers_onto_ranks_chief_first():
     two = ["127.0.0.1:1", "127.0.0.1:2"]
     for index in (0, 1):
         env = {"TF_CONFIG": tf_config(two, "worker", index)}
-        topo = detect(1, 2, env)
+        topo = detect_topology(1, 2, env)
         assert (topo.world_size, topo.global_rank, topo.node_rank, topo.local_rank) == (2, index, index, 0)
         assert topo.shard_ids == (index,) and topo.num_shards == 2
         assert is_first_process(env) == (index == 0) and launched_externally(env)
@@ -41,7 +41,7 @@ def test_tf_config_maps_workers_onto_ranks_chief_first():
     assert tf_config_workers({"TF_CONFIG": tf_config(two, "chief", 0, chief="h:0")}) == TFWorkers(count=3, rank=0)
     assert tf_config_workers({"TF_CONFIG": tf_config(two, "worker", 1, chief="h:0")}) == TFWorkers(count=3, rank=2)
     assert not is_first_process({"TF_CONFIG": tf_config(two, "worker", 0, chief="h:0")})
-    assert detect(1, 3, {"TF_CONFIG": tf_config(two, "worker", 0, chief="h:0")}).shard_ids == (1,)
+    assert detect_topology(1, 3, {"TF_CONFIG": tf_config(two, "worker", 0, chief="h:0")}).shard_ids == (1,)
     # torchrun's or SLURM's ranks win over a TF_CONFIG left in the environment; none at all: no workers
     assert tf_config_workers({"TF_CONFIG": tf_config(two, "worker", 1), "RANK": "0"}) is None
     assert tf_config_workers({}) is None
@@ -52,7 +52,7 @@ def test_tf_config_maps_workers_onto_ranks_chief_first():
     with pytest.raises(HydraliError, match="not TensorFlow's cluster JSON"):
         tf_config_workers({"TF_CONFIG": "{not json"})
     with pytest.raises(HydraliError, match="started 2 processes"):
-        detect(1, 1, {"TF_CONFIG": tf_config(two, "worker", 0)})
+        detect_topology(1, 1, {"TF_CONFIG": tf_config(two, "worker", 0)})
 
 
 def test_srun_tasks_are_keras_workers_ranked_by_slurm(monkeypatch):
@@ -67,7 +67,7 @@ def test_srun_tasks_are_keras_workers_ranked_by_slurm(monkeypatch):
     for name, value in slurm.items():
         monkeypatch.setenv(name, value)
     assert workers.cluster() == TFWorkers(count=4, rank=3)
-    topo = detect(2, 2, replicas_per_process=1)
+    topo = detect_topology(2, 2, replicas_per_process=1)
     assert (topo.global_rank, topo.local_rank, topo.node_rank, topo.shard_ids) == (3, 1, 1, (3,))
 
 

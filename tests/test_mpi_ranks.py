@@ -3,7 +3,7 @@ import pytest
 
 from hydrali.core.errors import HydraliError
 from hydrali.core.distributed.mpi_ranks import torchrun_variables
-from hydrali.core.distributed.topology import detect
+from hydrali.core.distributed.topology import detect_topology
 
 MEET = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
 
@@ -15,8 +15,8 @@ def _open_mpi(rank: int, size: int = 4, per_node: int = 2) -> dict:
 
 def test_open_mpi_ranks_over_two_nodes_read_each_its_own_shard():
     shards = []
-    for rank in range(4):   # detect reads mpirun's variables itself
-        topo = detect(2, 2, env={**_open_mpi(rank), **MEET})
+    for rank in range(4):   # detect_topology reads mpirun's variables itself
+        topo = detect_topology(2, 2, env={**_open_mpi(rank), **MEET})
         assert (topo.global_rank, topo.node_rank, topo.local_rank) == (rank, rank // 2, rank % 2)
         assert topo.num_shards == 4
         shards.append(topo.shard_id)

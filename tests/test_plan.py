@@ -7,7 +7,7 @@ from hydrali.core.errors import HydraliError
 from hydrali.core.run.plan import make_plan, scaled_lr
 from hydrali.core.optim.schedule import lr_factor
 from hydrali.core.run.seeding import resolve_seed
-from hydrali.core.distributed.topology import detect, is_first_process
+from hydrali.core.distributed.topology import detect_topology, is_first_process
 
 
 @pytest.mark.parametrize("rule, expected", [("linear", 0.4), ("sqrt", 0.2), ("none", 0.1)])
@@ -25,7 +25,7 @@ def test_an_unknown_rule_is_an_error_naming_the_choices():
 
 
 def test_plan_global_batch_and_effective_lr_follow_the_world_size():
-    topo = detect(replicas_per_node=4, num_nodes=2, env={"RANK": "5", "LOCAL_RANK": "1", "NODE_RANK": "1"})
+    topo = detect_topology(replicas_per_node=4, num_nodes=2, env={"RANK": "5", "LOCAL_RANK": "1", "NODE_RANK": "1"})
     plan = make_plan(topology=topo, batch_size=32, base_lr=0.1, ref_batch=256, rule="linear",
                      warmup_epochs=1, epochs=3, seed=0, device="gpu")
     assert (plan.world_size, plan.global_batch) == (8, 256)
@@ -36,13 +36,13 @@ def test_plan_global_batch_and_effective_lr_follow_the_world_size():
 
 def test_shard_id_is_the_global_rank_not_the_local_rank():
     # second node, first GPU: Lightning's launcher gives only LOCAL_RANK and NODE_RANK
-    topo = detect(replicas_per_node=2, num_nodes=2, env={"LOCAL_RANK": "0", "NODE_RANK": "1"})
+    topo = detect_topology(replicas_per_node=2, num_nodes=2, env={"LOCAL_RANK": "0", "NODE_RANK": "1"})
     assert (topo.shard_id, topo.local_rank, topo.num_shards) == (2, 0, 4)
 
 
 def test_a_process_of_several_replicas_reads_consecutive_shards_by_global_rank():
     # Keras-style: 2 nodes, one process per node driving 4 replicas; this is the second node
-    topo = detect(replicas_per_node=4, num_nodes=2, env={"NODE_RANK": "1"}, replicas_per_process=4)
+    topo = detect_topology(replicas_per_node=4, num_nodes=2, env={"NODE_RANK": "1"}, replicas_per_process=4)
     plan = make_plan(topology=topo, batch_size=16, base_lr=0.1, ref_batch=256, rule="linear",
                      warmup_epochs=0, epochs=1, seed=3, device="gpu")
     assert [s.shard_id for s in plan.shards] == [4, 5, 6, 7]
@@ -61,13 +61,13 @@ def test_only_the_first_process_of_a_job_does_job_wide_work():
 
 def test_slurm_ranks_are_read():
     env = {"SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NODEID": "1", "SLURM_NTASKS": "4"}
-    topo = detect(replicas_per_node=2, num_nodes=2, env=env)
+    topo = detect_topology(replicas_per_node=2, num_nodes=2, env=env)
     assert (topo.global_rank, topo.local_rank, topo.node_rank, topo.world_size) == (3, 1, 1, 4)
 
 
 def test_a_launcher_world_that_disagrees_with_the_config_is_an_error():
     with pytest.raises(HydraliError, match="backend.devices"):
-        detect(replicas_per_node=1, num_nodes=1, env={"WORLD_SIZE": "4", "RANK": "0"})
+        detect_topology(replicas_per_node=1, num_nodes=1, env={"WORLD_SIZE": "4", "RANK": "0"})
 
 
 def test_seed_zero_is_a_seed_and_null_draws_one():
@@ -80,11 +80,11 @@ def test_a_shard_gets_the_same_pipeline_seed_whichever_process_drives_it_and_eac
     """Lightning (a process per replica) and Keras (a process driving every replica of its node) give shard i the
     same DALI seed; other shards, and the same shards under another run seed, get other seeds."""
     def seeds_of_one_process_per_replica(seed: int) -> list[int]:
-        return [make_plan(topology=detect(4, 1, env={"RANK": str(r), "LOCAL_RANK": str(r), "NODE_RANK": "0"}),
+        return [make_plan(topology=detect_topology(4, 1, env={"RANK": str(r), "LOCAL_RANK": str(r), "NODE_RANK": "0"}),
                           seed=seed, **PLAN).shard.pipeline_seed for r in range(4)]
 
     def seeds_of_one_process(seed: int) -> list[int]:
-        plan = make_plan(topology=detect(4, 1, env={}, replicas_per_process=4), seed=seed, **PLAN)
+        plan = make_plan(topology=detect_topology(4, 1, env={}, replicas_per_process=4), seed=seed, **PLAN)
         return [shard.pipeline_seed for shard in plan.shards]
 
     lightning, keras = seeds_of_one_process_per_replica(42), seeds_of_one_process(42)
@@ -111,7 +111,8 @@ def test_schedule_warms_up_linearly_then_decays_to_zero():
 @pytest.mark.parametrize("size_variable,launcher", [("OMPI_COMM_WORLD_SIZE", "Open MPI"), ("PMI_SIZE", "PMI")])
 def test_mpi_processes_whose_ranks_cannot_be_known_are_one_error_not_n_rank_zeros(size_variable, launcher):
     with pytest.raises(HydraliError, match=f"4 processes were started by .*{launcher}.*torchrun or srun"):
-        detect(1, 1, env={size_variable: "4", "OMPI_COMM_WORLD_RANK": "2", "PMI_RANK": "2"})
+        detect_topology(1, 1, env={size_variable: "4", "OMPI_COMM_WORLD_RANK": "2", "PMI_RANK": "2"})
     # one process of such a launcher, or its processes with torchrun's variables exported, are read as usual
-    assert detect(1, 1, env={size_variable: "1"}).global_rank == 0
-    assert detect(2, 2, env={size_variable: "4", "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4"}).global_rank == 3
+    assert detect_topology(1, 1, env={size_variable: "1"}).global_rank == 0
+    torchrun = {size_variable: "4", "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4"}
+    assert detect_topology(2, 2, env=torchrun).global_rank == 3

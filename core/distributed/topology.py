@@ -16,8 +16,8 @@ import json
 import os
 from dataclasses import dataclass
 
-from hydrali.core.errors import HydraliError
 from hydrali.core.distributed.mpi_ranks import torchrun_variables
+from hydrali.core.errors import HydraliError
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,8 @@ LAUNCHER_VARIABLES = ("TORCHELASTIC_RUN_ID", "SLURM_PROCID", "LOCAL_RANK", "OMPI
 # Variables that give a rank to a process started by torchrun, SLURM or Lightning: they take precedence over TF_CONFIG
 _TORCH_OR_SLURM_RANKS = ("RANK", "LOCAL_RANK", "SLURM_PROCID")
 TRAINING_TASKS = ("chief", "worker")   # TF_CONFIG task types that train (rank order: chief first)
-EXAMPLE_TF_CONFIG = """'{"cluster": {"worker": ["host1:12345", "host2:12345"]}, "task": {"type": "worker", "index": 0}}'"""
+EXAMPLE_TF_CONFIG = ("""'{"cluster": {"worker": ["host1:12345", "host2:12345"]}, """
+                     """"task": {"type": "worker", "index": 0}}'""")
 
 
 @dataclass(frozen=True)
@@ -124,8 +125,8 @@ def is_first_process(env: dict | None = None) -> bool:
     return all((_env_int(env, name) or 0) == 0 for name in ranks)
 
 
-def detect(replicas_per_node: int, num_nodes: int, env: dict | None = None,
-           replicas_per_process: int = 1) -> Topology:
+def detect_topology(replicas_per_node: int, num_nodes: int, env: dict | None = None,
+                    replicas_per_process: int = 1) -> Topology:
     """The topology of this process for a backend running `replicas_per_node` x `num_nodes` replicas,
     `replicas_per_process` of them in each process.
 

@@ -37,7 +37,7 @@ def build_plan(cfg: DictConfig, backend: Backend, dataset, seed: int) -> Plan:
     device = devices.resolve_device(str(cfg.pipeline.device), backend.visible_gpus(),
                                     backend_spec(cfg.backend.name).framework_label)
     per_node, nodes, per_process = backend.replicas(cfg.backend, device)
-    topo = topology.detect(per_node, nodes, replicas_per_process=per_process)
+    topo = topology.detect_topology(per_node, nodes, replicas_per_process=per_process)
     plan = make_plan(
         topology=topo, batch_size=cfg.data.batch_size, base_lr=cfg.optim.lr, ref_batch=cfg.optim.ref_batch,
         rule=str(cfg.optim.scale), warmup_epochs=cfg.optim.warmup_epochs, epochs=cfg.epochs,

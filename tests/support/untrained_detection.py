@@ -10,7 +10,7 @@ import numpy as np
 from hydra.utils import instantiate
 
 from hydrali.core.run.plan import make_plan
-from hydrali.core.distributed.topology import detect as detect_topology
+from hydrali.core.distributed.topology import detect_topology
 from tests.support.configs import compose_config
 
 SEED = 0
