@@ -102,9 +102,9 @@ def main() -> None:
     except Exception as err:
         if _started["yes"]:
             raise
-        from hydrali.core.cli.config_errors import one_line
+        from hydrali.core.cli.config_errors import composition_error_line
 
-        print(f"hydrali-bench: error: {one_line(err, sys.argv[1:])}", file=sys.stderr, flush=True)
+        print(f"hydrali-bench: error: {composition_error_line(err, sys.argv[1:])}", file=sys.stderr, flush=True)
         sys.exit(2)
 
 

@@ -57,7 +57,7 @@ def _unknown_key(err: OmegaConfBaseException) -> str:
     return f"{key} is not {where}{hint}"
 
 
-def one_line(err: BaseException, overrides: list[str]) -> str:
+def composition_error_line(err: BaseException, overrides: list[str]) -> str:
     """One line for an error Hydra raised while composing the config from the command line `overrides`."""
     if isinstance(err, OverrideParseException):
         return _parse_error(overrides)

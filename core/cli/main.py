@@ -78,9 +78,9 @@ def _serve_ui(overrides: list[str]) -> None:
         print(f"hydrali: error: {err}", file=sys.stderr, flush=True)
         sys.exit(EXIT_USER_ERROR)
     except Exception as err:   # a composition error (an unknown key, a bad value)
-        from hydrali.core.cli.config_errors import one_line
+        from hydrali.core.cli.config_errors import composition_error_line
 
-        print(f"hydrali: error: {one_line(err, overrides)}", file=sys.stderr, flush=True)
+        print(f"hydrali: error: {composition_error_line(err, overrides)}", file=sys.stderr, flush=True)
         sys.exit(EXIT_USER_ERROR)
 
 
@@ -108,7 +108,7 @@ def main() -> None:
 
         if _job["started"] or sweep_started() or wants_trace:   # a failure while running, or a user asking
             raise                                               #   for Hydra's trace
-        from hydrali.core.cli.config_errors import one_line
+        from hydrali.core.cli.config_errors import composition_error_line
 
-        print(f"hydrali: error: {one_line(err, sys.argv[1:])}", file=sys.stderr, flush=True)
+        print(f"hydrali: error: {composition_error_line(err, sys.argv[1:])}", file=sys.stderr, flush=True)
         sys.exit(EXIT_USER_ERROR)

@@ -55,7 +55,7 @@ class Trial:
 
 
 @dataclass
-class Choice:
+class AutotuneResult:
     """The probe's result: the chosen setting, the configured one, and every trial in the order run."""
     chosen: Setting
     configured: Setting
@@ -191,9 +191,9 @@ def search(configured: Setting, threads: Sequence[int], loads: Sequence[float] |
     return trials + probe(rest, build, trials=trials, **run)
 
 
-def tune(cfg: DictConfig, task, dataset, plan, backend) -> Choice:
+def tune(cfg: DictConfig, task, dataset, plan, backend) -> AutotuneResult:
     """Probe this process's training pipeline (its first replica's shard) at the candidate settings of
-    `cfg.pipeline` and return the choice; `cfg` is not changed (see `apply`)."""
+    `cfg.pipeline` and return what it found; `cfg` is not changed (see `apply`)."""
     p = cfg.pipeline
     warmup, batches = int(p.autotune_warmup), int(p.autotune_batches)
     if warmup < 0 or batches < 1:
@@ -224,17 +224,17 @@ def tune(cfg: DictConfig, task, dataset, plan, backend) -> Choice:
                         batches=batches)
     except RuntimeError as err:
         raise explain_dali_error(err, lambda: task.explain_decode_error(dataset)) from err
-    return Choice(chosen=pick(trials, prefer=configured), configured=configured, trials=trials,
+    return AutotuneResult(chosen=pick(trials, prefer=configured), configured=configured, trials=trials,
                   seconds=time.perf_counter() - started)
 
 
-def apply(cfg: DictConfig, task, dataset, plan, backend) -> Choice:
+def apply(cfg: DictConfig, task, dataset, plan, backend) -> AutotuneResult:
     """Run the probe (`tune`), log its one line, and set the chosen `pipeline.num_threads` (and, on a GPU,
     `pipeline.hw_decoder_load`) in `cfg`, which the run then trains with and logs to MLflow."""
-    choice = tune(cfg, task, dataset, plan, backend)
-    log.info("%s%s", choice.line(), f" (rank {plan.global_rank})" if plan.world_size > len(plan.shards) else "")
+    result = tune(cfg, task, dataset, plan, backend)
+    log.info("%s%s", result.line(), f" (rank {plan.global_rank})" if plan.world_size > len(plan.shards) else "")
     with open_dict(cfg):
-        cfg.pipeline.num_threads = choice.chosen.num_threads
-        if choice.chosen.hw_decoder_load is not None:
-            cfg.pipeline.hw_decoder_load = choice.chosen.hw_decoder_load
-    return choice
+        cfg.pipeline.num_threads = result.chosen.num_threads
+        if result.chosen.hw_decoder_load is not None:
+            cfg.pipeline.hw_decoder_load = result.chosen.hw_decoder_load
+    return result

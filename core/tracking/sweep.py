@@ -78,7 +78,7 @@ def sweep_store(cfg) -> SweepStore | None:
     return SweepStore.from_config(cfg.tracking, job.sweep_dir) if job.in_sweep else None
 
 
-def one_line(err: BaseException) -> str:
+def failure_line(err: BaseException) -> str:
     """A failure as one line: hydrali's own message, or the exception's type and first line."""
     if isinstance(err, HydraliError):
         return str(err)
@@ -94,7 +94,7 @@ def run_job(cfg, run) -> float | None:
     except SweepRefused:
         raise
     except Exception as err:   # noqa: BLE001 - every failure of a job is the sweep's to record, not to die of
-        message = one_line(err)
+        message = failure_line(err)
         num = current_job()[0]
         print(f"hydrali: job {num} failed: {message}", file=sys.stderr, flush=True)
         trace = traceback.format_exc()
@@ -103,7 +103,7 @@ def run_job(cfg, run) -> float | None:
             if store is not None:
                 record_failed_job(store, Path(cfg.paths.output_dir), message, trace)
         except Exception as record_err:   # noqa: BLE001 - the store's own trouble must not end the sweep either
-            log.warning("job %s: its failure could not be recorded in MLflow: %s", num, one_line(record_err))
+            log.warning("job %s: its failure could not be recorded in MLflow: %s", num, failure_line(record_err))
         return FAILED_VALUE
     if value is not None and not math.isfinite(value):
         log.warning("job %s returned %s for %s: the sweeper counts it as failed", current_job()[0], value,
