@@ -10,17 +10,18 @@ from hydrali.backends.keras.quiet_start import import_tensorflow
 import_tensorflow()   # first, so that no other import starts TensorFlow with its chatter
 
 import keras  # noqa: E402
-from hydra.errors import InstantiationException  # noqa: E402
 from hydra.utils import instantiate  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from hydrali.backends.keras import checkpoints, workers  # noqa: E402
 from hydrali.backends.keras.callbacks import Observe  # noqa: E402
 from hydrali.backends.keras.data import LAYOUT, dali_dataset, distribute  # noqa: E402
-from hydrali.backends.keras.spec import SPEC  # noqa: E402
-from hydrali.backends.keras.strategy import configure_devices, make_strategy, placement, visible_gpus  # noqa: E402
-from hydrali.backends.keras.training import ValidationPosition, compile_model  # noqa: E402
-from hydrali.core.contracts.task import side_builder  # noqa: E402
+from hydrali.backends.keras.strategy import make_strategy, placement, replica_devices, visible_gpus  # noqa: E402
+from hydrali.backends.keras.training import (  # noqa: E402
+    ValidationPosition,
+    build_keras_side,
+    compile_task_model,
+)
 from hydrali.core.data.dali_errors import explain_dali_error  # noqa: E402
 from hydrali.core.errors import HydraliError  # noqa: E402
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR  # noqa: E402
@@ -31,24 +32,6 @@ from hydrali.core.run.results import FitResult  # noqa: E402
 
 log = logging.getLogger("hydrali")
 logging.getLogger("tensorflow").setLevel(logging.WARNING)  # per-variable all-reduce notices
-
-
-def _devices(plan: Plan) -> list[str]:
-    """This process's replica devices, made available (a SLURM task first picks its GPU)."""
-    workers.select_gpu(plan.local_rank)
-    return configure_devices(len(plan.shards), "gpu" if visible_gpus() else "cpu")
-
-
-def _keras_task(task, dataset):
-    from hydrali.backends.keras.training import build_keras_side   # the builder the benchmark uses too
-
-    return build_keras_side(task, dataset)
-
-
-def _compile(cfg: DictConfig, framework, strategy, dataset, plan: Plan):
-    from hydrali.backends.keras.training import compile_task_model   # the builder the benchmark uses too
-
-    return compile_task_model(cfg=cfg, side=framework, strategy=strategy, dataset=dataset, plan=plan)
 
 
 def _verbosity(verbose):
@@ -69,9 +52,9 @@ def _fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resum
         import tensorflow as tf
         tf.config.experimental.enable_op_determinism()
 
-    devices = _devices(plan)
+    devices = replica_devices(plan)
     strategy = make_strategy(devices)
-    framework = _keras_task(task, dataset)
+    framework = build_keras_side(task, dataset)
     contract = plan.epoch
 
     def datasets(is_training: bool):
@@ -79,7 +62,7 @@ def _fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resum
             task=task, cfg=cfg, dataset=dataset, plan=plan, replica=replica, is_training=is_training))
 
     with placement(devices):  # one replica: the model sits where it computes
-        model = _compile(cfg, framework, strategy, dataset, plan)
+        model = compile_task_model(cfg=cfg, side=framework, strategy=strategy, dataset=dataset, plan=plan)
         if cfg.backend.compile:
             if model.jit_compile:
                 log.info("backend.compile=true: XLA (jit_compile); the first step includes its warm-up")
@@ -156,7 +139,7 @@ class KerasBackend:
     def share_from_rank0(self, values: dict, plan: Plan) -> dict:
         """Rank 0's `values` (JSON-able) on every Keras worker (TF_CONFIG's or SLURM's), through the job's
         MultiWorkerMirroredStrategy (created here: it must exist before TensorFlow runs its first op)."""
-        _devices(plan)
+        replica_devices(plan)
         return workers.share_from_rank0(values, "gpu" if visible_gpus() else "cpu")
 
     def visible_gpus(self) -> int:

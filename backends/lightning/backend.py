@@ -9,7 +9,6 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
@@ -18,9 +17,7 @@ from hydrali.backends.lightning import agreement
 from hydrali.backends.lightning.collectives import all_gather_bytes
 from hydrali.backends.lightning.callbacks import Observe, progress_bar
 from hydrali.backends.lightning.data import LAYOUT, DaliDataModule
-from hydrali.backends.lightning.module import HydraliModule, compile_network
-from hydrali.backends.lightning.spec import SPEC
-from hydrali.core.contracts.task import side_builder
+from hydrali.backends.lightning.module import HydraliModule, build_torch_side, compile_torch_side
 from hydrali.core.run import job_context
 from hydrali.core.distributed import gather, topology
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR
@@ -41,12 +38,6 @@ LAST = "last.ckpt"
 
 def _in_sweep() -> bool:
     return job_context.current().in_sweep
-
-
-def _torch_task(task, cfg: DictConfig, dataset):
-    from hydrali.backends.lightning.module import build_torch_side   # the builder the benchmark uses too
-
-    return build_torch_side(task, cfg, dataset)
 
 
 def _quiet_duplicate_logs() -> None:
@@ -77,11 +68,10 @@ def _fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resum
     trainer_options = OmegaConf.to_container(cfg.backend.trainer, resolve=True)
     show_bar = trainer_options.pop("enable_progress_bar", None)
     show_bar = sys.stdout.isatty() if show_bar is None else show_bar
-    module = HydraliModule(_torch_task(task, cfg, dataset), cfg.optim, plan, max(1, steps_per_epoch),
+    module = HydraliModule(build_torch_side(task, cfg, dataset), cfg.optim, plan, max(1, steps_per_epoch),
                            channels_last=cfg.backend.channels_last, step_loss_in_bar=show_bar)
     if cfg.backend.compile:   # before the strategy wraps the module (DDP), as Lightning advises
-        compile_network(module.torch_task, mode=str(cfg.backend.compile_mode), fullgraph=cfg.backend.compile_fullgraph,
-                        dynamic=cfg.backend.compile_dynamic)
+        compile_torch_side(module.torch_task, cfg.backend)
         log.info("backend.compile=true: torch.compile (mode %s); the first step includes its warm-up",
                  cfg.backend.compile_mode)
 
