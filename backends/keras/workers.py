@@ -19,6 +19,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from hydrali.core.distributed.launchers import SLURM, SLURM_NODES, SLURM_STEP_NODES, SLURM_STEP_TASKS, TORCHRUN
 from hydrali.core.distributed import gather
 from hydrali.core.distributed.topology import TFWorkers, tf_config_workers
 from hydrali.core.errors import HydraliError
@@ -32,10 +33,10 @@ SLURM_PORT_BASE = 8888   # SlurmClusterResolver's: task i of a node listens on t
 def slurm_tasks(env=None) -> tuple[int, int] | None:
     """SLURM's tasks per node and nodes, when srun started several tasks (and no torchrun inside them)."""
     env = os.environ if env is None else env
-    tasks = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or 1)
-    if env.get("SLURM_PROCID", "") == "" or env.get("RANK", "") != "" or tasks < 2:
+    tasks = int(env.get(SLURM_STEP_TASKS) or env.get(SLURM.world_size) or 1)
+    if env.get(SLURM.rank, "") == "" or env.get(TORCHRUN.rank, "") != "" or tasks < 2:
         return None
-    nodes = int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or 1)
+    nodes = int(env.get(SLURM_STEP_NODES) or env.get(SLURM_NODES) or 1)
     if tasks % nodes:
         raise HydraliError(f"srun started {tasks} tasks on {nodes} nodes: Keras workers need the same number of "
                            f"tasks on every node (srun --ntasks-per-node=...)")
@@ -46,7 +47,7 @@ def cluster() -> TFWorkers | None:
     """This process's place among the job's workers (TF_CONFIG's, or SLURM's tasks), when there are several."""
     slurm = slurm_tasks()
     if slurm is not None:
-        return TFWorkers(count=slurm[0] * slurm[1], rank=int(os.environ["SLURM_PROCID"]))
+        return TFWorkers(count=slurm[0] * slurm[1], rank=int(os.environ[SLURM.rank]))
     workers = tf_config_workers()
     return workers if workers is not None and workers.count > 1 else None
 

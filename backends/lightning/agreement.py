@@ -16,6 +16,7 @@ from datetime import timedelta
 from torch.distributed import PrefixStore, TCPStore
 from torch.distributed.constants import default_pg_timeout
 
+from hydrali.core.distributed.launchers import MASTER_ADDR, MASTER_PORT, TORCHRUN_AGENT_STORE
 from hydrali.core.errors import HydraliError
 
 _VALUES, _READ = "values", "read"
@@ -24,16 +25,16 @@ _POLL_S = 0.05
 
 def _store_address(env: dict) -> tuple[str, int, bool]:
     """(host, port, whether a launcher's agent serves the store there) for this job's processes."""
-    if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-        return env["MASTER_ADDR"], int(env["MASTER_PORT"]), True
+    if env.get(TORCHRUN_AGENT_STORE) == "True":
+        return env[MASTER_ADDR], int(env[MASTER_PORT]), True
     from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
     for environment in (TorchElasticEnvironment, SLURMEnvironment):
         if environment.detect():
             cluster = environment()
             return cluster.main_address, cluster.main_port, False
-    if env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
-        return env["MASTER_ADDR"], int(env["MASTER_PORT"]), False
+    if env.get(MASTER_ADDR) and env.get(MASTER_PORT):
+        return env[MASTER_ADDR], int(env[MASTER_PORT]), False
     raise HydraliError("the processes were started with RANK but without MASTER_ADDR and MASTER_PORT: export "
                        "both in every process (or start them with torchrun)")
 

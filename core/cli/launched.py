@@ -14,6 +14,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from hydrali.core.config.store import register_schemas
+from hydrali.core.distributed.launchers import TORCHRUN
 from hydrali.core.distributed.local_launch import CONFIG_FILE, CONTEXT_FILE, LOGGING_FILE
 from hydrali.core.errors import HydraliError
 from hydrali.core.run import job_context
@@ -23,7 +24,7 @@ from hydrali.core.run.runner import run
 def process_main(folder: Path) -> None:
     """One process of a job started by `run_processes`: the job's resolved config, context and logging (a log
     file per extra rank: <run dir>/<job name>_rank<N>.log) from `folder`, then the run."""
-    rank = int(os.environ["RANK"])
+    rank = int(os.environ[TORCHRUN.rank])
     cfg = OmegaConf.load(folder / CONFIG_FILE)
     job_context.adopt(job_context.JobContext(**json.loads((folder / CONTEXT_FILE).read_text())))
     if (folder / LOGGING_FILE).exists():

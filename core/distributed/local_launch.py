@@ -24,21 +24,28 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from hydrali.core.distributed.launchers import (
+    LAUNCHED_BY_HYDRALI,
+    MASTER_ADDR,
+    MASTER_PORT,
+    TORCHRUN,
+    TORCHRUN_GROUP_RANK,
+)
 from hydrali.core.run import job_context
 from hydrali.core.errors import HydraliError
 
 log = logging.getLogger("hydrali")
 
+LOOPBACK = "127.0.0.1"             # one node: the processes meet here
 LAUNCH_DIR = ".launch"          # in the run dir: the resolved config the processes read, and each rank's error
 CONFIG_FILE, CONTEXT_FILE, LOGGING_FILE = "config.yaml", "job.json", "logging.json"
-LAUNCHED_BY = "HYDRALI_LAUNCHED"   # set in the processes hydrali starts
 _POLL_S = 0.2                   # how often the job's process looks at its processes
 _GRACE_S = 30                   # how long the other processes get to end after one failed
 
 
 def _free_port() -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((LOOPBACK, 0))
         return sock.getsockname()[1]
 
 
@@ -65,21 +72,22 @@ def run_processes(cfg: DictConfig, processes: int, num_nodes: int, seed: int) ->
 
     Several nodes (each started by hand, as with Lightning's launcher): NODE_RANK, MASTER_ADDR and MASTER_PORT
     come from the environment; one node: node 0 on 127.0.0.1 and a free port."""
-    node_rank = int(os.environ.get("NODE_RANK", "0"))
-    if num_nodes > 1 and not all(os.environ.get(k) for k in ("NODE_RANK", "MASTER_ADDR", "MASTER_PORT")):
+    node_rank = int(os.environ.get(TORCHRUN.node_rank, "0"))
+    if num_nodes > 1 and not all(os.environ.get(k) for k in (TORCHRUN.node_rank, MASTER_ADDR, MASTER_PORT)):
         raise HydraliError(f"backend.num_nodes={num_nodes} without a launcher: set NODE_RANK, MASTER_ADDR and "
                            f"MASTER_PORT on every node, or start the processes with torchrun or srun")
-    address = os.environ.get("MASTER_ADDR", "127.0.0.1") if num_nodes > 1 else "127.0.0.1"
-    port = os.environ.get("MASTER_PORT", "") if num_nodes > 1 else str(_free_port())
+    address = os.environ.get(MASTER_ADDR, LOOPBACK) if num_nodes > 1 else LOOPBACK
+    port = os.environ.get(MASTER_PORT, "") if num_nodes > 1 else str(_free_port())
     folder = save_launch(cfg, seed)
     log.info("starting %d process(es) on node %d from the resolved config %s (seed %d)", processes, node_rank,
              folder / CONFIG_FILE, seed)
     procs = []
     for local in range(processes):
         rank = node_rank * processes + local
-        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(local), "NODE_RANK": str(node_rank),
-               "GROUP_RANK": str(node_rank), "WORLD_SIZE": str(processes * num_nodes),
-               "LOCAL_WORLD_SIZE": str(processes), "MASTER_ADDR": address, "MASTER_PORT": port, LAUNCHED_BY: "1"}
+        env = {**os.environ, TORCHRUN.rank: str(rank), TORCHRUN.local_rank: str(local),
+               TORCHRUN.node_rank: str(node_rank), TORCHRUN_GROUP_RANK: str(node_rank),
+               TORCHRUN.world_size: str(processes * num_nodes), TORCHRUN.local_world_size: str(processes),
+               MASTER_ADDR: address, MASTER_PORT: port, LAUNCHED_BY_HYDRALI: "1"}
         procs.append(subprocess.Popen([sys.executable, "-m", "hydrali.core.cli.launched", str(folder)], env=env))
     try:
         failed = _wait(procs)

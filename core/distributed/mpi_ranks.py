@@ -10,52 +10,41 @@ Where the ranks cannot be known, one error names what is missing, instead of eve
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
-from hydrali.core.errors import HydraliError
-
-
-@dataclass(frozen=True)
-class MpiLauncher:
-    """The variables one family of MPI launchers sets in each process."""
-    name: str
-    rank: str
-    size: str
-    local_rank: str
-    local_size: str
-
-
-MPI_LAUNCHERS = (
-    MpiLauncher("Open MPI (mpirun)", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                "OMPI_COMM_WORLD_LOCAL_SIZE"),
-    MpiLauncher("a PMI launcher (MPICH, Intel MPI)", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+from hydrali.core.distributed.launchers import (
+    FRAMEWORK_RANKS,
+    MASTER_ADDR,
+    MASTER_PORT,
+    MPI_LAUNCHERS,
+    TORCHRUN,
+    TORCHRUN_GROUP_RANK,
 )
-TORCHRUN_RANK = ("RANK", "SLURM_PROCID")   # ranks a framework reads already: then MPI's are left alone
+from hydrali.core.errors import HydraliError
 
 
 def torchrun_variables(env: dict) -> dict[str, str]:
     """torchrun's variables for a process an MPI launcher started with more than one process (empty otherwise)."""
-    if any(env.get(name) for name in TORCHRUN_RANK):
+    if any(env.get(name) for name in FRAMEWORK_RANKS):   # a framework reads those already: MPI's are left alone
         return {}
     for launcher in MPI_LAUNCHERS:
-        size = int(env.get(launcher.size) or 1)
+        size = int(env.get(launcher.world_size) or 1)
         if size <= 1 or not env.get(launcher.rank):
             continue
-        missing = [name for name in (launcher.local_rank, launcher.local_size, "MASTER_ADDR", "MASTER_PORT")
+        missing = [name for name in (launcher.local_rank, launcher.local_world_size, MASTER_ADDR, MASTER_PORT)
                    if not env.get(name)]
         if missing:
-            raise HydraliError(f"{size} processes were started by {launcher.name} but {', '.join(missing)} "
+            raise HydraliError(f"{size} processes were started by {launcher.launcher} but {', '.join(missing)} "
                                f"{'is' if len(missing) == 1 else 'are'} not set in them: pass MASTER_ADDR and "
                                f"MASTER_PORT to every process (mpirun -x MASTER_ADDR -x MASTER_PORT), or start "
                                f"them with torchrun or srun")
         rank, local_rank, local_size = (int(env[name]) for name in (launcher.rank, launcher.local_rank,
-                                                                     launcher.local_size))
+                                                                     launcher.local_world_size))
         if rank % local_size != local_rank:
-            raise HydraliError(f"{launcher.name} placed rank {rank} as local rank {local_rank} of {local_size}: "
+            raise HydraliError(f"{launcher.launcher} placed rank {rank} as local rank {local_rank} of {local_size}: "
                                f"hydrali needs the processes laid out node by node (mpirun --map-by slot)")
-        return {"RANK": str(rank), "WORLD_SIZE": str(size), "LOCAL_RANK": str(local_rank),
-                "LOCAL_WORLD_SIZE": str(local_size), "NODE_RANK": str(rank // local_size),
-                "GROUP_RANK": str(rank // local_size)}
+        return {TORCHRUN.rank: str(rank), TORCHRUN.world_size: str(size), TORCHRUN.local_rank: str(local_rank),
+                TORCHRUN.local_world_size: str(local_size), TORCHRUN.node_rank: str(rank // local_size),
+                TORCHRUN_GROUP_RANK: str(rank // local_size)}
     return {}
 
 

@@ -16,6 +16,15 @@ import json
 import os
 from dataclasses import dataclass
 
+from hydrali.core.distributed.launchers import (
+    FRAMEWORK_RANKS,
+    PLACEMENT,
+    SLURM,
+    STARTED_BY_A_LAUNCHER,
+    TF_CONFIG,
+    TORCHRUN,
+    TORCHRUN_GROUP_RANK,
+)
 from hydrali.core.distributed.mpi_ranks import torchrun_variables
 from hydrali.core.errors import HydraliError
 
@@ -65,10 +74,8 @@ def _env_int(env: dict, *names: str) -> int | None:
     return None
 
 
-LAUNCHER_VARIABLES = ("TORCHELASTIC_RUN_ID", "SLURM_PROCID", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
-                      "TF_CONFIG")
 # Variables that give a rank to a process started by torchrun, SLURM or Lightning: they take precedence over TF_CONFIG
-_TORCH_OR_SLURM_RANKS = ("RANK", "LOCAL_RANK", "SLURM_PROCID")
+_TORCH_OR_SLURM_RANKS = (*FRAMEWORK_RANKS, TORCHRUN.local_rank)
 TRAINING_TASKS = ("chief", "worker")   # TF_CONFIG task types that train (rank order: chief first)
 EXAMPLE_TF_CONFIG = ("""'{"cluster": {"worker": ["host1:12345", "host2:12345"]}, """
                      """"task": {"type": "worker", "index": 0}}'""")
@@ -85,7 +92,7 @@ def tf_config_workers(env: dict | None = None) -> TFWorkers | None:
     """The training workers of TF_CONFIG (chief first, then the workers) and this process's rank among them;
     None without TF_CONFIG, or when torchrun's or SLURM's ranks are set (those are read instead)."""
     env = os.environ if env is None else env
-    text = env.get("TF_CONFIG", "")
+    text = env.get(TF_CONFIG, "")
     if not text.strip() or any(env.get(name, "") != "" for name in _TORCH_OR_SLURM_RANKS):
         return None
     try:
@@ -111,7 +118,7 @@ def launched_externally(env: dict | None = None) -> bool:
     """Whether a launcher (torchrun, SLURM, Open MPI, a PMI launcher, or hydrali's own) started this process:
     then no framework or hydrali starts more."""
     env = os.environ if env is None else env
-    return any(name in env for name in LAUNCHER_VARIABLES)
+    return any(name in env for name in STARTED_BY_A_LAUNCHER)
 
 
 def is_first_process(env: dict | None = None) -> bool:
@@ -121,8 +128,7 @@ def is_first_process(env: dict | None = None) -> bool:
     workers = tf_config_workers(env)
     if workers is not None:
         return workers.rank == 0
-    ranks = ("RANK", "SLURM_PROCID", "LOCAL_RANK", "SLURM_LOCALID", "NODE_RANK", "GROUP_RANK", "SLURM_NODEID")
-    return all((_env_int(env, name) or 0) == 0 for name in ranks)
+    return all((_env_int(env, name) or 0) == 0 for name in PLACEMENT)
 
 
 def detect_topology(replicas_per_node: int, num_nodes: int, env: dict | None = None,
@@ -147,14 +153,14 @@ def detect_topology(replicas_per_node: int, num_nodes: int, env: dict | None = N
     expected_world = processes_per_node * num_nodes  # processes, checked against the launcher
     env.update(torchrun_variables(env))   # mpirun's or PMI's ranks; one error where they cannot be known
 
-    local_rank = _env_int(env, "LOCAL_RANK", "SLURM_LOCALID") or 0
-    node_rank = _env_int(env, "NODE_RANK", "GROUP_RANK", "SLURM_NODEID") or 0
-    global_rank = _env_int(env, "RANK", "SLURM_PROCID")
+    local_rank = _env_int(env, TORCHRUN.local_rank, SLURM.local_rank) or 0
+    node_rank = _env_int(env, TORCHRUN.node_rank, TORCHRUN_GROUP_RANK, SLURM.node_rank) or 0
+    global_rank = _env_int(env, TORCHRUN.rank, SLURM.rank)
     if global_rank is None:
         global_rank = node_rank * processes_per_node + local_rank
-    world = _env_int(env, "WORLD_SIZE")
-    if world is None and "SLURM_NTASKS" in env and "SLURM_PROCID" in env:
-        world = _env_int(env, "SLURM_NTASKS")
+    world = _env_int(env, TORCHRUN.world_size)
+    if world is None and SLURM.world_size in env and SLURM.rank in env:
+        world = _env_int(env, SLURM.world_size)
     workers = tf_config_workers(env)
     if workers is not None:
         global_rank, local_rank, node_rank, world = workers.rank, 0, workers.rank, workers.count
