@@ -11,9 +11,17 @@ import torch
 from nvidia.dali import fn, pipeline_def
 
 from hydrali.tasks.detection.anchors import (
-    AnchorSpec, box_encoder_args, decode, default_boxes, encode, num_anchors, num_anchors_per_cell, spec_for,
+    AnchorSpec,
+    box_encoder_args,
+    decode,
+    default_boxes,
+    encode,
+    num_anchors,
+    num_anchors_per_cell,
+    spec_for,
 )
-from hydrali.tasks.detection.torch_decode import batched_nms, decode_boxes, detect
+from hydrali.tasks.detection.layout import BACKGROUND, BOX_VALUES, logits_per_anchor
+from hydrali.tasks.detection.torch_decode import batched_nms, decode_boxes, decode_detections
 
 SPEC = spec_for(128, (8, 16, 32))          # feature sizes 16, 8, 4; 4 anchors per cell
 ANCHORS = default_boxes(SPEC)
@@ -65,14 +73,14 @@ def reference_anchors(feature_sizes, scales, ratios) -> np.ndarray:
 def dali_box_encoder(images: list[tuple[np.ndarray, np.ndarray]], **overrides) -> list[tuple[np.ndarray, np.ndarray]]:
     """(loc, labels) per image from DALI's CPU fn.box_encoder called with box_encoder_args(ANCHORS)."""
     boxes = [np.asarray(b, np.float32).reshape(-1, 4) for b, _ in images]
-    labels = [np.asarray(l, np.int32).reshape(-1) for _, l in images]
+    labels = [np.asarray(image_labels, np.int32).reshape(-1) for _, image_labels in images]
     args = {**box_encoder_args(ANCHORS), **overrides}
 
     @pipeline_def(batch_size=len(images), num_threads=1, device_id=None)
     def encoder():
-        b = fn.external_source(source=lambda: boxes)
-        l = fn.external_source(source=lambda: labels)
-        loc, cls = fn.box_encoder(b, l, **args)
+        box_batch = fn.external_source(source=lambda: boxes)
+        label_batch = fn.external_source(source=lambda: labels)
+        loc, cls = fn.box_encoder(box_batch, label_batch, **args)
         return loc, cls
 
     pipe = encoder()
@@ -102,7 +110,7 @@ def ground_truth_images() -> list[tuple[np.ndarray, np.ndarray]]:
 def encoded():
     """[(boxes, labels, dali_loc, dali_labels)] for ground_truth_images()."""
     images = ground_truth_images()
-    return [(b, l, loc, cls) for (b, l), (loc, cls) in zip(images, dali_box_encoder(images))]
+    return [(boxes, labels, loc, cls) for (boxes, labels), (loc, cls) in zip(images, dali_box_encoder(images))]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -157,7 +165,7 @@ def test_spec_errors_name_what_to_fix():
 def test_numpy_encode_equals_dali_box_encoder(encoded):
     for boxes, labels, dali_loc, dali_labels in encoded:
         loc, cls = encode(boxes, labels, ANCHORS)
-        assert dali_loc.shape == loc.shape == (len(ANCHORS), 4) and dali_labels.shape == cls.shape
+        assert dali_loc.shape == loc.shape == (len(ANCHORS), BOX_VALUES) and dali_labels.shape == cls.shape
         np.testing.assert_array_equal(cls, dali_labels)
         np.testing.assert_allclose(loc, dali_loc, atol=CODE_TOLERANCE, rtol=0)
 
@@ -174,14 +182,14 @@ def test_dali_matching_follows_the_ssd_rule(encoded):
         should_match = (ious > MATCH_IOU_IN_TESTS).any(axis=0)
         for a in best_anchor:
             should_match[a] = True
-        np.testing.assert_array_equal(dali_labels > 0, should_match)
-        assert np.all(dali_loc[dali_labels == 0] == 0)
-        assert set(dali_labels[dali_labels > 0].tolist()) == set(labels.tolist())
+        np.testing.assert_array_equal(dali_labels > BACKGROUND, should_match)
+        assert np.all(dali_loc[dali_labels == BACKGROUND] == 0)
+        assert set(dali_labels[dali_labels > BACKGROUND].tolist()) == set(labels.tolist())
 
 
 def test_decoding_dali_offsets_gives_back_the_ground_truth(encoded):
-    for boxes, labels, dali_loc, dali_labels in encoded:
-        matched = dali_labels > 0
+    for boxes, _, dali_loc, dali_labels in encoded:
+        matched = dali_labels > BACKGROUND
         truth = boxes[dali_labels[matched] - 1]        # label = box index + 1
         np.testing.assert_allclose(decode(dali_loc, ANCHORS)[matched], truth, atol=BOX_TOLERANCE, rtol=0)
         torch_boxes = decode_boxes(torch.from_numpy(dali_loc)[None], torch.from_numpy(ANCHORS))[0].numpy()
@@ -224,7 +232,7 @@ def test_a_degenerate_box_takes_the_last_anchor_with_infinite_offsets():
 
 
 def test_box_encoder_scale_only_changes_rounding(encoded):
-    images = [(b, l) for b, l, _, _ in encoded]
+    images = [(boxes, labels) for boxes, labels, _, _ in encoded]
     for (_, _, loc, cls), (loc300, cls300) in zip(encoded, dali_box_encoder(images, scale=300.0)):
         np.testing.assert_array_equal(cls, cls300)
         np.testing.assert_allclose(loc, loc300, atol=CODE_TOLERANCE, rtol=0)
@@ -270,7 +278,7 @@ def test_nms_equals_the_quadratic_reference_on_random_boxes(seed):
 
 
 # ----------------------------------------------------------------------------------------------
-# detect()
+# decode_detections()
 
 
 CONFIDENT_LOGIT = 8.0    # softmax(8 vs 0 for 10 others) ~ 0.997: the class an anchor was encoded with
@@ -279,19 +287,19 @@ NUM_CLASSES = 10
 
 def _head_outputs(images, dali_out) -> tuple[torch.Tensor, torch.Tensor]:
     """What a perfect head would emit: DALI's offsets, and logits confident in DALI's label."""
-    loc = torch.from_numpy(np.stack([l for l, _ in dali_out]))
+    loc = torch.from_numpy(np.stack([offsets for offsets, _ in dali_out]))
     labels = torch.from_numpy(np.stack([c for _, c in dali_out])).long()
-    logits = torch.zeros(len(images), len(ANCHORS), NUM_CLASSES + 1)
+    logits = torch.zeros(len(images), len(ANCHORS), logits_per_anchor(NUM_CLASSES))
     logits.scatter_(2, labels.unsqueeze(-1), CONFIDENT_LOGIT)
     return loc, logits
 
 
-def _detect(loc, logits, **overrides):
+def _decode_detections(loc, logits, **overrides):
     kwargs = {"score_threshold": 0.05, "iou_threshold": 0.5, "pre_nms_top_k": 200, "max_detections": 100}
-    return detect(loc, logits, torch.from_numpy(ANCHORS), **{**kwargs, **overrides})
+    return decode_detections(loc, logits, torch.from_numpy(ANCHORS), **{**kwargs, **overrides})
 
 
-def test_detect_finds_the_encoded_boxes():
+def test_decoding_finds_the_encoded_boxes():
     images = [
         (np.array([[0.1, 0.1, 0.5, 0.6], [0.12, 0.1, 0.52, 0.6], [0.6, 0.55, 0.95, 0.9]], np.float32),
          np.array([4, 7, 4], np.int32)),                           # the first two overlap: other classes
@@ -299,7 +307,7 @@ def test_detect_finds_the_encoded_boxes():
         (np.zeros((0, 4), np.float32), np.zeros((0,), np.int32)),
     ]
     loc, logits = _head_outputs(images, dali_box_encoder(images))
-    results = _detect(loc, logits)
+    results = _decode_detections(loc, logits)
     assert len(results) == len(images)
     for (truth, truth_labels), (boxes, scores, labels) in zip(images, results):
         assert len(boxes) == len(truth)
@@ -310,12 +318,12 @@ def test_detect_finds_the_encoded_boxes():
         assert torch.all(scores > 0.99) and torch.all(scores[:-1] >= scores[1:])
 
 
-def test_detect_applies_the_threshold_and_the_cap():
+def test_decoding_applies_the_threshold_and_the_cap():
     images = [(np.array([[0.1, 0.1, 0.4, 0.4], [0.6, 0.6, 0.9, 0.9]], np.float32), np.array([1, 2], np.int32))]
     loc, logits = _head_outputs(images, dali_box_encoder(images))
     logits[0, :, 2] *= 0.5                                   # class 2 less confident than class 1
-    (boxes, scores, labels), = _detect(loc, logits, max_detections=1)
+    (boxes, scores, labels), = _decode_detections(loc, logits, max_detections=1)
     assert labels.tolist() == [1]
     np.testing.assert_allclose(boxes.numpy(), images[0][0][:1], atol=BOX_TOLERANCE, rtol=0)
-    (boxes, scores, labels), = _detect(loc, logits, score_threshold=0.999)
+    (boxes, scores, labels), = _decode_detections(loc, logits, score_threshold=0.999)
     assert len(boxes) == len(scores) == len(labels) == 0

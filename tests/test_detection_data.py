@@ -16,8 +16,8 @@ from PIL import Image
 
 from hydrali.core.errors import HydraliError
 from hydrali.tasks.detection.coco import contiguous_labels, scan_coco
-from hydrali.tasks.detection.evaluation import category_ids_of
 from hydrali.tasks.detection.digits import render_digits_image, write_digits_detection
+from hydrali.tasks.detection.evaluation import category_ids_of
 from tests.support.cli import REPO, start_cli
 
 DIGITS = dict(num_train=40, num_val=12, canvas=128, min_digits=1, max_digits=5, min_size=16, max_size=48, seed=0)

@@ -2,10 +2,13 @@
 box decoding and detections against numpy / torch, and the classification ResNet left as it was."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
 from hydrali.backends.keras.quiet_start import import_tensorflow
+from hydrali.core.errors import HydraliError
 
 pytestmark = pytest.mark.keras
 
@@ -17,9 +20,11 @@ import torch  # noqa: E402
 from hydrali.tasks.classification.keras_model import ResNet, resnet_features  # noqa: E402
 from hydrali.tasks.detection import anchors as anchor_lib  # noqa: E402
 from hydrali.tasks.detection import torch_decode  # noqa: E402
-from hydrali.tasks.detection.keras_decode import decode_boxes, detect  # noqa: E402
-from hydrali.tasks.detection.keras_loss import MultiboxLoss  # noqa: E402
+from hydrali.tasks.detection.keras_decode import decode_boxes, decode_detections  # noqa: E402
+from hydrali.tasks.detection.keras_loss import CLASS_LOSSES, MultiboxLoss  # noqa: E402
 from hydrali.tasks.detection.keras_model import SSD  # noqa: E402
+from hydrali.tasks.detection.layout import BACKGROUND, BOX_VALUES, LABEL_COLUMN  # noqa: E402
+from hydrali.tasks.detection.spec import DetectionLoss  # noqa: E402
 
 SMALL = {"layers": [1, 1, 1, 1], "widths": [32, 64, 128, 256], "stem": "imagenet"}   # conf/model/ssd_small.yaml
 ANCHORS = {"strides": [8, 16, 32], "min_scale": 0.1, "max_scale": 0.9, "aspect_ratios": [2.0]}
@@ -136,14 +141,14 @@ def _reference_loss(raw: np.ndarray, targets: np.ndarray, kind: str, ratio: floa
     raw, targets = raw.astype(np.float64), targets.astype(np.float64)
     losses = []
     for r, t in zip(raw, targets):
-        labels = np.rint(t[:, 4]).astype(int)
-        positives = [n for n in range(len(r)) if labels[n] > 0]
+        labels = np.rint(t[:, LABEL_COLUMN]).astype(int)
+        positives = [n for n in range(len(r)) if labels[n] > BACKGROUND]
         loc = 0.0
         for n in positives:
-            for j in range(4):
+            for j in range(BOX_VALUES):
                 d = r[n, j] - t[n, j]
                 loc += 0.5 * d * d if abs(d) < 1 else abs(d) - 0.5
-        logits = r[:, 4:]
+        logits = r[:, BOX_VALUES:]
         log_softmax = logits - logits.max(axis=1, keepdims=True)
         log_softmax -= np.log(np.exp(log_softmax).sum(axis=1, keepdims=True))
         log_p = np.array([log_softmax[n, labels[n]] for n in range(len(r))])
@@ -165,11 +170,11 @@ def loss_case() -> tuple[np.ndarray, np.ndarray]:
     """3 images of 20 anchors, 4 classes: 2 positives (k = 6), none (k = 0), 17 (k capped at N - 17 = 3)."""
     rng = np.random.default_rng(3)
     batch, anchors, classes = 3, 20, 4
-    raw = (2 * rng.normal(size=(batch, anchors, 4 + classes))).astype(np.float32)
+    raw = (2 * rng.normal(size=(batch, anchors, BOX_VALUES + classes))).astype(np.float32)
     labels = np.zeros((batch, anchors))
     labels[0, [3, 11]] = [1, 3]
     labels[2, rng.permutation(anchors)[:17]] = rng.integers(1, classes, 17)
-    loc = np.where(labels[..., None] > 0, rng.normal(size=(batch, anchors, 4)), 0.0)
+    loc = np.where(labels[..., None] > BACKGROUND, rng.normal(size=(batch, anchors, BOX_VALUES)), 0.0)
     targets = np.concatenate([loc, labels[..., None]], axis=-1).astype(np.float32)
     return raw, targets
 
@@ -191,13 +196,24 @@ def test_loss_matches_the_numpy_reference(loss_case, kind, args):
         assert per_image[1] == 0, "no positives: no box loss and k = 0 negatives"
 
 
+def test_the_loss_computes_exactly_the_schemas_kinds_each_its_own_way(loss_case):
+    """task.loss's choices (the schema's DetectionLoss) are the kinds the loss's table holds (as on torch); each is
+    taken as the config passes it (a string) and gives its own values."""
+    assert set(CLASS_LOSSES) == set(DetectionLoss)
+    raw, targets = loss_case
+    losses = {kind.value: np.asarray(MultiboxLoss(kind.value).call(tf.constant(targets), tf.constant(raw)))
+              for kind in DetectionLoss}
+    assert len({values.tobytes() for values in losses.values()}) == len(losses), losses
+
+
 def test_loss_serializes_and_refuses_unknown_kinds():
     loss = MultiboxLoss("focal", focal_alpha=0.5, focal_gamma=1.0)
     config = keras.saving.serialize_keras_object(loss)
     assert config["registered_name"] == "hydrali>MultiboxLoss"
     again = keras.saving.deserialize_keras_object(config)
     assert (again.kind, again.focal_alpha, again.focal_gamma, again.neg_pos_ratio) == ("focal", 0.5, 1.0, 3.0)
-    with pytest.raises(ValueError, match=r"task\.loss.*hard_negatives.*focal"):
+    refusal = f"task.loss='smooth': choose one of {', '.join(DetectionLoss.values())}"
+    with pytest.raises(HydraliError, match=re.escape(refusal)):
         MultiboxLoss("smooth")
 
 
@@ -237,26 +253,26 @@ def _detection_case(seed: int) -> np.ndarray:
         for anchor in rng.choice(anchors, size=10, replace=False).tolist() + [0, 1, 2, 3, 5, 64]:
             logits[image, anchor, rng.integers(1, DETECT_CLASSES + 1)] = rng.uniform(4, 9)
         logits[image, 64, 1:3] = [6.5, 6.0]
-    loc = rng.normal(scale=0.5, size=(2, anchors, 4))
+    loc = rng.normal(scale=0.5, size=(2, anchors, BOX_VALUES))
     return np.concatenate([loc, logits], axis=-1).astype(np.float32)
 
 
-def _torch_detect(raw: np.ndarray, **args) -> list:
+def _torch_decode_detections(raw: np.ndarray, anchors: np.ndarray, **args) -> list:
     tensor = torch.from_numpy(raw)
-    return torch_decode.detect(tensor[..., :4], tensor[..., 4:], torch.from_numpy(anchor_lib.default_boxes(DETECT_SPEC)),
-                               **args)
+    return torch_decode.decode_detections(tensor[..., :BOX_VALUES], tensor[..., BOX_VALUES:], torch.from_numpy(anchors),
+                                          **args)
 
 
 @pytest.mark.parametrize("seed,max_detections,top_k", [(5, 100, None), (6, 100, None), (7, 4, None), (5, 100, 20),
                                                        (6, 10, 7)])
-def test_detect_agrees_with_torch(seed, max_detections, top_k):
+def test_decoding_agrees_with_torch(seed, max_detections, top_k):
     """The same candidates (the top_k best (anchor, class) pairs; None: all), the same NMS, the same cap."""
     raw = _detection_case(seed)
     top_k = top_k or anchor_lib.num_anchors(DETECT_SPEC) * DETECT_CLASSES
     args = {"score_threshold": 0.05, "iou_threshold": 0.5, "max_detections": max_detections, "pre_nms_top_k": top_k}
-    boxes, scores, labels, counts = (np.asarray(t) for t in detect(
-        raw, anchor_lib.default_boxes(DETECT_SPEC), **args))
-    expected = _torch_detect(raw, **args)
+    default = anchor_lib.default_boxes(DETECT_SPEC)
+    boxes, scores, labels, counts = (np.asarray(t) for t in decode_detections(raw, default, **args))
+    expected = _torch_decode_detections(raw, default, **args)
     assert boxes.shape == (2, max_detections, 4) and labels.dtype == np.int32 and counts.dtype == np.int32
     for i, (torch_boxes, torch_scores, torch_labels) in enumerate(expected):
         n = int(counts[i])
@@ -277,11 +293,10 @@ def test_boxes_are_clipped_before_nms_as_on_torch():
     the twin only when it compares clipped boxes (tf's clip_boxes clips the output only)."""
     anchors = np.array([[-0.5, 0, 0.5, 1], [0, 0, 0.5, 1], [0.6, 0.6, 0.9, 0.9]], np.float32)
     probs = np.array([[0.1, 0.9], [0.2, 0.8], [0.3, 0.7]])
-    raw = np.concatenate([np.zeros((3, 4)), np.log(probs)], axis=-1)[None].astype(np.float32)
+    raw = np.concatenate([np.zeros((3, BOX_VALUES)), np.log(probs)], axis=-1)[None].astype(np.float32)
     args = {"score_threshold": 0.05, "iou_threshold": 0.7, "pre_nms_top_k": 3, "max_detections": 5}
-    boxes, scores, labels, counts = (np.asarray(t) for t in detect(raw, anchors, **args))
-    [(torch_boxes, torch_scores, _)] = torch_decode.detect(torch.from_numpy(raw[..., :4]), torch.from_numpy(raw[..., 4:]),
-                                                           torch.from_numpy(anchors), **args)
+    boxes, scores, labels, counts = (np.asarray(t) for t in decode_detections(raw, anchors, **args))
+    [(torch_boxes, torch_scores, _)] = _torch_decode_detections(raw, anchors, **args)
     assert counts.tolist() == [2] and labels[0, :2].tolist() == [1, 1]
     np.testing.assert_allclose(scores[0, :2], [0.9, 0.7], rtol=1e-6)
     np.testing.assert_allclose(boxes[0, :2], [[0, 0, 0.5, 1], [0.6, 0.6, 0.9, 0.9]], atol=1e-6)
@@ -292,12 +307,12 @@ def test_boxes_are_clipped_before_nms_as_on_torch():
 def test_pre_nms_top_k_keeps_the_best_pair():
     raw = _detection_case(8)
     default = anchor_lib.default_boxes(DETECT_SPEC)
-    boxes, scores, labels, counts = detect(raw, default, score_threshold=0.05, iou_threshold=0.5, pre_nms_top_k=1,
-                                           max_detections=10)
-    foreground = tf.nn.softmax(raw[..., 4:])[..., 1:].numpy().reshape(2, -1)
+    boxes, scores, labels, counts = decode_detections(raw, default, score_threshold=0.05, iou_threshold=0.5,
+                                                      pre_nms_top_k=1, max_detections=10)
+    foreground = tf.nn.softmax(raw[..., BOX_VALUES:])[..., 1:].numpy().reshape(2, -1)
     best = foreground.argmax(axis=1)
     anchor, label = best // DETECT_CLASSES, best % DETECT_CLASSES + 1
-    boxes_of_best = np.clip(anchor_lib.decode(raw[..., :4], default), 0, 1)[np.arange(2), anchor]
+    boxes_of_best = np.clip(anchor_lib.decode(raw[..., :BOX_VALUES], default), 0, 1)[np.arange(2), anchor]
     assert np.asarray(counts).tolist() == [1, 1]
     np.testing.assert_allclose(np.asarray(boxes)[:, 0], boxes_of_best, atol=1e-6)
     np.testing.assert_allclose(np.asarray(scores)[:, 0], foreground.max(axis=1), rtol=1e-6)
@@ -305,18 +320,18 @@ def test_pre_nms_top_k_keeps_the_best_pair():
 
 
 @pytest.mark.parametrize("num_anchors", [80, None])
-def test_detect_runs_as_a_tf_function(num_anchors):
+def test_decoding_runs_as_a_tf_function(num_anchors):
     raw = _detection_case(9)
     default = anchor_lib.default_boxes(DETECT_SPEC)
     args = {"score_threshold": 0.05, "iou_threshold": 0.5, "pre_nms_top_k": 50, "max_detections": 7}
 
     @tf.function(input_signature=[tf.TensorSpec([None, num_anchors, 4 + DETECT_CLASSES + 1], tf.float32)])
-    def graph_detect(batch):
-        return detect(batch, default, **args)
+    def graph_decode(batch):
+        return decode_detections(batch, default, **args)
 
-    graph = graph_detect(tf.constant(raw))
+    graph = graph_decode(tf.constant(raw))
     assert graph[0].shape[1:] == (7, 4) if num_anchors is None else tuple(graph[0].shape) == (2, 7, 4)
-    for g, e in zip(graph, detect(raw, default, **args)):
+    for g, e in zip(graph, decode_detections(raw, default, **args)):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(e))
 
 

@@ -14,6 +14,17 @@ from hydrali.core.run.epoch import make_contract
 from hydrali.tasks.detection import anchors as anchor_lib
 from hydrali.tasks.detection.coco import scan_coco
 from hydrali.tasks.detection.evaluation import category_ids_of
+from hydrali.tasks.detection.layout import (
+    BACKGROUND,
+    BOX_VALUES,
+    FIRST_OBJECT_LABEL,
+    IMAGE_ID_COLUMNS,
+    IMAGE_IDS_OUTPUT,
+    LABEL_COLUMN,
+    TARGET_COLUMNS,
+    TRAINING_OUTPUTS,
+    VALIDATION_OUTPUTS,
+)
 from hydrali.tasks.detection.recipes import CocoSource, read_coco, scale_jitter, ssd
 from hydrali.tasks.detection.torch_decode import decode_boxes
 from tests.support.cli import REPO
@@ -39,7 +50,8 @@ def options(recipe: str, **changes) -> dict:
 
 
 def run_recipe(recipe: str, split, is_training: bool, *, shard=(0, 1), batches=1, layout="HWC", **changes) -> list:
-    source = CocoSource(str(split.images_dir), shard[0], shard[1], is_training, annotation_file=str(split.annotation_file))
+    source = CocoSource(str(split.images_dir), shard[0], shard[1], is_training,
+                        annotation_file=str(split.annotation_file))
     pipe = RECIPES[recipe](batch_size=BATCH, num_threads=1, device_id=None, seed=3, prefetch_queue_depth=1,
                            source=source, device="cpu", layout=layout, image_size=SIZE, dtype="float",
                            hw_decoder_load=0.65, anchors=ANCHORS, **options(recipe, **changes))
@@ -49,12 +61,32 @@ def run_recipe(recipe: str, split, is_training: bool, *, shard=(0, 1), batches=1
 
 def encoded_boxes(targets: np.ndarray) -> list[tuple[np.ndarray, int]]:
     """The distinct (ltrb box, label) pairs that one image's targets encode (positive anchors decoded)."""
-    positive = targets[:, 4] > 0
-    boxes = anchor_lib.decode(targets[positive, :4], ANCHORS[positive])
+    positive = targets[:, LABEL_COLUMN] > BACKGROUND
+    boxes = anchor_lib.decode(targets[positive, :BOX_VALUES], ANCHORS[positive])
     found = {}
-    for box, label in zip(boxes, targets[positive, 4].round().astype(int)):
+    for box, label in zip(boxes, targets[positive, LABEL_COLUMN].round().astype(int)):
         found.setdefault((tuple(np.round(box, 3)), label), box)
     return [(box, label) for (_, label), box in found.items()]
+
+
+@pytest.mark.parametrize("recipe", ["ssd", "scale_jitter"])
+def test_the_recipes_outputs_are_laid_out_as_layout_names_them(rectangles, recipe):
+    """What DALI emits is what tasks/detection/layout.py says: the outputs in order; per image, targets
+    [anchors, TARGET_COLUMNS] with the box offsets first and a whole label at LABEL_COLUMN (BACKGROUND, with zero
+    offsets, where no box is matched; objects from FIRST_OBJECT_LABEL on) and image ids [IMAGE_ID_COLUMNS]."""
+    num_categories = len(json.loads(rectangles.val.annotation_file.read_text())["categories"])
+    [training] = run_recipe(recipe, rectangles.train, True)
+    [validation] = run_recipe(recipe, rectangles.val, False)
+    assert (len(training), len(validation)) == (len(TRAINING_OUTPUTS), len(VALIDATION_OUTPUTS))
+    assert validation[IMAGE_IDS_OUTPUT].shape == (BATCH, IMAGE_ID_COLUMNS)
+    for outputs, names in ((training, TRAINING_OUTPUTS), (validation, VALIDATION_OUTPUTS)):
+        targets = outputs[names.index("targets")]
+        assert targets.shape == (BATCH, len(ANCHORS), TARGET_COLUMNS)
+        labels = targets[..., LABEL_COLUMN]
+        assert np.array_equal(labels, labels.round()) and labels.min() == BACKGROUND
+        assert FIRST_OBJECT_LABEL <= labels[labels != BACKGROUND].min() <= labels.max() <= num_categories
+        assert not targets[labels == BACKGROUND][:, :BOX_VALUES].any(), "unmatched anchors carry zero offsets"
+        assert targets[labels != BACKGROUND][:, :BOX_VALUES].any(axis=1).all(), "matched anchors carry offsets"
 
 
 @pytest.mark.parametrize("recipe", ["ssd", "scale_jitter"])
@@ -107,15 +139,15 @@ def test_validation_targets_decode_to_the_files_boxes_on_both_backends(rectangle
     [(images, targets, image_ids)] = run_recipe(recipe, rectangles.val, False)
     assert sorted(image_ids.reshape(-1).tolist()) == sorted(sizes), "one batch holds the whole val set"
     for image_targets, image_id in zip(targets, image_ids.reshape(-1)):
-        positive = image_targets[:, 4] > 0
-        decoded = {"torch": decode_boxes(torch.from_numpy(image_targets[positive, :4]),
-                                         torch.from_numpy(ANCHORS[positive])).numpy(),
-                   "keras": keras_decode_boxes(image_targets[positive, :4], ANCHORS[positive]).numpy()}
+        positive = image_targets[:, LABEL_COLUMN] > BACKGROUND
+        offsets = image_targets[positive, :BOX_VALUES]
+        decoded = {"torch": decode_boxes(torch.from_numpy(offsets), torch.from_numpy(ANCHORS[positive])).numpy(),
+                   "keras": keras_decode_boxes(offsets, ANCHORS[positive]).numpy()}
         expected = truth[int(image_id)]
         if int(image_id) == EMPTY_VAL_IMAGE:
             assert not expected and not positive.any()
             continue
-        labels = image_targets[positive, 4].round().astype(int)
+        labels = image_targets[positive, LABEL_COLUMN].round().astype(int)
         for name, boxes in decoded.items():
             matched = set()
             for box, label in zip(boxes, labels):

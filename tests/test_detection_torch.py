@@ -3,15 +3,20 @@ backbone's feature levels and their errors, the loss against an independent nump
 loops) and hand-computed cases, and that the model can fit a fixed batch."""
 from __future__ import annotations
 
+import itertools
 import math
+import re
 
 import numpy as np
 import pytest
 import torch
 
+from hydrali.core.errors import HydraliError
 from hydrali.tasks.classification.torch_model import ResNet, stage_strides
 from hydrali.tasks.detection.anchors import default_boxes, encode, num_anchors_per_cell
-from hydrali.tasks.detection.torch_loss import MultiboxLoss, multibox_loss
+from hydrali.tasks.detection.layout import BACKGROUND, BOX_VALUES, LABEL_COLUMN, TARGET_COLUMNS
+from hydrali.tasks.detection.spec import DetectionLoss
+from hydrali.tasks.detection.torch_loss import CLASS_LOSSES, MultiboxLoss, multibox_loss
 from hydrali.tasks.detection.torch_model import SSD
 
 LOSS_TOLERANCE = 1e-5
@@ -195,19 +200,19 @@ def reference_loss(raw: np.ndarray, targets: np.ndarray, kind: str, neg_pos_rati
     raw, targets = raw.astype(np.float64), targets.astype(np.float64)
     losses = []
     for b in range(raw.shape[0]):
-        labels = [int(round(v)) for v in targets[b, :, 4]]
-        positive = [label > 0 for label in labels]
+        labels = [int(round(v)) for v in targets[b, :, LABEL_COLUMN]]
+        positive = [label > BACKGROUND for label in labels]
         num_pos = sum(positive)
         loc, ce, focal = 0.0, [], 0.0
         for n, label in enumerate(labels):
-            logits = raw[b, n, 4:]
+            logits = raw[b, n, BOX_VALUES:]
             top = max(logits)
             log_p = logits[label] - (top + math.log(sum(math.exp(v - top) for v in logits)))
             ce.append(-log_p)
             alpha_t = alpha if positive[n] else 1 - alpha
             focal += -alpha_t * (1 - math.exp(log_p)) ** gamma * log_p
             if positive[n]:
-                loc += sum(_smooth_l1(raw[b, n, j] - targets[b, n, j]) for j in range(4))
+                loc += sum(_smooth_l1(raw[b, n, j] - targets[b, n, j]) for j in range(BOX_VALUES))
         if kind == "focal":
             conf = focal
         else:
@@ -226,13 +231,14 @@ def _random_batch(seed: int, num_anchors: int = 24, num_classes: int = 4) -> tup
     integers (they are rounded)."""
     rng = np.random.default_rng(seed)
     batch = len(NUM_POSITIVES)
-    raw = (rng.standard_normal((batch, num_anchors, 4 + num_classes)) * 2).astype(np.float32)
-    targets = np.zeros((batch, num_anchors, 5), dtype=np.float32)
+    raw = (rng.standard_normal((batch, num_anchors, BOX_VALUES + num_classes)) * 2).astype(np.float32)
+    targets = np.zeros((batch, num_anchors, TARGET_COLUMNS), dtype=np.float32)
+    labels = targets[..., LABEL_COLUMN]   # a view
     for b, num_pos in enumerate(NUM_POSITIVES):
         chosen = rng.permutation(num_anchors)[:num_pos]
-        targets[b, chosen, :4] = rng.standard_normal((num_pos, 4)) * 1.5
-        targets[b, chosen, 4] = rng.integers(1, num_classes, num_pos) + rng.uniform(-0.2, 0.2, num_pos)
-    targets[:, :, 4] += np.where(targets[:, :, 4] == 0, rng.uniform(-0.2, 0.2, targets.shape[:2]), 0)
+        targets[b, chosen, :BOX_VALUES] = rng.standard_normal((num_pos, BOX_VALUES)) * 1.5
+        labels[b, chosen] = rng.integers(1, num_classes, num_pos) + rng.uniform(-0.2, 0.2, num_pos)
+    labels += np.where(labels == BACKGROUND, rng.uniform(-0.2, 0.2, labels.shape), 0)
     return raw, targets
 
 
@@ -257,7 +263,7 @@ def test_loss_matches_the_numpy_reference(kind, kwargs, seed):
 def test_the_reference_batch_covers_the_edge_cases():
     """Guards the batch above: its images must keep exercising the edge cases they are there for."""
     _, targets = _random_batch(0)
-    num_pos = (np.round(targets[..., 4]) > 0).sum(axis=1)
+    num_pos = (np.round(targets[..., LABEL_COLUMN]) > BACKGROUND).sum(axis=1)
     assert tuple(num_pos) == NUM_POSITIVES
     assert 3 * num_pos[2] > targets.shape[1] - num_pos[2]       # k capped by N - num_pos
 
@@ -351,11 +357,22 @@ def test_loss_module_and_dtypes():
     assert half.dtype == torch.float32
 
 
+def test_the_loss_computes_exactly_the_schemas_kinds_each_its_own_way():
+    """task.loss's choices (the schema's DetectionLoss) are the kinds the loss's table holds; each is taken as the
+    config passes it (a string) and gives its own values."""
+    assert set(CLASS_LOSSES) == set(DetectionLoss)
+    raw, targets = _random_batch(0)
+    losses = {kind.value: multibox_loss(torch.from_numpy(raw), torch.from_numpy(targets), kind=kind.value)
+              for kind in DetectionLoss}
+    assert all(not torch.equal(a, b) for a, b in itertools.combinations(losses.values(), 2)), losses
+
+
 def test_unknown_kind_and_bad_shapes_are_refused():
     raw, targets = _tiny_case()
-    with pytest.raises(ValueError, match=r"task\.loss.*hard_negatives.*focal"):
+    refusal = f"task.loss='ohem': choose one of {', '.join(DetectionLoss.values())}"
+    with pytest.raises(HydraliError, match=re.escape(refusal)):
         multibox_loss(raw, targets, kind="ohem")
-    with pytest.raises(ValueError, match=r"task\.loss"):
+    with pytest.raises(HydraliError, match=re.escape(refusal)):
         MultiboxLoss("ohem")
     with pytest.raises(ValueError, match="targets"):
         multibox_loss(raw, targets[..., :4])
@@ -379,8 +396,8 @@ def _synthetic_batch(model: SSD) -> tuple[torch.Tensor, torch.Tensor]:
     targets = []
     for i, (boxes, labels) in enumerate(zip(SYNTHETIC_BOXES, SYNTHETIC_LABELS)):
         for box, label in zip(boxes, labels):
-            l, t, r, b = (box * size).astype(int)
-            images[i, label, t:b, l:r] = 1.0
+            left, top, right, bottom = (box * size).astype(int)
+            images[i, label, top:bottom, left:right] = 1.0
         loc, cls = encode(boxes, labels, anchors)
         targets.append(np.concatenate([loc, cls[:, None].astype(np.float32)], axis=1))
     return images, torch.from_numpy(np.stack(targets))

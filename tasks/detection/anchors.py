@@ -34,7 +34,7 @@ against DALI's output in tests/test_detection_anchors.py:
   anchor it is the offset of the box in centre/size form, divided by the stds:
       ((bcx - acx) / aw / 0.1,  (bcy - acy) / ah / 0.1,  log(bw / aw) / 0.2,  log(bh / ah) / 0.2)
   where (acx, acy, aw, ah) is the anchor *as passed* (the clipped ltrb box) in centre/size form.
-- Unmatched anchors: loc = 0 (all four values) and label 0 (background).
+- Unmatched anchors: loc = 0 (all four values) and label 0 (layout.BACKGROUND).
 - cls [N] int32: the matched box's label (the recipe's labels must be 1..K; 0 means background).
 - `scale` multiplies boxes and anchors before the offsets are taken; it cancels out exactly in the
   formulas above, so BOX_ENCODER_SCALE = 1 (boxes normalized); other values change only rounding.
@@ -50,12 +50,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hydrali.tasks.detection.layout import BACKGROUND, BOX_VALUES
+
 BOX_ENCODER_STDS = (0.1, 0.1, 0.2, 0.2)  # (centre x, centre y, width, height): the usual SSD variances
 BOX_ENCODER_MEANS = (0.0, 0.0, 0.0, 0.0)  # DALI's default: no mean is subtracted
 BOX_ENCODER_SCALE = 1.0  # boxes and anchors are normalized to [0, 1]; scale cancels out (see above)
 MATCH_IOU = 0.5  # an anchor is matched to a box when their IoU exceeds this (DALI's `criteria`)
 
-BACKGROUND = 0  # the label of unmatched anchors; real classes are 1..K
 FORCED_MATCH_IOU = 2.0  # DALI's marker for each box's best anchor (above any real IoU)
 DEFAULT_STRIDES = (8, 16, 32)
 DEFAULT_MIN_SCALE = 0.1
@@ -136,7 +137,8 @@ def anchor_spec(image_size: int, anchors: Mapping) -> AnchorSpec:
     list applied to every level): the one call the recipe's encoder and both models' heads make."""
     unknown = sorted(set(anchors) - ANCHOR_KEYS)
     if unknown:
-        raise ValueError(f"model.anchors.{unknown[0]} is not an anchor setting: they are {', '.join(sorted(ANCHOR_KEYS))}")
+        raise ValueError(f"model.anchors.{unknown[0]} is not an anchor setting: they are "
+                         f"{', '.join(sorted(ANCHOR_KEYS))}")
     strides = tuple(int(s) for s in anchors["strides"])
     ratios = tuple(float(r) for r in anchors.get("aspect_ratios", (DEFAULT_ASPECT_RATIO,)))
     return spec_for(int(image_size), strides, min_scale=float(anchors.get("min_scale", DEFAULT_MIN_SCALE)),
@@ -171,7 +173,7 @@ def _level_boxes(spec: AnchorSpec, level: int) -> np.ndarray:
     cy, cx = np.meshgrid(centres, centres, indexing="ij")         # [f, f]: row y, column x
     cxy = np.stack([cx, cy], axis=-1).reshape(f * f, 1, 2)        # row-major cells
     half = sizes[None, :, :] / 2                                  # [1, A, 2]
-    return np.concatenate([cxy - half, cxy + half], axis=-1).reshape(-1, 4)
+    return np.concatenate([cxy - half, cxy + half], axis=-1).reshape(-1, BOX_VALUES)
 
 
 def default_boxes(spec: AnchorSpec) -> np.ndarray:
@@ -250,11 +252,11 @@ def encode(boxes_ltrb: np.ndarray, labels: np.ndarray, anchors: np.ndarray,
            iou_threshold: float = MATCH_IOU) -> tuple[np.ndarray, np.ndarray]:
     """(loc [N, 4] float32, cls [N] int32) for one image's ground truth (boxes [M, 4] ltrb normalized,
     labels [M] in 1..K): the reference of what fn.box_encoder(**box_encoder_args(anchors)) emits."""
-    boxes_ltrb = np.asarray(boxes_ltrb, dtype=np.float32).reshape(-1, 4)
+    boxes_ltrb = np.asarray(boxes_ltrb, dtype=np.float32).reshape(-1, BOX_VALUES)
     labels = np.asarray(labels).reshape(-1)
     match = match_anchors(boxes_ltrb, anchors, iou_threshold)
     matched = match >= 0
-    loc = np.zeros((len(anchors), 4), dtype=np.float32)
+    loc = np.zeros((len(anchors), BOX_VALUES), dtype=np.float32)
     cls = np.full(len(anchors), BACKGROUND, dtype=np.int32)
     loc[matched] = _offsets(boxes_ltrb[match[matched]], anchors[matched])
     cls[matched] = labels[match[matched]]

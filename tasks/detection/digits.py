@@ -32,9 +32,9 @@ SCAN_FULL_INK = 16.0           # ... with values 0 (paper) to 16 (full ink)
 INK_THRESHOLD = 0.1            # an upscaled scan pixel is drawn when above this share of full ink, else left out
 MAX_OVERLAP_IOU = 0.1          # a digit whose box overlaps an earlier one by more IoU is placed elsewhere ...
 PLACEMENT_TRIES = 20           # ... up to this many times, then left out of the image
-BACKGROUND_GRID = 4            # the background colour field: a GRID x GRID x RGB random grid, smoothly upscaled
-BACKGROUND_LEVELS = (45.0, 210.0)   # grey levels of the field's grid points: never paper-white nor ink-black
-BACKGROUND_NOISE = 8.0         # standard deviation (grey levels) of the pixel grain on the field: texture
+FIELD_GRID = 4                 # the colour field behind the digits: a GRID x GRID x RGB random grid, smoothly upscaled
+FIELD_LEVELS = (45.0, 210.0)   # grey levels of the field's grid points: never paper-white nor ink-black
+FIELD_NOISE = 8.0              # standard deviation (grey levels) of the pixel grain on the field: texture
 LIGHT_INK = (215, 256)         # grey levels of a digit drawn on a dark patch (per channel, upper bound excluded)
 DARK_INK = (0, 41)             # grey levels of a digit drawn on a light patch
 MID_GREY = 127.5               # a patch darker than this gets light ink, a lighter one dark ink
@@ -102,15 +102,15 @@ def _scans_and_split():
     return scans, targets, _stratified_split(targets)
 
 
-def _background(rng, canvas: int):
+def _colour_field(rng, canvas: int):
     """A smooth random colour field with pixel noise: uint8, canvas x canvas x 3."""
     import numpy as np
     from PIL import Image
 
-    grid = rng.uniform(*BACKGROUND_LEVELS, (BACKGROUND_GRID, BACKGROUND_GRID, 3)).round().astype(np.uint8)
+    grid = rng.uniform(*FIELD_LEVELS, (FIELD_GRID, FIELD_GRID, 3)).round().astype(np.uint8)
     field_ = np.asarray(Image.fromarray(grid).resize((canvas, canvas), Image.Resampling.BICUBIC), np.float32)
     noise = rng.standard_normal((canvas, canvas, 1), dtype=np.float32)   # grey grain, the same on every channel
-    noisy = field_ + noise * np.float32(BACKGROUND_NOISE)
+    noisy = field_ + noise * np.float32(FIELD_NOISE)
     return np.clip(noisy, 0, 255, out=noisy).round(out=noisy).astype(np.uint8)
 
 
@@ -179,7 +179,7 @@ def render_digits_image(split: str, index: int, *, seed: int, canvas: int, min_d
     scans, targets, pools = _scans_and_split()
     pool = pools[split]
     rng = np.random.default_rng([seed, SPLIT_STREAMS[split], index])
-    background = _background(rng, canvas)
+    background = _colour_field(rng, canvas)
     image = background.astype(np.float32)
     digits: list[DrawnDigit] = []
     for _ in range(int(rng.integers(min_digits, max_digits + 1))):

@@ -10,13 +10,15 @@ them (its ``categories`` array, not sorted by id: checked on DALI 2.4), so label
 file's category ``categories[k - 1]["id"]``; :func:`category_ids_of` gives that list.
 
 Validation is sharded, so detections are plain lists of dicts that a caller gathers across
-processes and adds to one :class:`CocoEvaluator`::
+processes and adds to one :class:`CocoEvaluator`, as validation.py does with `gather_objects`
+(hydrali.core.distributed.gather: through the collective the backend installed; a process alone gets its own)::
 
     evaluator = CocoEvaluator("instances_val.json")
     for batch in shard:
         evaluator.add_batch(image_ids, boxes, scores, labels)
-    # under DDP: gathered = all_gather_object((evaluator.detections, evaluator.image_ids))
-    for detections, image_ids in gathered:
+    shares = gather_objects((evaluator.detections, evaluator.image_ids))   # every process's, in rank order
+    evaluator.reset()
+    for detections, image_ids in shares:
         evaluator.add(detections, image_ids)   # images already added are skipped
     metrics = evaluator.compute()               # {"val/map": ..., "val/map50": ...}
 """
@@ -32,6 +34,7 @@ import numpy as np
 from faster_coco_eval import COCO, COCOeval_faster
 
 from hydrali.tasks.detection.coco import load_coco_json
+from hydrali.tasks.detection.layout import BOX_VALUES, FIRST_OBJECT_LABEL
 
 MAP_KEY = "val/map"
 MAP50_KEY = "val/map50"
@@ -42,10 +45,6 @@ MAP50_STAT = "AP_50"
 UNDEFINED_STAT = -1.0
 NO_SCORE = 0.0
 
-BOX_COORDS = 4
-# labels <= 0 are not objects: 0 is background, negative labels pad fixed-size outputs (-1 in keras-hub)
-LAST_NON_OBJECT_LABEL = 0
-FIRST_LABEL = 1
 IOU_TYPE = "bbox"
 GROUND_TRUTH_KEYS = ("images", "annotations", "categories")
 
@@ -102,20 +101,21 @@ def _file_category_ids(labels: np.ndarray, category_ids: Sequence[int]) -> np.nd
     if too_high.size:
         raise ValueError(f"label {int(too_high[0])} is above the {len(category_ids)} categories "
                          f"of the annotation file (labels run 1..{len(category_ids)}, 0 = background)")
-    return np.asarray(category_ids, dtype=np.int64)[labels - FIRST_LABEL]
+    return np.asarray(category_ids, dtype=np.int64)[labels - FIRST_OBJECT_LABEL]
 
 
 def image_detections(image_id: int, boxes: Any, scores: Any, labels: Any,
                      image_size: tuple[int, int], category_ids: Sequence[int],
                      count: int | None = None) -> list[dict]:
     """COCO result dicts for one image; see :func:`to_coco_detections` for the arguments."""
-    boxes = _rows(boxes, count, BOX_COORDS)
+    boxes = _rows(boxes, count, BOX_VALUES)
     scores, labels = _rows(scores, count), _rows(labels, count)
     if not len(boxes) == len(scores) == len(labels):
         raise ValueError(f"image {image_id}: {len(boxes)} boxes, {len(scores)} scores, {len(labels)} labels")
     xywh = _pixel_xywh(boxes, *image_size)
-    # NaN compares False, so a NaN box or score is dropped here too
-    keep = (labels > LAST_NON_OBJECT_LABEL) & (xywh[:, 2] > 0) & (xywh[:, 3] > 0) & np.isfinite(scores)
+    # labels below the first object's are not objects: background, or padding of fixed-size outputs (-1 in
+    # keras-hub); NaN compares False, so a NaN box or score is dropped here too
+    keep = (np.rint(labels) >= FIRST_OBJECT_LABEL) & (xywh[:, 2] > 0) & (xywh[:, 3] > 0) & np.isfinite(scores)
     category = _file_category_ids(labels[keep], category_ids)
     return [{"image_id": int(image_id), "category_id": int(cat), "bbox": box, "score": score}
             for cat, box, score in zip(category.tolist(), xywh[keep].tolist(), scores[keep].tolist())]

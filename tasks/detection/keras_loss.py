@@ -6,15 +6,11 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from hydrali.tasks.detection.anchors import BACKGROUND
+from hydrali.tasks.detection.layout import BACKGROUND, BOX_VALUES, LABEL_COLUMN
+from hydrali.tasks.detection.spec import DetectionLoss, DetectionTaskConfig
 
-BOX_CODES = 4  # raw[..., :4] and targets[..., :4]: box offsets; then the logits / the label
-LABEL_COLUMN = 4  # targets[..., 4]: the anchor's label as a float (0 background, 1..K)
 SMOOTH_L1_BETA = 1.0  # smooth L1: 0.5 d**2 / beta where |d| < beta, else |d| - 0.5 * beta
-KINDS = ("hard_negatives", "focal")
-DEFAULT_NEG_POS_RATIO = 3.0
-DEFAULT_FOCAL_ALPHA = 0.25
-DEFAULT_FOCAL_GAMMA = 2.0
+DEFAULTS = DetectionTaskConfig   # the loss's settings default to the schema's defaults (task.*)
 EXCLUDED_CE = -1.0  # positives' place in the ranking of negatives: below any cross-entropy (>= 0)
 MIN_NORMALIZER = 1.0  # images without positives are divided by 1
 
@@ -37,6 +33,27 @@ def hard_negative_sum(ce, positive, neg_pos_ratio: float):
     return ops.sum(ops.where(ranks[None, :] < k[:, None], descending, 0.0), axis=1)
 
 
+def _hard_negative_conf(log_p, positive, neg_pos_ratio: float):
+    """[B] cross-entropy over the positives and the hardest negatives (see hard_negative_sum)."""
+    return ops.sum(ops.where(positive, -log_p, 0.0), axis=1) + hard_negative_sum(-log_p, positive, neg_pos_ratio)
+
+
+def _focal_conf(log_p, positive, alpha: float, gamma: float):
+    """[B] softmax focal loss over every anchor: alpha for positives, 1 - alpha for background ones."""
+    alpha_t = ops.where(positive, alpha, 1.0 - alpha)
+    modulation = ops.power(ops.maximum(1.0 - ops.exp(log_p), 0.0), gamma)
+    return ops.sum(-alpha_t * modulation * log_p, axis=1)
+
+
+# task.loss -> its class term [B] of (log p of each anchor's label [B, N], positive [B, N], the loss's settings)
+CLASS_LOSSES = {
+    DetectionLoss.hard_negatives:
+        lambda log_p, pos, settings: _hard_negative_conf(log_p, pos, settings["neg_pos_ratio"]),
+    DetectionLoss.focal:
+        lambda log_p, pos, settings: _focal_conf(log_p, pos, settings["focal_alpha"], settings["focal_gamma"]),
+}
+
+
 @keras.saving.register_keras_serializable(package="hydrali")
 class MultiboxLoss(keras.losses.Loss):
     """The SSD loss per image: (smooth-L1 of the positives' box offsets + class loss) / max(positives, 1).
@@ -48,13 +65,13 @@ class MultiboxLoss(keras.losses.Loss):
     anchors, 1 - focal_alpha for background ones; focal_gamma) over every anchor.
     """
 
-    def __init__(self, kind: str = "hard_negatives", neg_pos_ratio: float = DEFAULT_NEG_POS_RATIO,
-                 focal_alpha: float = DEFAULT_FOCAL_ALPHA, focal_gamma: float = DEFAULT_FOCAL_GAMMA,
+    def __init__(self, kind: str = DEFAULTS.loss, neg_pos_ratio: float = DEFAULTS.neg_pos_ratio,
+                 focal_alpha: float = DEFAULTS.focal_alpha, focal_gamma: float = DEFAULTS.focal_gamma,
                  name: str = "multibox", **kwargs):
-        if kind not in KINDS:
-            raise ValueError(f"task.loss={kind!r}: choose one of {', '.join(KINDS)}")
+        kind = DetectionLoss.of(kind, "task.loss")
         super().__init__(name=name, **kwargs)
-        self.kind = kind
+        self.kind = kind.value
+        self.class_loss = CLASS_LOSSES[kind]
         self.neg_pos_ratio = float(neg_pos_ratio)
         self.focal_alpha = float(focal_alpha)
         self.focal_gamma = float(focal_gamma)
@@ -66,20 +83,13 @@ class MultiboxLoss(keras.losses.Loss):
         positive = labels > BACKGROUND
         positive_f = ops.cast(positive, "float32")
         num_pos = ops.sum(positive_f, axis=1)
-        loc = ops.sum(ops.sum(smooth_l1(raw[..., :BOX_CODES] - targets[..., :BOX_CODES]), axis=-1) * positive_f,
+        loc = ops.sum(ops.sum(smooth_l1(raw[..., :BOX_VALUES] - targets[..., :BOX_VALUES]), axis=-1) * positive_f,
                       axis=1)
-        log_probs = ops.log_softmax(raw[..., BOX_CODES:], axis=-1)
+        log_probs = ops.log_softmax(raw[..., BOX_VALUES:], axis=-1)
         log_p = ops.squeeze(ops.take_along_axis(log_probs, labels[..., None], axis=-1), axis=-1)   # [B, N]
-        conf = self._hard_negatives(-log_p, positive) if self.kind == "hard_negatives" else self._focal(log_p, positive)
+        conf = self.class_loss(log_p, positive, {"neg_pos_ratio": self.neg_pos_ratio, "focal_alpha": self.focal_alpha,
+                                                 "focal_gamma": self.focal_gamma})
         return (loc + conf) / ops.maximum(num_pos, MIN_NORMALIZER)
-
-    def _hard_negatives(self, ce, positive):
-        return ops.sum(ops.where(positive, ce, 0.0), axis=1) + hard_negative_sum(ce, positive, self.neg_pos_ratio)
-
-    def _focal(self, log_p, positive):
-        alpha = ops.where(positive, self.focal_alpha, 1.0 - self.focal_alpha)
-        modulation = ops.power(ops.maximum(1.0 - ops.exp(log_p), 0.0), self.focal_gamma)
-        return ops.sum(-alpha * modulation * log_p, axis=1)
 
     def get_config(self) -> dict:
         """The constructor's arguments (Keras serialization)."""

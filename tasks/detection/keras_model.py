@@ -10,12 +10,11 @@ from keras import layers as kl
 
 from hydrali.tasks.classification.keras_model import resnet_features
 from hydrali.tasks.detection.anchors import DEFAULT_STRIDES, AnchorSpec, anchor_spec, num_anchors_per_cell
+from hydrali.tasks.detection.layout import BOX_VALUES, logits_per_anchor
 
-BOX_CODES = 4  # box offsets per anchor (centre x, centre y, width, height; DALI box_encoder coding)
 HEAD_KERNEL = 3  # each head is one HEAD_KERNEL x HEAD_KERNEL convolution, "same" padding, stride 1
 STEM_STRIDES = {"imagenet": 4, "small": 1}  # the stride of the backbone's first stage, per stem
 STAGE_STRIDE_FACTOR = 2  # every stage after the first halves the resolution
-BACKGROUND_CLASSES = 1  # class index 0 of the head's logits is background
 
 
 def backbone_strides(stem: str, num_stages: int) -> tuple[int, ...]:
@@ -65,14 +64,14 @@ def SSD(num_classes: int, image_size: int, block: str = "basic", layers: Sequenc
         raise ValueError(f"model.layers ({len(layers)} stages) and model.widths ({len(widths)}) differ in length")
     stages = feature_stages([int(s) for s in anchors["strides"]], stem, len(layers))
     spec = anchor_spec(image_size, anchors)
-    classes = num_classes + BACKGROUND_CLASSES
+    classes = logits_per_anchor(num_classes)
     inputs = keras.Input((image_size, image_size, 3))
     used = max(stages) + 1  # stages past the last feature level are not built (as on torch)
     stage_outputs = resnet_features(inputs, block, list(layers)[:used], list(widths)[:used], stem)
     features = [stage_outputs[i] for i in stages]
     _check_feature_sizes(features, spec)
     per_cell = num_anchors_per_cell(spec)
-    loc = [_level_head(f, level, a, BOX_CODES, "loc") for level, (f, a) in enumerate(zip(features, per_cell))]
+    loc = [_level_head(f, level, a, BOX_VALUES, "loc") for level, (f, a) in enumerate(zip(features, per_cell))]
     logits = [_level_head(f, level, a, classes, "class") for level, (f, a) in enumerate(zip(features, per_cell))]
     loc = kl.Concatenate(axis=1, name="loc")(loc) if len(loc) > 1 else loc[0]
     logits = kl.Concatenate(axis=1, name="logits")(logits) if len(logits) > 1 else logits[0]

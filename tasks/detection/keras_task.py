@@ -8,10 +8,9 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hydrali.core.distributed.topology import is_first_process
-from hydrali.tasks.detection.keras_decode import detect
+from hydrali.tasks.detection.keras_decode import decode_detections
 from hydrali.tasks.detection.keras_loss import MultiboxLoss
-
-IMAGE_IDS = 2     # position of the image ids in a validation batch: (images, targets, image_ids)
+from hydrali.tasks.detection.layout import IMAGE_IDS_OUTPUT
 
 
 class DetectionMetrics(keras.callbacks.Callback):
@@ -67,9 +66,10 @@ class KerasDetection:
 
     def on_val_batch(self, data, y_pred, weights) -> None:
         """Decode a validation batch (in the graph) and hand its real samples' detections to the validation."""
-        boxes, scores, labels, counts = detect(y_pred, tf.constant(self.anchors), **self.task.detection_args())
-        tf.numpy_function(self._collect, [data[IMAGE_IDS], boxes, scores, labels, counts, weights], Tout=tf.int32,
-                          stateful=True, name="collect_detections")
+        boxes, scores, labels, counts = decode_detections(y_pred, tf.constant(self.anchors),
+                                                          **self.task.detection_args())
+        tf.numpy_function(self._collect, [data[IMAGE_IDS_OUTPUT], boxes, scores, labels, counts, weights],
+                          Tout=tf.int32, stateful=True, name="collect_detections")
 
     def _collect(self, image_ids, boxes, scores, labels, counts, weights) -> np.int32:
         real = np.flatnonzero(weights > 0)   # the shard's padding (weight 0) is not scored

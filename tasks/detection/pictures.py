@@ -11,7 +11,7 @@ MIN_SCORE_DRAWN = 0.3         # predictions scored lower are not drawn (they sti
 TRUTH_COLOUR = (40, 220, 40)
 PREDICTION_COLOUR = (255, 60, 40)
 GAP = 8                       # pixels between panels and between rows
-BACKGROUND = (255, 255, 255)
+SHEET_COLOUR = (255, 255, 255)   # the PNG's paper, around and between the panels
 LINE_WIDTH = 2
 HEADER = 16                   # pixels above each row for its titles
 
@@ -37,12 +37,13 @@ def draw_predictions(images: Sequence[Mapping], path: Path, title: str = "") -> 
     for item in images:
         with Image.open(item["file"]) as image:
             truth = _panel(image, item["truth"], TRUTH_COLOUR)
-            shown = [(box, f"{name} {score:.2f}") for box, name, score in item["predictions"] if score >= MIN_SCORE_DRAWN]
+            shown = [(box, f"{name} {score:.2f}") for box, name, score in item["predictions"]
+                     if score >= MIN_SCORE_DRAWN]
             predicted = _panel(image, shown, PREDICTION_COLOUR)
         rows.append((truth, predicted))
     width = max((a.width + b.width for a, b in rows), default=MIN_PANEL_SIDE) + 3 * GAP
     height = sum(max(a.height, b.height) + HEADER + GAP for a, b in rows) + GAP
-    sheet = Image.new("RGB", (width, max(height, HEADER + GAP)), BACKGROUND)
+    sheet = Image.new("RGB", (width, max(height, HEADER + GAP)), SHEET_COLOUR)
     draw = ImageDraw.Draw(sheet)
     top = GAP
     for truth, predicted in rows:

@@ -11,7 +11,8 @@ carries per-anchor targets, and returns:
 
 images normalised in `layout` (CHW for torch, HWC for Keras); targets float32 [N, 5] per image: the
 anchor's encoded box offsets (4 values) and its label (as a float); image_ids int32 [1], the file's
-image id (validation scores against the annotation file, which also gives each image's size).
+image id (validation scores against the annotation file, which also gives each image's size); layout.py
+names these outputs and their columns.
 `device="cpu"` uses CPU operators only; `device="gpu"` decodes with the mixed decoder and moves every
 output to the GPU. A recipe's own options are its keyword-only parameters (`pipeline.options`).
 """
@@ -26,10 +27,10 @@ from nvidia.dali import pipeline_def
 
 from hydrali.core.data.pipelines import Source, decoder_args
 from hydrali.tasks.detection.anchors import box_encoder_args
+from hydrali.tasks.detection.layout import TARGET_COLUMN_AXIS
 
 _DTYPES = {"float": types.FLOAT, "float16": types.FLOAT16}
 CROP_ATTEMPTS = 50      # random_bbox_crop: windows tried per image before the whole image is taken
-LABEL_AXIS = 1          # targets = [offsets (4) | label (1)] along this axis
 
 
 @dataclass(frozen=True)
@@ -60,8 +61,8 @@ def _normalize(images, image_size, layout, mean, std, dtype, mirror=None):
 def encode_targets(boxes, labels, anchors, device):
     """Per-anchor targets [N, 5] float32 (box offsets, then the label) of one image's boxes and labels."""
     offsets, anchor_labels = fn.box_encoder(boxes, labels, **box_encoder_args(anchors))
-    label_column = fn.expand_dims(fn.cast(anchor_labels, dtype=types.FLOAT), axes=[LABEL_AXIS])
-    targets = fn.cat(offsets, label_column, axis=LABEL_AXIS)
+    label_column = fn.expand_dims(fn.cast(anchor_labels, dtype=types.FLOAT), axes=[TARGET_COLUMN_AXIS])
+    targets = fn.cat(offsets, label_column, axis=TARGET_COLUMN_AXIS)
     return targets.gpu() if device == "gpu" else targets
 
 

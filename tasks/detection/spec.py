@@ -12,7 +12,8 @@ from hydrali.core.data.image_files import Verify
 
 
 class DetectionLoss(Choice):
-    """The detection task's classification loss (both with smooth-L1 on the boxes of positive anchors)."""
+    """The detection task's classification loss (both with smooth-L1 on the boxes of positive anchors); each loss
+    (torch_loss.CLASS_LOSSES, keras_loss.CLASS_LOSSES) keys its table by it."""
     hard_negatives = "hard_negatives"
     focal = "focal"
 

@@ -17,11 +17,9 @@ from hydrali.tasks.base import DaliTask
 from hydrali.tasks.detection.anchors import anchor_spec, default_boxes
 from hydrali.tasks.detection.coco import CocoInfo, default_annotations, scan_coco
 from hydrali.tasks.detection.digits import write_digits_detection
+from hydrali.tasks.detection.layout import IMAGE_ID_COLUMNS, TARGET_COLUMNS, TRAINING_OUTPUTS, VALIDATION_OUTPUTS
 from hydrali.tasks.detection.recipes import CocoSource
 from hydrali.tasks.detection.validation import DetectionValidation
-
-TARGET_COLUMNS = 5    # per anchor: 4 encoded box offsets and the label (tasks/detection/recipes.py)
-IMAGE_ID_COLUMNS = 1
 
 
 @dataclass(kw_only=True)
@@ -41,7 +39,7 @@ class DetectionTask(DaliTask):
 
     def output_names(self, is_training: bool) -> tuple[str, ...]:
         """What the recipes return, in order: validation adds each image's id."""
-        return ("images", "targets") if is_training else ("images", "targets", "image_ids")
+        return TRAINING_OUTPUTS if is_training else VALIDATION_OUTPUTS
 
     def output_specs(self, *, batch: int, image_size: int, image_dtype: str, is_training: bool, model: DictConfig
                      ) -> tuple[tuple[tuple[int, ...], str], ...]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from hydrali.tasks.detection.anchors import BACKGROUND, BOX_ENCODER_MEANS, BOX_ENCODER_STDS
+from hydrali.tasks.detection.anchors import BOX_ENCODER_MEANS, BOX_ENCODER_STDS
+from hydrali.tasks.detection.layout import BOX_VALUES, FIRST_OBJECT_LABEL
 
 # NMS compares every candidate with every other, per image: images are processed in chunks holding
 # at most this many pairs, so that memory stays bounded whatever pre_nms_top_k and the batch size.
@@ -101,13 +102,13 @@ def _top_candidates(loc: torch.Tensor, logits: torch.Tensor, anchors: torch.Tens
     """Per image, the pre_nms_top_k best (anchor, class) pairs over all foreground classes, by
     decreasing score: boxes [B, k, 4] (clipped to [0, 1]), scores [B, k], labels [B, k] in 1..K."""
     probs = torch.softmax(logits.float(), dim=-1)
-    foreground = probs[..., BACKGROUND + 1:]  # the background class is index 0
+    foreground = probs[..., FIRST_OBJECT_LABEL:]  # the logits before the first object's are background's
     batch, num_anchors, num_classes = foreground.shape
     k = min(pre_nms_top_k, num_anchors * num_classes)
     scores, flat_index = foreground.reshape(batch, -1).topk(k, dim=1, sorted=True)
     anchor_index = torch.div(flat_index, num_classes, rounding_mode="floor")
-    labels = flat_index % num_classes + 1
-    picked_loc = loc.float().gather(1, anchor_index.unsqueeze(-1).expand(-1, -1, 4))
+    labels = flat_index % num_classes + FIRST_OBJECT_LABEL
+    picked_loc = loc.float().gather(1, anchor_index.unsqueeze(-1).expand(-1, -1, BOX_VALUES))
     picked_anchors = anchors.to(loc.device).float()[anchor_index]
     boxes = _decode(picked_loc, picked_anchors).clamp(0.0, 1.0)
     return boxes, scores, labels
@@ -141,9 +142,9 @@ def _nms_mask_in_chunks(boxes: torch.Tensor, scores: torch.Tensor, labels: torch
                       for i in range(0, len(scores), chunk)])
 
 
-def detect(loc: torch.Tensor, logits: torch.Tensor, anchors: torch.Tensor, *, score_threshold: float,
-           iou_threshold: float, pre_nms_top_k: int, max_detections: int
-           ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+def decode_detections(loc: torch.Tensor, logits: torch.Tensor, anchors: torch.Tensor, *, score_threshold: float,
+                      iou_threshold: float, pre_nms_top_k: int, max_detections: int
+                      ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """Detections per image from a head's outputs (loc [B, N, 4] offsets, logits [B, N, 1 + K] with
     index 0 = background, anchors [N, 4] ltrb): for each image (boxes [M, 4] ltrb normalized to
     [0, 1], scores [M], labels [M] in 1..K), M <= max_detections, by decreasing score.

@@ -10,32 +10,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hydrali.tasks.detection.anchors import BACKGROUND
+from hydrali.tasks.detection.layout import BACKGROUND, BOX_VALUES, LABEL_COLUMN, TARGET_COLUMNS, logits_per_anchor
+from hydrali.tasks.detection.spec import DetectionLoss, DetectionTaskConfig
 
-HARD_NEGATIVES = "hard_negatives"
-FOCAL = "focal"
-LOSS_KINDS = (HARD_NEGATIVES, FOCAL)
-BOX_CODE_SIZE = 4            # targets[..., :4] / raw[..., :4]: encoded box offsets
-TARGET_WIDTH = BOX_CODE_SIZE + 1  # targets[..., 4]: the label, as a float
 SMOOTH_L1_BETA = 1.0         # 0.5 d^2 below |d| = 1, |d| - 0.5 above
 NOT_A_NEGATIVE = -1.0        # the mining key of positive anchors: below any cross-entropy (>= 0)
-DEFAULT_NEG_POS_RATIO = 3.0
-DEFAULT_FOCAL_ALPHA = 0.25
-DEFAULT_FOCAL_GAMMA = 2.0
-
-
-def _check_kind(kind: str) -> None:
-    """ValueError unless kind is a known loss."""
-    if kind not in LOSS_KINDS:
-        raise ValueError(f"task.loss={kind!r}: choose one of {', '.join(LOSS_KINDS)}")
+MIN_LOGITS = logits_per_anchor(1)   # raw needs the logits of background and at least one class
+DEFAULTS = DetectionTaskConfig      # the loss's settings default to the schema's defaults (task.*)
 
 
 def _check_shapes(raw: torch.Tensor, targets: torch.Tensor) -> None:
     """ValueError unless raw is [B, N, 4 + C] (C >= 2) and targets [B, N, 5]."""
     if (raw.dim() != 3 or targets.dim() != 3 or raw.shape[:2] != targets.shape[:2]
-            or raw.shape[-1] < BOX_CODE_SIZE + 2 or targets.shape[-1] != TARGET_WIDTH):
-        raise ValueError(f"multibox loss: expected raw [B, N, 4 + C] (C >= 2) and targets [B, N, {TARGET_WIDTH}], "
-                         f"got {tuple(raw.shape)} and {tuple(targets.shape)}")
+            or raw.shape[-1] < BOX_VALUES + MIN_LOGITS or targets.shape[-1] != TARGET_COLUMNS):
+        raise ValueError(f"multibox loss: expected raw [B, N, {BOX_VALUES} + C] (C >= {MIN_LOGITS}) and targets "
+                         f"[B, N, {TARGET_COLUMNS}], got {tuple(raw.shape)} and {tuple(targets.shape)}")
 
 
 def _box_loss(loc: torch.Tensor, target_loc: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
@@ -44,11 +33,11 @@ def _box_loss(loc: torch.Tensor, target_loc: torch.Tensor, pos: torch.Tensor) ->
     return torch.where(pos, per_anchor, torch.zeros_like(per_anchor)).sum(dim=1)
 
 
-def _hard_negative_conf(ce: torch.Tensor, pos: torch.Tensor, num_pos: torch.Tensor,
-                        neg_pos_ratio: float) -> torch.Tensor:
+def _hard_negative_conf(ce: torch.Tensor, pos: torch.Tensor, neg_pos_ratio: float) -> torch.Tensor:
     """[B] cross-entropy summed over the positives and the k_i negatives of largest cross-entropy,
     k_i = min(floor(neg_pos_ratio * num_pos_i), N - num_pos_i)."""
     num_anchors = ce.shape[1]
+    num_pos = pos.sum(dim=1)
     # in float32, as the Keras loss computes it (float64 is not available on every Keras backend): for some
     # non-integer ratios the product rounds differently in float64, e.g. 2.1 * 30 -> 63, but 62 in float32
     ratio = torch.tensor(neg_pos_ratio, dtype=torch.float32, device=ce.device)
@@ -71,9 +60,18 @@ def _focal_conf(log_p: torch.Tensor, pos: torch.Tensor, alpha: float, gamma: flo
     return (-alpha_t * (1.0 - p_t) ** gamma * log_p).sum(dim=1)
 
 
-def multibox_loss(raw: torch.Tensor, targets: torch.Tensor, *, kind: str = HARD_NEGATIVES,
-                  neg_pos_ratio: float = DEFAULT_NEG_POS_RATIO, focal_alpha: float = DEFAULT_FOCAL_ALPHA,
-                  focal_gamma: float = DEFAULT_FOCAL_GAMMA) -> torch.Tensor:
+# task.loss -> its class term [B] of (log p of each anchor's label [B, N], positive [B, N], the loss's settings)
+CLASS_LOSSES = {
+    DetectionLoss.hard_negatives:
+        lambda log_p, pos, settings: _hard_negative_conf(-log_p, pos, settings["neg_pos_ratio"]),
+    DetectionLoss.focal:
+        lambda log_p, pos, settings: _focal_conf(log_p, pos, settings["focal_alpha"], settings["focal_gamma"]),
+}
+
+
+def multibox_loss(raw: torch.Tensor, targets: torch.Tensor, *, kind: str = DEFAULTS.loss,
+                  neg_pos_ratio: float = DEFAULTS.neg_pos_ratio, focal_alpha: float = DEFAULTS.focal_alpha,
+                  focal_gamma: float = DEFAULTS.focal_gamma) -> torch.Tensor:
     """Per-image SSD losses [B] (float32) of a head's raw output [B, N, 4 + C] (box offsets, then class
     logits with index 0 = background) against targets [B, N, 5] (encoded offsets, then the label as a
     float: 0 background, 1..K): (loc_i + conf_i) / max(num_pos_i, 1).
@@ -82,30 +80,26 @@ def multibox_loss(raw: torch.Tensor, targets: torch.Tensor, *, kind: str = HARD_
     k_i = min(floor(neg_pos_ratio * num_pos_i), N - num_pos_i). kind "focal": softmax focal loss over
     all anchors (focal_alpha for positives, 1 - focal_alpha for background; focal_gamma).
     """
-    _check_kind(kind)
+    class_loss = CLASS_LOSSES[DetectionLoss.of(kind, "task.loss")]
     _check_shapes(raw, targets)
     raw, targets = raw.float(), targets.float()
-    labels = torch.round(targets[..., BOX_CODE_SIZE]).to(torch.long)
+    labels = torch.round(targets[..., LABEL_COLUMN]).to(torch.long)
     pos = labels > BACKGROUND
-    num_pos = pos.sum(dim=1)
-    loc = _box_loss(raw[..., :BOX_CODE_SIZE], targets[..., :BOX_CODE_SIZE], pos)
-    log_p = F.log_softmax(raw[..., BOX_CODE_SIZE:], dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
-    if kind == HARD_NEGATIVES:
-        conf = _hard_negative_conf(-log_p, pos, num_pos, neg_pos_ratio)
-    else:
-        conf = _focal_conf(log_p, pos, focal_alpha, focal_gamma)
-    return (loc + conf) / num_pos.clamp(min=1).to(loc.dtype)
+    loc = _box_loss(raw[..., :BOX_VALUES], targets[..., :BOX_VALUES], pos)
+    log_p = F.log_softmax(raw[..., BOX_VALUES:], dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+    conf = class_loss(log_p, pos, {"neg_pos_ratio": neg_pos_ratio, "focal_alpha": focal_alpha,
+                                   "focal_gamma": focal_gamma})
+    return (loc + conf) / pos.sum(dim=1).clamp(min=1).to(loc.dtype)
 
 
 class MultiboxLoss(nn.Module):
     """The SSD multibox loss as a module: forward(raw, targets) -> the batch mean of `multibox_loss`;
     per_image(raw, targets) -> the per-image losses [B]."""
 
-    def __init__(self, kind: str = HARD_NEGATIVES, neg_pos_ratio: float = DEFAULT_NEG_POS_RATIO,
-                 focal_alpha: float = DEFAULT_FOCAL_ALPHA, focal_gamma: float = DEFAULT_FOCAL_GAMMA):
+    def __init__(self, kind: str = DEFAULTS.loss, neg_pos_ratio: float = DEFAULTS.neg_pos_ratio,
+                 focal_alpha: float = DEFAULTS.focal_alpha, focal_gamma: float = DEFAULTS.focal_gamma):
         super().__init__()
-        _check_kind(kind)
-        self.kind = kind
+        self.kind = DetectionLoss.of(kind, "task.loss").value
         self.neg_pos_ratio = float(neg_pos_ratio)
         self.focal_alpha = float(focal_alpha)
         self.focal_gamma = float(focal_gamma)

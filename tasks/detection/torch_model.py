@@ -12,13 +12,10 @@ import torch
 from torch import nn
 
 from hydrali.tasks.classification.torch_model import ResNet
-from hydrali.tasks.detection.anchors import (
-    DEFAULT_STRIDES, AnchorSpec, anchor_spec, num_anchors, num_anchors_per_cell,
-)
+from hydrali.tasks.detection.anchors import DEFAULT_STRIDES, AnchorSpec, anchor_spec, num_anchors, num_anchors_per_cell
+from hydrali.tasks.detection.layout import BOX_VALUES, logits_per_anchor
 
-BOX_CODE_SIZE = 4           # box offsets per anchor (DALI box_encoder coding, see anchors.py)
 HEAD_KERNEL = 3             # both heads: one 3x3 convolution, "same" padding, stride 1, with bias
-BACKGROUND_CLASSES = 1      # the class head's extra class, at index BACKGROUND (0)
 BACKBONE_CLASSES = 1        # the ResNet's classifier is built, then dropped: its size does not matter
 
 
@@ -79,7 +76,7 @@ class SSD(nn.Module):
         self.backbone = _truncated_backbone(resnet, max(self.level_stages) + 1)
         channels = self.backbone.stage_channels()
         per_cell = num_anchors_per_cell(self.anchor_spec)
-        self.loc_heads = nn.ModuleList(_head(channels[i], a * BOX_CODE_SIZE)
+        self.loc_heads = nn.ModuleList(_head(channels[i], a * BOX_VALUES)
                                        for i, a in zip(self.level_stages, per_cell))
         self.cls_heads = nn.ModuleList(_head(channels[i], a * self.num_outputs_per_anchor, zero_bias=True)
                                        for i, a in zip(self.level_stages, per_cell))
@@ -87,7 +84,7 @@ class SSD(nn.Module):
     @property
     def num_outputs_per_anchor(self) -> int:
         """C = K + 1: the class logits per anchor, background (index 0) included."""
-        return self.num_classes + BACKGROUND_CLASSES
+        return logits_per_anchor(self.num_classes)
 
     @property
     def num_anchors(self) -> int:
@@ -102,6 +99,6 @@ class SSD(nn.Module):
         stages = self.backbone.features(x)
         locs, logits = [], []
         for stage, loc_head, cls_head in zip(self.level_stages, self.loc_heads, self.cls_heads):
-            locs.append(_flatten_level(loc_head(stages[stage]), BOX_CODE_SIZE))
+            locs.append(_flatten_level(loc_head(stages[stage]), BOX_VALUES))
             logits.append(_flatten_level(cls_head(stages[stage]), self.num_outputs_per_anchor))
         return torch.cat([torch.cat(locs, dim=1), torch.cat(logits, dim=1)], dim=-1)

@@ -9,10 +9,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from torch import nn
 
 from hydrali.core.distributed.topology import is_first_process
-from hydrali.tasks.detection.torch_decode import detect
+from hydrali.tasks.detection.layout import BOX_VALUES
+from hydrali.tasks.detection.torch_decode import decode_detections
 from hydrali.tasks.detection.torch_loss import multibox_loss
-
-BOX_COLUMNS = 4   # raw outputs: 4 box offsets, then 1 + K class logits
 
 
 @contextlib.contextmanager
@@ -53,7 +52,7 @@ class TorchDetection(nn.Module):
         images = batch["images"]
         raw = self.model(images)
         with _one_thread_on_cpu(raw.device):
-            found = detect(raw[..., :BOX_COLUMNS], raw[..., BOX_COLUMNS:], self.anchors, **self.detection_args)
+            found = decode_detections(raw[..., :BOX_VALUES], raw[..., BOX_VALUES:], self.anchors, **self.detection_args)
         self.validation.add_batch(batch["image_ids"].reshape(-1).tolist(),
                                   [boxes.cpu().numpy() for boxes, _, _ in found],
                                   [scores.cpu().numpy() for _, scores, _ in found],

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 from hydra.utils import instantiate
 
-from hydrali.core.run.plan import make_plan
 from hydrali.core.distributed.topology import detect_topology
+from hydrali.core.run.plan import make_plan
 from tests.support.configs import compose_config
 
 SEED = 0
@@ -48,13 +48,13 @@ def untrained_map50_of(backend: str, data_dir: Path) -> float:
 
     import keras
 
-    from hydrali.tasks.detection.keras_decode import detect
+    from hydrali.tasks.detection.keras_decode import decode_detections
     from hydrali.tasks.detection.keras_task import build
     keras.utils.set_random_seed(SEED)
     side = build(task, dataset)
     model = side.build_model(cfg.model, dataset.num_classes, cfg.data.image_size)
     for images, _, image_ids in batches:
-        boxes, scores, labels, counts = (np.asarray(t) for t in detect(
+        boxes, scores, labels, counts = (np.asarray(t) for t in decode_detections(
             model(images, training=False), side.anchors, **task.detection_args()))
         side.validation.add_batch(image_ids.reshape(-1).tolist(), boxes, scores, labels, counts=counts.tolist())
     return side.validation.finish(0, draw=False)["val/map50"]
