@@ -3,7 +3,7 @@ acts on a value keys its table by that enum and covers exactly its members, take
 it (a string), and refuses any other value, as code called without the schema may receive, naming the choices."""
 import pytest
 
-from hydrali.core.config.schema import Device, LastBatch, Precision, Scale, Schedule
+from hydrali.core.config.schema import Device, LastBatch, Optimizer, Precision, Scale, Schedule
 from hydrali.core.data.devices import resolve_device
 from hydrali.core.errors import HydraliError
 from hydrali.core.optim.schedule import AFTER_WARMUP, lr_factor
@@ -62,3 +62,16 @@ def test_every_precision_the_schema_allows_has_a_keras_dtype_policy():
     from hydrali.backends.keras.training import POLICIES
 
     assert set(POLICIES) == set(Precision.values())
+
+
+def test_every_optimizer_the_schema_allows_is_built_on_torch():
+    from hydrali.backends.lightning.module import OPTIMIZERS
+
+    assert set(OPTIMIZERS) == set(Optimizer)
+
+
+@pytest.mark.keras
+def test_every_optimizer_the_schema_allows_is_built_on_keras():
+    from hydrali.backends.keras.training import OPTIMIZERS
+
+    assert set(OPTIMIZERS) == set(Optimizer)

@@ -23,6 +23,7 @@ from keras import ops
 from omegaconf import DictConfig
 
 from hydrali.backends.keras.spec import SPEC
+from hydrali.core.config.schema import Optimizer, Precision
 from hydrali.core.contracts.task import side_builder
 from hydrali.core.errors import HydraliError
 from hydrali.core.optim.optimizer import ADAM_EPSILON, decays
@@ -30,7 +31,8 @@ from hydrali.core.optim.schedule import lr_factor
 from hydrali.core.run.epoch import EpochContract
 from hydrali.core.run.plan import Plan
 
-POLICIES = {"32-true": "float32", "bf16-mixed": "mixed_bfloat16", "16-mixed": "mixed_float16"}
+POLICIES = {Precision["32-true"]: "float32", Precision["bf16-mixed"]: "mixed_bfloat16",
+            Precision["16-mixed"]: "mixed_float16"}   # backend.precision -> the Keras dtype policy
 
 
 @keras.saving.register_keras_serializable(package="hydrali")
@@ -136,13 +138,18 @@ class TorchAdamW(keras.optimizers.Optimizer):
                 "decoupled_weight_decay": self.decoupled_weight_decay}
 
 
+OPTIMIZERS = {   # optim.name -> the Keras optimizer with torch's semantics, with the optim node's settings
+    Optimizer.sgd: lambda optim, schedule: TorchSGD(learning_rate=schedule, momentum=optim.momentum,
+                                                    nesterov=optim.nesterov, coupled_weight_decay=optim.weight_decay),
+    Optimizer.adamw: lambda optim, schedule: TorchAdamW(learning_rate=schedule, beta_1=optim.betas[0],
+                                                        beta_2=optim.betas[1], epsilon=ADAM_EPSILON,
+                                                        decoupled_weight_decay=optim.weight_decay),
+}
+
+
 def make_optimizer(optim: DictConfig, schedule) -> keras.optimizers.Optimizer:
     """The optimizer of hydrali.core.optim.optimizer's semantics (which variables decay is decided by their shape)."""
-    if str(optim.name) == "sgd":
-        return TorchSGD(learning_rate=schedule, momentum=optim.momentum, nesterov=optim.nesterov,
-                        coupled_weight_decay=optim.weight_decay)
-    return TorchAdamW(learning_rate=schedule, beta_1=optim.betas[0], beta_2=optim.betas[1], epsilon=ADAM_EPSILON,
-                      decoupled_weight_decay=optim.weight_decay)
+    return OPTIMIZERS[Optimizer.of(optim.name, "optim.name")](optim, schedule)
 
 
 @keras.saving.register_keras_serializable(package="hydrali")
@@ -247,7 +254,7 @@ class ValidationPosition(keras.callbacks.Callback):
 def dtype_policy(precision: str):
     """Build layers under the Keras dtype policy of backend.precision, restoring the previous policy after."""
     previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(POLICIES[precision])
+    keras.config.set_dtype_policy(POLICIES[Precision.of(precision, "backend.precision")])
     try:
         yield
     finally:

@@ -13,6 +13,7 @@ from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 from omegaconf import DictConfig
 
 from hydrali.backends.lightning.spec import SPEC
+from hydrali.core.config.schema import Optimizer
 from hydrali.core.contracts.task import side_builder
 from hydrali.core.errors import HydraliError
 from hydrali.core.optim.optimizer import ADAM_EPSILON, decays
@@ -30,6 +31,14 @@ def build_torch_side(task, cfg: DictConfig, dataset) -> torch.nn.Module:
         raise HydraliError(f"model={cfg.model.get('_target_')} cannot be built: {err}") from err
 
 
+OPTIMIZERS = {   # optim.name -> torch's optimizer over parameter groups, with the optim node's settings
+    Optimizer.sgd: lambda groups, optim, lr: torch.optim.SGD(groups, lr=lr, momentum=optim.momentum,
+                                                             nesterov=optim.nesterov),
+    Optimizer.adamw: lambda groups, optim, lr: torch.optim.AdamW(groups, lr=lr, betas=tuple(optim.betas),
+                                                                 eps=ADAM_EPSILON),
+}
+
+
 def make_optimizer(parameters, optim: DictConfig, lr: float) -> torch.optim.Optimizer:
     """SGD (torch's coupled weight decay) or AdamW (decoupled), decaying only what
     hydrali.core.optim.optimizer.decays says."""
@@ -37,9 +46,7 @@ def make_optimizer(parameters, optim: DictConfig, lr: float) -> torch.optim.Opti
     for p in parameters:
         (decay if decays(p.shape) else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": optim.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    if str(optim.name) == "sgd":
-        return torch.optim.SGD(groups, lr=lr, momentum=optim.momentum, nesterov=optim.nesterov)
-    return torch.optim.AdamW(groups, lr=lr, betas=tuple(optim.betas), eps=ADAM_EPSILON)
+    return OPTIMIZERS[Optimizer.of(optim.name, "optim.name")](groups, optim, lr)
 
 
 def make_schedule(optimizer: torch.optim.Optimizer, optim: DictConfig, plan: Plan,
