@@ -262,3 +262,20 @@ def test_the_readmes_layout_lists_every_package_of_the_tree():
     listed = _readme_layout()
     assert packages - {"backends"} <= listed, f"packages the README does not list: {sorted(packages - listed)}"
     assert all((REPO / entry).is_dir() for entry in listed), [e for e in listed if not (REPO / e).is_dir()]
+
+
+FRAMEWORKS = ("torch", "tensorflow", "keras", "lightning")
+
+
+def test_core_imports_no_framework_at_module_level_outside_files_named_by_framework():
+    """`hydrali --help` and a Keras run never load torch: core's modules import a framework only inside functions,
+    but for the files named by the framework they drive (torch_*.py, keras_*.py), as in tasks/."""
+    loaders = []
+    for name, path in _modules().items():
+        if not name.startswith("hydrali.core") or path.name.startswith(("torch_", "keras_")):
+            continue
+        for node in ast.parse(path.read_text()).body:
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            loaders += [f"{name}: {n}" for n in names if n.split(".")[0] in FRAMEWORKS]
+    assert loaders == []
