@@ -16,7 +16,7 @@ from PIL import Image
 
 CATEGORIES = [{"id": 3, "name": "red"}, {"id": 7, "name": "green"}, {"id": 11, "name": "blue"}]
 COLOURS = {3: (170, 20, 20), 7: (20, 150, 20), 11: (20, 20, 170)}   # dark, saturated: far from the background
-BACKGROUND = (235, 235, 235)
+CANVAS_COLOUR = (235, 235, 235)
 SIZES = [(160, 120), (120, 160), (200, 100), (128, 128)]           # (width, height), cycled
 EMPTY_VAL_IMAGE = 1000                                               # the id of the val image without boxes
 
@@ -41,7 +41,7 @@ def _write_split(root: Path, folder: str, count: int, first_id: int, rng, empty_
     ids = [first_id + i for i in range(count)] + ([empty_id] if empty_id is not None else [])
     for n, image_id in enumerate(ids):
         width, height = SIZES[n % len(SIZES)]
-        pixels = np.full((height, width, 3), BACKGROUND, dtype=np.uint8)
+        pixels = np.full((height, width, 3), CANVAS_COLOUR, dtype=np.uint8)
         boxes = [] if image_id == empty_id else _boxes(rng, width, height, int(rng.integers(1, 4)))
         for box in boxes:
             x, y, w, h = box
