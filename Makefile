@@ -1,6 +1,7 @@
 # hydrali: the two commands of the README.
 #   make train   set up .venv, then run `hydrali` with its defaults (add ARGS="key=value ...")
-#   make test    set up .venv, then run the test suite
+#   make test    set up .venv, then check the code with ruff (lint, format) and run the test suite
+#   make lint    ruff alone: `ruff check` and `ruff format --check` (pyproject.toml [tool.ruff])
 PYTHON ?= python3
 VENV   ?= .venv
 # torch: a CPU build is pinned where no NVIDIA driver is present, so that pip does not pull
@@ -8,7 +9,7 @@ VENV   ?= .venv
 TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 ARGS ?=
 
-.PHONY: setup train test clean
+.PHONY: setup train lint test clean
 
 $(VENV)/.installed: pyproject.toml
 	@echo "hydrali: setting up $(VENV): torch, DALI, Lightning, TensorFlow, MLflow (the first time 3 to 5 minutes" \
@@ -28,8 +29,12 @@ setup: $(VENV)/.installed
 train: setup
 	$(VENV)/bin/hydrali $(ARGS)
 
-test: setup
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: lint
 	$(VENV)/bin/python -m pytest -q $(ARGS)
 
 clean:
-	rm -rf $(VENV) outputs multirun mlflow.db mlartifacts data
+	rm -rf $(VENV) outputs multirun mlflow.db mlflow.db.lock mlartifacts data

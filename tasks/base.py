@@ -1,6 +1,7 @@
 """What every task shares (core.contracts.task.Task): its config fields, the checks after its data is prepared,
 and how it builds a DALI pipeline from a recipe of conf/pipeline. A task says only what differs: where a split's
 files are read from (`source`), which files it holds (`image_files`) and what else its recipes take."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ class DaliTask:
     name: str
     monitor: str
     mode: str
-    sides: dict[str, str]   # framework -> "module.callable" building that side
+    sides: dict[str, str]  # framework -> "module.callable" building that side
 
     def image_files(self, dataset: Dataset) -> list[Path]:
         """Every image file of the dataset's splits."""
@@ -42,22 +43,43 @@ class DaliTask:
         """After the data is prepared: data.num_classes agrees with the `classes_in` counted, and the image files
         pass the `verify` check (off, quick or full)."""
         if data.num_classes is not None and data.num_classes != dataset.num_classes:
-            raise HydraliError(f"data.num_classes={data.num_classes} but {classes_in} has {dataset.num_classes}: set "
-                               f"data.num_classes=null or fix the data")
+            raise HydraliError(
+                f"data.num_classes={data.num_classes} but {classes_in} has {dataset.num_classes}: set "
+                f"data.num_classes=null or fix the data"
+            )
         bad = verify_files(self.image_files(dataset), verify)
         if bad:
             raise HydraliError(bad_files_message(bad, " (data.verify=off skips this check)"))
 
-    def build_pipeline(self, *, pipeline: DictConfig, data: DictConfig, model: DictConfig, dataset: Dataset,
-                       plan: Plan, shard: Shard, layout: str, is_training: bool):
+    def build_pipeline(
+        self,
+        *,
+        pipeline: DictConfig,
+        data: DictConfig,
+        model: DictConfig,
+        dataset: Dataset,
+        plan: Plan,
+        shard: Shard,
+        layout: str,
+        is_training: bool,
+    ):
         """The DALI pipeline (not yet built) of one replica's shard of one split."""
         return make_pipeline(
-            pipeline.recipe, OmegaConf.to_container(pipeline.options, resolve=True),
-            batch_size=plan.per_replica_batch, num_threads=pipeline.num_threads, device_id=shard.device_id,
-            seed=shard.pipeline_seed, prefetch_queue_depth=pipeline.prefetch_queue_depth,
-            source=self.source(dataset, shard, plan, is_training), device=plan.device, layout=layout,
-            image_size=data.image_size, dtype=str(pipeline.dtype), hw_decoder_load=pipeline.hw_decoder_load,
-            **self.recipe_arguments(model, data))
+            pipeline.recipe,
+            OmegaConf.to_container(pipeline.options, resolve=True),
+            batch_size=plan.per_replica_batch,
+            num_threads=pipeline.num_threads,
+            device_id=shard.device_id,
+            seed=shard.pipeline_seed,
+            prefetch_queue_depth=pipeline.prefetch_queue_depth,
+            source=self.source(dataset, shard, plan, is_training),
+            device=plan.device,
+            layout=layout,
+            image_size=data.image_size,
+            dtype=str(pipeline.dtype),
+            hw_decoder_load=pipeline.hw_decoder_load,
+            **self.recipe_arguments(model, data),
+        )
 
     def explain_decode_error(self, dataset: Dataset) -> str | None:
         """After a decoder failed: one line naming the dataset's image files that cannot be decoded, if any."""

@@ -1,5 +1,6 @@
 """Shared fixtures: the session's data dir, configs composed through Hydra's compose API, and TensorFlow's CPU split
 into 2 logical devices for a session that holds a Keras test. The helpers they use live in tests/support/."""
+
 from __future__ import annotations
 
 import shutil
@@ -19,6 +20,7 @@ def two_logical_cpus(request):
     TensorFlow."""
     if any(item.get_closest_marker("keras") for item in request.session.items):
         from hydrali.backends.keras.strategy import configure_devices
+
         configure_devices(2, "cpu")
 
 
@@ -40,6 +42,8 @@ def digits_copy(tmp_path, data_dir) -> Path:
 @pytest.fixture
 def make_cfg(tmp_path, data_dir):
     """compose_config bound to this test's tmp dir and the session's data dir."""
+
     def make(*overrides: str, output_dir: Path | None = None):
         return compose_config(list(overrides), tmp_path, data_dir, output_dir)
+
     return make

@@ -7,6 +7,7 @@ after a first line with the seed this process trains with (Python's hash seed, w
 `recording_detection` is the detection task's Keras side whose validation also appends each detection this
 process adds (a COCO result dict, one JSON line each) to the file named by $HYDRALI_TEST_DETECTIONS.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,7 +33,7 @@ class LabelRecordingLoss(CrossEntropy):
         self.path = path
 
     def __call__(self, y_true, y_pred, sample_weight=None):
-        if sample_weight is None:   # training: Keras gives no sample weights (validation weighs out the padding)
+        if sample_weight is None:  # training: Keras gives no sample weights (validation weighs out the padding)
             tf.print(tf.reshape(y_true, [-1]), output_stream=f"file://{self.path}", summarize=-1)
         return super().__call__(y_true, y_pred, sample_weight)
 
@@ -81,8 +82,9 @@ class RecordingValidation(DetectionValidation):
 def recording_detection(task, dataset) -> KerasDetection:
     """A task.sides.keras: the detection task's Keras side recording its detections into $HYDRALI_TEST_DETECTIONS."""
     side = KerasDetection(task, dataset)
-    side.validation = RecordingValidation(dataset.val, pictures=task.pictures, pictures_dir=Path(task.pictures_dir),
-                                          path=os.environ[DETECTIONS_ENV])
+    side.validation = RecordingValidation(
+        dataset.val, pictures=task.pictures, pictures_dir=Path(task.pictures_dir), path=os.environ[DETECTIONS_ENV]
+    )
     return side
 
 

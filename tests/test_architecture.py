@@ -1,5 +1,6 @@
 """The seams a newcomer relies on: core/ in packages by job, no import cycle, layers that import downwards only,
 and a backend added from outside hydrali (an installed package's entry point) without touching a task or core."""
+
 from __future__ import annotations
 
 import ast
@@ -91,8 +92,12 @@ def import_graph() -> dict[str, set[str]]:
 
 def test_core_is_packages_by_job_and_the_benchmark_lives_in_one():
     assert len(list((REPO / "core").glob("*.py"))) <= 6, sorted(p.name for p in (REPO / "core").glob("*.py"))
-    strays = [str(p.relative_to(REPO)) for folder in PACKAGES for p in (REPO / folder).rglob("*bench*.py")
-              if p.parent != REPO / "core" / "bench"]
+    strays = [
+        str(p.relative_to(REPO))
+        for folder in PACKAGES
+        for p in (REPO / folder).rglob("*bench*.py")
+        if p.parent != REPO / "core" / "bench"
+    ]
     assert strays == [], f"benchmark modules outside core/bench/: {strays}"
 
 
@@ -109,6 +114,7 @@ def test_the_walker_finds_a_cycle():
 def test_layers_import_downwards_only(import_graph):
     """core's library knows no task and no backend (it reaches them through the registry, by name); backends know no
     task and tasks no backend; only the command lines (core.cli, core.bench) may import any layer."""
+
     def layer(module: str) -> str:
         return module.split(".")[1]
 
@@ -126,7 +132,7 @@ def test_layers_import_downwards_only(import_graph):
 
 # A backend as a third party would ship it: a module with its spec and implementation, and an installed
 # distribution whose entry point (group hydrali.backends) names the spec. Nothing of hydrali is edited.
-FAKE_MODULE = '''
+FAKE_MODULE = """
 from dataclasses import dataclass, field
 from typing import Any, Dict
 
@@ -168,9 +174,10 @@ class FakeBackend:
         raise HydraliError(f"the fake backend never trains (it was handed {kwargs['plan'].global_batch} images a step)")
 
 
-SPEC = BackendSpec(name="fake", framework="torch", framework_label="torch", summary="a test's backend that never trains",
-                   schema=FakeBackendConfig, checkpoint_suffix=".fake", implementation="hydrali_fake_backend:FakeBackend")
-'''
+SPEC = BackendSpec(name="fake", framework="torch", framework_label="torch",
+                   summary="a test's backend that never trains", schema=FakeBackendConfig,
+                   checkpoint_suffix=".fake", implementation="hydrali_fake_backend:FakeBackend")
+"""
 
 
 @pytest.fixture()
@@ -188,8 +195,9 @@ def fake_backend_env(tmp_path: Path) -> dict[str, str]:
 
 
 def _hydrali(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hydrali.core", *args], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "hydrali.core", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_a_backend_from_an_installed_package_joins_help_and_the_config_checks(fake_backend_env, tmp_path):
@@ -206,8 +214,9 @@ def test_a_backend_from_an_installed_package_joins_help_and_the_config_checks(fa
     refused = _hydrali(fake_backend_env, tmp_path, "backend=fake", "backend.workers=0", "tracking=none", "data.size=16")
     assert refused.returncode == 2 and "backend.workers=0: it needs at least 1" in refused.stderr, refused.stderr
 
-    reached = _hydrali(fake_backend_env, tmp_path, "backend=fake", "tracking=none", "data.size=16",
-                       "data.batch_size=8", "epochs=1")
+    reached = _hydrali(
+        fake_backend_env, tmp_path, "backend=fake", "tracking=none", "data.size=16", "data.batch_size=8", "epochs=1"
+    )
     assert reached.returncode == 2, reached.stderr
     assert "the fake backend never trains (it was handed 8 images a step)" in reached.stderr, reached.stderr
 
@@ -244,7 +253,7 @@ def test_the_registry_reads_no_framework():
 def _readme_layout() -> set[str]:
     """The folders the README's layout block lists (an indented entry is a sub-folder of the entry above it)."""
     text = (REPO / "README.md").read_text()
-    block = text[text.index("Layout:"):].split("\n\n", 2)[1]
+    block = text[text.index("Layout:") :].split("\n\n", 2)[1]
     listed, parent = set(), ""
     for line in block.splitlines():
         entry = line[4:].split(" ", 1)[0] if line.startswith("    ") and line[4:5] != " " else None
@@ -258,7 +267,9 @@ def _readme_layout() -> set[str]:
 
 
 def test_the_readmes_layout_lists_every_package_of_the_tree():
-    packages = {str(init.parent.relative_to(REPO)) for folder in PACKAGES for init in (REPO / folder).rglob("__init__.py")}
+    packages = {
+        str(init.parent.relative_to(REPO)) for folder in PACKAGES for init in (REPO / folder).rglob("__init__.py")
+    }
     listed = _readme_layout()
     assert packages - {"backends"} <= listed, f"packages the README does not list: {sorted(packages - listed)}"
     assert all((REPO / entry).is_dir() for entry in listed), [e for e in listed if not (REPO / e).is_dir()]
@@ -275,7 +286,12 @@ def test_core_imports_no_framework_at_module_level_outside_files_named_by_framew
         if not name.startswith("hydrali.core") or path.name.startswith(("torch_", "keras_")):
             continue
         for node in ast.parse(path.read_text()).body:
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             loaders += [f"{name}: {n}" for n in names if n.split(".")[0] in FRAMEWORKS]
     assert loaders == []

@@ -1,5 +1,6 @@
 """pipeline.autotune=true: candidates, selection, the probe on real DALI pipelines, and a run that trains with its
 choice."""
+
 from __future__ import annotations
 
 import json
@@ -61,9 +62,21 @@ def _light(source, num_threads: int, image_size: int, batch: int = 64):
     from hydrali.core.data.pipelines import make_pipeline
 
     options = {"mean": [0.5] * 3, "std": [0.25] * 3, "initial_fill": 256}
-    pipe = make_pipeline("hydrali.tasks.classification.recipes.light", options, batch_size=batch,
-                         num_threads=num_threads, device_id=None, seed=1, prefetch_queue_depth=2, source=source,
-                         device="cpu", layout="CHW", image_size=image_size, dtype="float", hw_decoder_load=0.65)
+    pipe = make_pipeline(
+        "hydrali.tasks.classification.recipes.light",
+        options,
+        batch_size=batch,
+        num_threads=num_threads,
+        device_id=None,
+        seed=1,
+        prefetch_queue_depth=2,
+        source=source,
+        device="cpu",
+        layout="CHW",
+        image_size=image_size,
+        dtype="float",
+        hw_decoder_load=0.65,
+    )
     pipe.build()
     return pipe
 
@@ -76,8 +89,9 @@ def test_the_probe_picks_the_faster_of_two_real_pipelines_and_tears_them_down(di
     sizes = {fast: 16, slow: 256}
     threads_before = len(os.listdir("/proc/self/task"))
     for order in ([slow, fast], [fast, slow]):
-        trials = autotune.probe(order, lambda s: _light(digits_source, s.num_threads, sizes[s]), batch_size=64,
-                                warmup=2, batches=4)
+        trials = autotune.probe(
+            order, lambda s: _light(digits_source, s.num_threads, sizes[s]), batch_size=64, warmup=2, batches=4
+        )
         assert [t.setting for t in trials] == order
         assert autotune.pick(trials) == fast, trials
     assert not trials[1].complete, "the slow one, probed after the fast one, is cut short"
@@ -85,13 +99,21 @@ def test_the_probe_picks_the_faster_of_two_real_pipelines_and_tears_them_down(di
 
 
 def test_the_gpu_search_tries_each_load_at_the_most_threads_then_the_threads_and_times_the_configured_whole(
-        digits_source):
+    digits_source,
+):
     """The coordinate search on real (CPU) pipelines, which take the load as a GPU decoder would and ignore it: each
     load at the most threads, then the other thread counts at the chosen load, then the configured setting, timed
     whole whatever the best so far (its rate is the log line's baseline)."""
     configured = Setting(1, 0.65)
-    trials = autotune.search(configured, [1, 2], [0.5, 0.65, 1.0], lambda s: _light(digits_source, s.num_threads, 16),
-                             batch_size=64, warmup=2, batches=3)
+    trials = autotune.search(
+        configured,
+        [1, 2],
+        [0.5, 0.65, 1.0],
+        lambda s: _light(digits_source, s.num_threads, 16),
+        batch_size=64,
+        warmup=2,
+        batches=3,
+    )
     settings = [t.setting for t in trials]
     assert settings[:3] == [Setting(2, 0.5), Setting(2, 0.65), Setting(2, 1.0)]
     best_load = autotune.pick(trials[:3], prefer=Setting(2, 0.65)).hw_decoder_load
@@ -102,12 +124,14 @@ def test_the_gpu_search_tries_each_load_at_the_most_threads_then_the_threads_and
 def test_the_probe_leaves_the_run_s_data_order_as_it_was(digits_source):
     """The labels of a fresh training pipeline's first batches are the same before and after a probe of the same
     recipe, shard and seed: the probe's pipelines share no state with the run's."""
+
     def first_labels(pipe, batches=3):
         return [pipe.run()[1].as_array().ravel().tolist() for _ in range(batches)]
 
     before = first_labels(_light(digits_source, 2, 16))
-    autotune.probe([Setting(1), Setting(2)], lambda s: _light(digits_source, s.num_threads, 16), batch_size=64,
-                   warmup=2, batches=3)
+    autotune.probe(
+        [Setting(1), Setting(2)], lambda s: _light(digits_source, s.num_threads, 16), batch_size=64, warmup=2, batches=3
+    )
     assert first_labels(_light(digits_source, 2, 16)) == before
 
 
@@ -121,10 +145,17 @@ def test_a_run_with_autotune_trains_with_the_chosen_threads(make_cfg, tmp_path, 
 
     seen = tmp_path / "threads.json"
     out = tmp_path / "run"
-    cfg = make_cfg(*SMALL_NET, *LIGHTNING_QUIET, "pipeline=light", "epochs=1", "pipeline.autotune=true",
-                   "pipeline.autotune_warmup=1", "pipeline.autotune_batches=3",
-                   with_plugin_callback("threads", "RecordPipelineThreads", path=str(seen)),
-                   output_dir=out)
+    cfg = make_cfg(
+        *SMALL_NET,
+        *LIGHTNING_QUIET,
+        "pipeline=light",
+        "epochs=1",
+        "pipeline.autotune=true",
+        "pipeline.autotune_warmup=1",
+        "pipeline.autotune_batches=3",
+        with_plugin_callback("threads", "RecordPipelineThreads", path=str(seen)),
+        output_dir=out,
+    )
     cores = len(os.sched_getaffinity(0))
     candidates = autotune.thread_candidates(cfg.pipeline.num_threads, autotune.core_budget(1, 1))
     with caplog.at_level("INFO", logger="hydrali"):

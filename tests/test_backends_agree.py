@@ -1,5 +1,6 @@
 """Both backends run the same experiment: the same epochs, lr at every step, params and metric names,
 each loading only its own framework, each log line printed once."""
+
 import os
 
 import pytest
@@ -14,14 +15,23 @@ pytestmark = pytest.mark.slow
 # digits, 2 epochs, SGD with weight decay 1e-4 and label smoothing 0.1 (acceptance of the agreement), on a narrow
 # network at 16 x 16: what is checked is how each backend runs the experiment, not what it learns
 SAME = ["epochs=2", "optim.weight_decay=1e-4", "task.label_smoothing=0.1", *SMALL_NET]
-IMPORT_PROBE = ("import atexit, runpy, sys; "
-                "atexit.register(lambda: print('LOADED', 'torch' in sys.modules, 'tensorflow' in sys.modules)); "
-                "sys.argv = ['hydrali'] + sys.argv[1:]; runpy.run_module('hydrali.core', run_name='__main__')")
+IMPORT_PROBE = (
+    "import atexit, runpy, sys; "
+    "atexit.register(lambda: print('LOADED', 'torch' in sys.modules, 'tensorflow' in sys.modules)); "
+    "sys.argv = ['hydrali'] + sys.argv[1:]; runpy.run_module('hydrali.core', run_name='__main__')"
+)
 
 
 def _run_with_probe(tmp_path, data_dir, name, *args):
-    out = run_cli(f"paths.data_dir={data_dir}", f"hydra.run.dir={tmp_path / name}", *SAME, *args, cwd=tmp_path,
-                  timeout=900, entry=("-c", IMPORT_PROBE))
+    out = run_cli(
+        f"paths.data_dir={data_dir}",
+        f"hydra.run.dir={tmp_path / name}",
+        *SAME,
+        *args,
+        cwd=tmp_path,
+        timeout=900,
+        entry=("-c", IMPORT_PROBE),
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return out, read_summary(tmp_path / name)
 
@@ -62,12 +72,17 @@ def test_both_backends_log_the_same_params_and_metrics(both):
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     runs = {s["backend"]: client.get_run(s["mlflow_run_id"]).data for s in (lightning, keras)}
     # backend.* holds each backend's own options (devices vs replicas, ...): everything else is the same
-    shared = {b: {k: v for k, v in d.params.items() if not k.startswith("backend.") and k != "paths.output_dir"}
-              for b, d in runs.items()}
+    shared = {
+        b: {k: v for k, v in d.params.items() if not k.startswith("backend.") and k != "paths.output_dir"}
+        for b, d in runs.items()
+    }
     assert shared["lightning"] == shared["keras"]
     assert shared["keras"]["epoch/steps_per_epoch"] == "22" and shared["keras"]["task.label_smoothing"] == "0.1"
-    assert set(runs["lightning"].metrics) == set(runs["keras"].metrics) == {
-        "train/loss", "train/images", "val/loss", "val/acc", "val/images", "lr/first", "lr/last"}
+    assert (
+        set(runs["lightning"].metrics)
+        == set(runs["keras"].metrics)
+        == {"train/loss", "train/images", "val/loss", "val/acc", "val/images", "lr/first", "lr/last"}
+    )
 
 
 def test_each_backend_loads_only_its_framework_and_prints_each_line_once(both):
@@ -99,15 +114,24 @@ def test_lightning_shows_a_bar_on_a_terminal_counting_epochs_from_one(tmp_path, 
     import pty
 
     leader, follower = pty.openpty()
-    proc = start_cli(f"paths.data_dir={data_dir}", "epochs=2", *SMALL_NET, "tracking=none",
-                     f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, env={"COLUMNS": "120"}, stdin=follower,
-                     stdout=follower, stderr=follower)
+    proc = start_cli(
+        f"paths.data_dir={data_dir}",
+        "epochs=2",
+        *SMALL_NET,
+        "tracking=none",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+        env={"COLUMNS": "120"},
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+    )
     os.close(follower)
     screen = b""
     while True:
         try:
             chunk = os.read(leader, 65536)
-        except OSError:   # the terminal closed: the run ended
+        except OSError:  # the terminal closed: the run ended
             break
         if not chunk:
             break

@@ -3,6 +3,7 @@
 On a machine without a GPU the CPU-only part runs (loaders through the data layers, raw DALI, the PIL
 DataLoader; the detection recipe on the CPU) and every GPU part is one "skipped: needs a GPU" row.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,12 +24,31 @@ def bench_run(tmp_path_factory):
     """One tiny run of every section: (completed process, parsed JSON)."""
     root = tmp_path_factory.mktemp("bench")
     command = [
-        sys.executable, "-m", "hydrali.core.bench.cli", f"hydra.run.dir={root}/run", f"paths.data_dir={root}/data",
-        "bench.sections=[" + ",".join(SECTIONS) + "]", "bench.repeats=3", "bench.warmup=1", "bench.batches=2",
-        "bench.synthetic.classes=2", "bench.synthetic.train_per_class=8", "bench.synthetic.val_per_class=2",
-        "data.batch_size=4", "data.image_size=64",
-        "bench.detection.overrides=[" + ",".join(f"'{o}'" for o in (
-            "data.batch_size=4", "data.generate.num_train=8", "data.generate.num_val=4", f"data.root={root}/data/det")) + "]",
+        sys.executable,
+        "-m",
+        "hydrali.core.bench.cli",
+        f"hydra.run.dir={root}/run",
+        f"paths.data_dir={root}/data",
+        "bench.sections=[" + ",".join(SECTIONS) + "]",
+        "bench.repeats=3",
+        "bench.warmup=1",
+        "bench.batches=2",
+        "bench.synthetic.classes=2",
+        "bench.synthetic.train_per_class=8",
+        "bench.synthetic.val_per_class=2",
+        "data.batch_size=4",
+        "data.image_size=64",
+        "bench.detection.overrides=["
+        + ",".join(
+            f"'{o}'"
+            for o in (
+                "data.batch_size=4",
+                "data.generate.num_train=8",
+                "data.generate.num_val=4",
+                f"data.root={root}/data/det",
+            )
+        )
+        + "]",
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=root)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -39,14 +59,14 @@ def test_table_is_printed_last_with_every_section(bench_run):
     done, _ = bench_run
     lines = [line for line in done.stdout.splitlines() if line.strip()]
     header = lines.index(COLUMNS)
-    rows = lines[header + 2:]
-    assert rows and all(line.startswith("| ") and line.endswith(" |") for line in rows)   # nothing after the table
+    rows = lines[header + 2 :]
+    assert rows and all(line.startswith("| ") and line.endswith(" |") for line in rows)  # nothing after the table
     titles = {line.split(" | ")[0][2:] for line in rows}
     assert titles == {"1 loaders", "4 cpu-only", "2 lightning", "3 keras", "5 detection"}
     for cells in (line.split(" | ") for line in rows):
         assert len(cells) == 6
         assert cells[3].startswith("skipped: ") or float(cells[3].replace(",", "")) > 0
-        assert cells[4] == "-"   # the loaders are not timed step by step; the training rows need a GPU here
+        assert cells[4] == "-"  # the loaders are not timed step by step; the training rows need a GPU here
 
 
 def test_gpu_parts_are_skipped_with_their_reason_on_a_machine_without_one(bench_run):
@@ -57,8 +77,9 @@ def test_gpu_parts_are_skipped_with_their_reason_on_a_machine_without_one(bench_
     assert set(skipped) == {"lightning", "keras", "detection"}
     assert all(reason.startswith("needs a GPU") for reason in skipped.values())
     for section in ("2 lightning", "3 keras", "5 detection"):
-        assert any(line.startswith(f"| {section} |") and "skipped: needs a GPU" in line
-                   for line in done.stdout.splitlines())
+        assert any(
+            line.startswith(f"| {section} |") and "skipped: needs a GPU" in line for line in done.stdout.splitlines()
+        )
 
 
 def test_json_holds_every_repeat_its_median_and_the_ratios(bench_run):
@@ -78,7 +99,7 @@ def test_json_holds_every_repeat_its_median_and_the_ratios(bench_run):
             assert row["ratios"][base["short"]] == pytest.approx(row["images_per_s"] / base["images_per_s"])
     by_section = {s: [r for r in measured if s in r["sections"]] for s in ("loaders", "cpu", "detection")}
     labels = [r["measurement"] for r in by_section["loaders"]]
-    for recipe in ("standard", "light"):   # each recipe: both data layers, raw DALI, the PIL DataLoader
+    for recipe in ("standard", "light"):  # each recipe: both data layers, raw DALI, the PIL DataLoader
         assert f"hydrali data layer, Lightning ({recipe})" in labels
         assert any(label.startswith(f"PIL DataLoader ({recipe})") for label in labels)
         assert any(label.startswith(f"raw DALI {recipe} (CHW)") for label in labels)
@@ -90,9 +111,20 @@ def test_json_holds_every_repeat_its_median_and_the_ratios(bench_run):
 
 
 def test_a_training_window_without_a_warm_up_step_is_one_error_naming_the_setting(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "hydrali.core.bench.cli", f"hydra.run.dir={tmp_path}/run",
-                           "bench.train.warmup=0", "bench.sections=[cpu]"], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hydrali.core.bench.cli",
+            f"hydra.run.dir={tmp_path}/run",
+            "bench.train.warmup=0",
+            "bench.sections=[cpu]",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert done.returncode == 2
-    [line] = done.stderr.strip().splitlines()   # one line, naming the setting and what it takes
+    [line] = done.stderr.strip().splitlines()  # one line, naming the setting and what it takes
     assert line.startswith("hydrali-bench: error: bench.train.warmup=0") and "at least 1" in line

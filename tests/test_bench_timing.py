@@ -1,5 +1,6 @@
 """How the benchmark times a window of steps: over the window, and at its median step, where each step's end is
 marked (a scripted clock stands in for the host's or the GPU's, so that the figures are known)."""
+
 from __future__ import annotations
 
 import pytest
@@ -33,7 +34,7 @@ def test_the_median_step_is_over_every_timed_step_and_only_those():
     clock = ScriptedClock([0.0, 1.0, 2.0, 7.0, 12.0])
     timing = time_steps(lambda: None, warmup=2, steps=4, images_per_step=10, stamp=clock.stamp)
     assert timing.median_step_images_per_s == pytest.approx(10 / 3)
-    assert next(clock.times, None) is None   # every scripted stamp taken
+    assert next(clock.times, None) is None  # every scripted stamp taken
 
 
 def test_a_window_without_stamps_has_no_median_step():
@@ -65,7 +66,10 @@ def test_a_row_keeps_each_repeats_median_step_and_the_table_shows_their_median()
     row, _ = report.add(Row("lightning", "train", "a training loop", "gpu"))
     interleave([(row, Replayed(Timing(90.0, 100.0), Timing(80.0, 120.0), Timing(95.0, 110.0)))], repeats=3)
     assert row.repeats == [90.0, 80.0, 95.0] and row.step_repeats == [100.0, 120.0, 110.0]
-    assert report.table(["lightning"]).splitlines()[-1] == "| 2 lightning | a training loop | gpu | 90 | 110 | (baseline) |"
+    assert (
+        report.table(["lightning"]).splitlines()[-1]
+        == "| 2 lightning | a training loop | gpu | 90 | 110 | (baseline) |"
+    )
     assert report.to_json({})["rows"][0]["median_step_images_per_s"] == 110.0
 
 
@@ -99,12 +103,13 @@ def test_cuda_stamps_time_steps_on_the_gpu_and_leave_out_a_step_that_waited():
     x = torch.randn(2048, 2048, device="cuda")
     calls = iter(range(100))
 
-    def step():   # the same GPU work each step; the third timed step also waits 0.5 s on the host
+    def step():  # the same GPU work each step; the third timed step also waits 0.5 s on the host
         if next(calls) == 4:
             time.sleep(0.5)
         return x @ x
 
-    timing = time_steps(step, warmup=2, steps=5, images_per_step=1, sync=lambda out: torch.cuda.synchronize(),
-                        stamp=CudaStamp)
-    assert 1 / timing.median_step_images_per_s < 0.1               # the median step: GPU time of one matmul
-    assert timing.median_step_images_per_s > 2 * timing.images_per_s   # the window includes the host's wait
+    timing = time_steps(
+        step, warmup=2, steps=5, images_per_step=1, sync=lambda out: torch.cuda.synchronize(), stamp=CudaStamp
+    )
+    assert 1 / timing.median_step_images_per_s < 0.1  # the median step: GPU time of one matmul
+    assert timing.median_step_images_per_s > 2 * timing.images_per_s  # the window includes the host's wait

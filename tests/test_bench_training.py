@@ -2,6 +2,7 @@
 these are the parts of them that do not): a timed run through hydrali itself on both backends, which trains
 its warm-up and timed steps, then stops, and gives the timed window's images/s; the plain torch loop from
 either feed, with the backend's lr schedule and Lightning's own precision; Keras' own bound."""
+
 from __future__ import annotations
 
 import json
@@ -31,9 +32,9 @@ def test_a_timed_run_trains_its_warm_up_and_timed_steps_then_stops(backend, make
     first, second = training.once(), training.once()
 
     assert first.images_per_s > 0 and second.images_per_s > 0
-    if backend == "lightning":   # steps timed one by one (the host's clock on the CPU)
+    if backend == "lightning":  # steps timed one by one (the host's clock on the CPU)
         assert first.median_step_images_per_s > 0 and second.median_step_images_per_s > 0
-    for repeat in (1, 2):   # each repeat is a run of its own, stopped within its first epoch after 2 + 3 steps
+    for repeat in (1, 2):  # each repeat is a run of its own, stopped within its first epoch after 2 + 3 steps
         rows = history(tmp_path / "runs" / f"{backend}-r{repeat}")
         assert len(rows) == 1 and rows[0]["train/images"] == (2 + 3) * BATCH
 
@@ -66,12 +67,20 @@ def test_the_plain_torch_loop_trains_the_tasks_network_from_either_feed(feed, ma
     second = loop.once()
 
     assert first.images_per_s > 0 and second.median_step_images_per_s > 0
-    assert any(not torch.equal(b, p.detach()) for b, p in zip(before, network.parameters()))   # it trained
+    assert any(not torch.equal(b, p.detach()) for b, p in zip(before, network.parameters()))  # it trained
     # the lr of the run's schedule after its 2 x (1 + 2) steps, as a Lightning run would have it (warming up)
     steps_per_epoch = plan.epoch.train_steps
-    assert optimizer.param_groups[0]["lr"] == pytest.approx(plan.effective_lr * lr_factor(
-        6, steps_per_epoch=steps_per_epoch, epochs=plan.epochs, warmup_epochs=1, warmup_div=cfg.optim.warmup_div,
-        schedule=str(cfg.optim.schedule)))
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(
+        plan.effective_lr
+        * lr_factor(
+            6,
+            steps_per_epoch=steps_per_epoch,
+            epochs=plan.epochs,
+            warmup_epochs=1,
+            warmup_div=cfg.optim.warmup_div,
+            schedule=str(cfg.optim.schedule),
+        )
+    )
     assert optimizer.param_groups[0]["lr"] < plan.effective_lr
     loop.close()
 
@@ -82,13 +91,22 @@ def test_the_plain_torch_loop_runs_the_precision_lightnings_trainer_runs(precisi
 
     from hydrali.backends.lightning.module import precision_plugin
 
-    trainer = L.Trainer(accelerator="cpu", devices=1, precision=precision, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        precision=precision,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     mine = precision_plugin(precision, "cpu")
 
     assert type(mine) is type(trainer.precision_plugin)
-    assert (mine.precision, getattr(mine, "device", None)) == \
-        (trainer.precision_plugin.precision, getattr(trainer.precision_plugin, "device", None))
+    assert (mine.precision, getattr(mine, "device", None)) == (
+        trainer.precision_plugin.precision,
+        getattr(trainer.precision_plugin, "device", None),
+    )
 
 
 def test_keras_own_bound_trains_the_keras_model_on_one_batch_of_the_shard(make_cfg):

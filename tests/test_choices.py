@@ -1,6 +1,7 @@
 """Each closed set of values is declared once, as an enum of the schema (hydrali.core.config.schema): the code that
 acts on a value keys its table by that enum and covers exactly its members, takes each of them as the runner passes
 it (a string), and refuses any other value, as code called without the schema may receive, naming the choices."""
+
 import pytest
 
 from hydrali.core.config.schema import Device, LastBatch, Optimizer, Precision, Scale, Schedule
@@ -23,7 +24,7 @@ def _last_batch(value):
     return make_contract(train_samples=100, val_samples=10, num_shards=2, batch=8, last_batch=value).train_steps
 
 
-TAKERS = {   # setting -> (its schema enum, the code's table keyed by it, a call taking the value as a string)
+TAKERS = {  # setting -> (its schema enum, the code's table keyed by it, a call taking the value as a string)
     "optim.scale": (Scale, SCALE_RULES, _scale),
     "optim.schedule": (Schedule, AFTER_WARMUP, _schedule),
     "pipeline.train_last_batch": (LastBatch, TRAIN_STEPS, _last_batch),
@@ -50,7 +51,7 @@ def test_every_device_the_schema_allows_resolves_and_any_other_is_refused_naming
     for value in Device.values():
         try:
             assert resolve_device(value) in ("cpu", "gpu")
-        except HydraliError as err:   # gpu on a machine where DALI sees no GPU: refused for that reason only
+        except HydraliError as err:  # gpu on a machine where DALI sees no GPU: refused for that reason only
             assert value == "gpu" and "choose one of" not in str(err), err
     with pytest.raises(HydraliError) as refused:
         resolve_device("tpu")

@@ -1,4 +1,5 @@
 """backend.compile=true: torch.compile on Lightning, XLA on Keras; checkpoints unaffected; the first step apart."""
+
 import json
 
 import pytest
@@ -13,9 +14,15 @@ pytestmark = pytest.mark.slow
 # 3 batches of 120 score the 360 validation images: one shape for every step, so one graph per mode (train, eval).
 # The network without BatchNorm compiles in half the time of the small ResNet (inductor builds C++ kernels on a CPU)
 # and is an nn.Sequential, which nn.Module.compile would leave uncompiled (hydrali compiles its forward).
-TINY = [*SMALL_NET, "pipeline=light", "data.batch_size=120", "tracking=none", "data.verify=off",
-        "model._target_=tests.support.plugins.torch_model_without_batchnorm",
-        "model.keras_target=tests.support.plugins.keras_model_without_batchnorm"]
+TINY = [
+    *SMALL_NET,
+    "pipeline=light",
+    "data.batch_size=120",
+    "tracking=none",
+    "data.verify=off",
+    "model._target_=tests.support.plugins.torch_model_without_batchnorm",
+    "model.keras_target=tests.support.plugins.keras_model_without_batchnorm",
+]
 
 
 def _checkpoint_keys(path) -> list[str]:
@@ -50,8 +57,11 @@ def test_lightning_compiled_checkpoint_resumes_uncompiled_and_back(make_cfg, tmp
 def test_keras_compile_trains_with_xla(make_cfg, tmp_path):
     out, jit = tmp_path / "keras", tmp_path / "jit.json"
     observe = with_plugin_callback("jit", "KerasRecordJit", path=str(jit))
-    run(make_cfg(*TINY, "backend=keras", "backend.verbose=0", "epochs=1", "backend.compile=true", observe,
-                 output_dir=out))
+    run(
+        make_cfg(
+            *TINY, "backend=keras", "backend.verbose=0", "epochs=1", "backend.compile=true", observe, output_dir=out
+        )
+    )
     assert json.loads(jit.read_text()) == {"jit_compile": True, "train_function": True}
     summary = read_summary(out)
     assert summary["compiled"] is True and summary["first_step_seconds"] > 0

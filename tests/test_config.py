@@ -1,4 +1,5 @@
 """Composition: the task picks its defaults, the command line wins, --help and --cfg work."""
+
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,11 @@ from tests.support.cli import REPO, run_cli
 def test_the_default_composition_is_classification_on_lightning_with_digits(make_cfg):
     cfg = make_cfg()
     assert (cfg.task.name, cfg.pipeline.name, cfg.data.name, cfg.backend.name) == (
-        "classification", "standard", "digits", "lightning")
+        "classification",
+        "standard",
+        "digits",
+        "lightning",
+    )
     assert cfg.model._target_.endswith("ResNet")
     assert cfg.tracking.uri.startswith("sqlite:///")
 
@@ -22,7 +27,11 @@ def test_command_line_choices_win_over_the_task_defaults(make_cfg):
 def test_backend_keras_composes_with_the_same_task_pipeline_and_data(make_cfg):
     cfg = make_cfg("backend=keras")
     assert (cfg.backend.name, cfg.pipeline.name, cfg.data.name, cfg.backend.replicas) == (
-        "keras", "standard", "digits", None)
+        "keras",
+        "standard",
+        "digits",
+        None,
+    )
     assert cfg.model.keras_target.endswith("keras_model.ResNet")
 
 
@@ -33,9 +42,14 @@ def test_seed_zero_survives_composition(make_cfg):
 def test_help_lists_the_groups_and_their_options(tmp_path):
     out = run_cli("--help", cwd=tmp_path)
     assert out.returncode == 0
-    for line in ("pipeline: light, scale_jitter, ssd, standard", "data: coco, digits, digits_detection, imagefolder",
-                 "backend: keras, lightning", "model: resnet18, resnet50, small_resnet, ssd_resnet50, ssd_small",
-                 "task: classification, detection", "tracking: mlflow, none"):
+    for line in (
+        "pipeline: light, scale_jitter, ssd, standard",
+        "data: coco, digits, digits_detection, imagefolder",
+        "backend: keras, lightning",
+        "model: resnet18, resnet50, small_resnet, ssd_resnet50, ssd_small",
+        "task: classification, detection",
+        "tracking: mlflow, none",
+    ):
         assert line in out.stdout
     assert "schema" not in out.stdout.split("== Config groups")[1].split("==")[0]
 
@@ -51,8 +65,12 @@ def test_the_project_compiles_without_warnings():
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-W", "error", "-m", "compileall", "-q", "-f", "core", "backends", "tasks",
-                          "conf"], cwd=REPO, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-W", "error", "-m", "compileall", "-q", "-f", "core", "backends", "tasks", "conf"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -79,22 +97,57 @@ def test_an_installed_hydrali_is_one_namespace_that_runs_from_anywhere(tmp_path,
     import sys
 
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(REPO)], check=True, capture_output=True, cwd=tmp_path)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(REPO),
+        ],
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
+    )
     top = {p.name for p in target.iterdir() if p.name not in ("bin", "__pycache__")}
     assert top == {"hydrali", "hydrali-0.1.0.dist-info"}, top
     assert (target / "hydrali" / "conf" / "pipeline" / "standard.yaml").is_file(), "the configs ship in the wheel"
 
     env = {**os.environ, "PYTHONPATH": str(target), "HYDRA_FULL_ERROR": "0"}
-    where = subprocess.run([sys.executable, "-c", "import hydrali.core; print(hydrali.core.__file__)"], env=env,
-                           cwd=tmp_path, capture_output=True, text=True, check=True)
+    where = subprocess.run(
+        [sys.executable, "-c", "import hydrali.core; print(hydrali.core.__file__)"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert where.stdout.startswith(str(target)), where.stdout
-    helped = subprocess.run([sys.executable, "-m", "hydrali.core", "--help"], env=env, cwd=tmp_path,
-                            capture_output=True, text=True)
+    helped = subprocess.run(
+        [sys.executable, "-m", "hydrali.core", "--help"], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
     assert helped.returncode == 0 and "pipeline: light, scale_jitter, ssd, standard" in helped.stdout
-    trained = subprocess.run([sys.executable, "-m", "hydrali.core", "epochs=1", "tracking=none",
-                              f"paths.data_dir={data_dir}", f"hydra.run.dir={tmp_path / 'run'}",
-                              "backend.trainer.enable_progress_bar=false"], env=env, cwd=tmp_path,
-                             capture_output=True, text=True, timeout=600)
+    trained = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hydrali.core",
+            "epochs=1",
+            "tracking=none",
+            f"paths.data_dir={data_dir}",
+            f"hydra.run.dir={tmp_path / 'run'}",
+            "backend.trainer.enable_progress_bar=false",
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert trained.returncode == 0, trained.stderr[-2000:]
     assert (tmp_path / "run" / "summary.json").is_file()

@@ -1,13 +1,18 @@
 """DALI failures while training become one line: DALI's words without C++ frames; only a decoder's run-time
 failure looks for the file."""
+
 from hydrali.core.data.dali_errors import dali_reason, explain_dali_error, is_decode_failure
 
-DECODE = ("Critical error in pipeline:\nError in CPU operator `nvidia.dali.fn.decoders.image`,\nwhich was used in the "
-          "pipeline definition with the following traceback:\n\n  File \"recipes.py\", line 12, in p\n\nencountered:"
-          "\n\nnvImageCodec failure: '#3'\nCurrent pipeline object is no longer valid.")
-OOM = ("Critical error in pipeline:\nError in MIXED operator `nvidia.dali.fn.decoders.image_random_crop`,\nwhich was "
-       "used in the pipeline definition with the following traceback:\n\nencountered:\n\nCUDA allocation failed\n"
-       "Stacktrace (3 entries):\n[frame 0]: /usr/lib/libdali.so(+0x1a2b3c) [0x7f00]\n[frame 1]: /usr/lib/libdali.so")
+DECODE = (
+    "Critical error in pipeline:\nError in CPU operator `nvidia.dali.fn.decoders.image`,\nwhich was used in the "
+    'pipeline definition with the following traceback:\n\n  File "recipes.py", line 12, in p\n\nencountered:'
+    "\n\nnvImageCodec failure: '#3'\nCurrent pipeline object is no longer valid."
+)
+OOM = (
+    "Critical error in pipeline:\nError in MIXED operator `nvidia.dali.fn.decoders.image_random_crop`,\nwhich was "
+    "used in the pipeline definition with the following traceback:\n\nencountered:\n\nCUDA allocation failed\n"
+    "Stacktrace (3 entries):\n[frame 0]: /usr/lib/libdali.so(+0x1a2b3c) [0x7f00]\n[frame 1]: /usr/lib/libdali.so"
+)
 
 
 def test_a_decoder_failure_names_the_file_found():
@@ -30,12 +35,21 @@ def test_a_lightning_validation_batch_of_padding_only_is_skipped():
     import torch
 
     from hydrali.backends.lightning.module import HydraliModule
-    from hydrali.core.run.plan import make_plan
     from hydrali.core.distributed.topology import detect_topology
+    from hydrali.core.run.plan import make_plan
     from hydrali.tasks.classification.torch_task import TorchClassification
 
-    plan = make_plan(topology=detect_topology(1, 1, env={}), batch_size=4, base_lr=0.1, ref_batch=4, rule="none",
-                     warmup_epochs=0, epochs=1, seed=0, device="cpu")
+    plan = make_plan(
+        topology=detect_topology(1, 1, env={}),
+        batch_size=4,
+        base_lr=0.1,
+        ref_batch=4,
+        rule="none",
+        warmup_epochs=0,
+        epochs=1,
+        seed=0,
+        device="cpu",
+    )
     task = TorchClassification(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3)), 3)
     module = HydraliModule(task, None, plan, 1)
     scored = []

@@ -1,5 +1,6 @@
 """Anchors and box coding of the detection task, checked against DALI's real fn.box_encoder (CPU) and
 against independent, obviously-correct references (explicit loops, a quadratic Python NMS)."""
+
 from __future__ import annotations
 
 import itertools
@@ -23,11 +24,11 @@ from hydrali.tasks.detection.anchors import (
 from hydrali.tasks.detection.layout import BACKGROUND, BOX_VALUES, logits_per_anchor
 from hydrali.tasks.detection.torch_decode import batched_nms, decode_boxes, decode_detections
 
-SPEC = spec_for(128, (8, 16, 32))          # feature sizes 16, 8, 4; 4 anchors per cell
+SPEC = spec_for(128, (8, 16, 32))  # feature sizes 16, 8, 4; 4 anchors per cell
 ANCHORS = default_boxes(SPEC)
-CODE_TOLERANCE = 1e-5                       # DALI's offsets vs the numpy reference
-BOX_TOLERANCE = 1e-4                        # boxes decoded from DALI's offsets vs the ground truth
-MATCH_IOU_IN_TESTS = 0.5                    # written out here, not imported: the tests pin the value
+CODE_TOLERANCE = 1e-5  # DALI's offsets vs the numpy reference
+BOX_TOLERANCE = 1e-4  # boxes decoded from DALI's offsets vs the ground truth
+MATCH_IOU_IN_TESTS = 0.5  # written out here, not imported: the tests pin the value
 
 
 # ----------------------------------------------------------------------------------------------
@@ -100,8 +101,11 @@ def ground_truth_images() -> list[tuple[np.ndarray, np.ndarray]]:
         size = rng.uniform(0.08, 0.6, (count, 2))
         boxes = np.clip(np.concatenate([centre - size / 2, centre + size / 2], 1), 0, 1)
         images.append(boxes)
-    images.append(np.array([[0.30, 0.30, 0.70, 0.70], [0.32, 0.28, 0.72, 0.66], ANCHORS[700].tolist(),
-                            [0.905, 0.905, 0.93, 0.925]]))
+    images.append(
+        np.array(
+            [[0.30, 0.30, 0.70, 0.70], [0.32, 0.28, 0.72, 0.66], ANCHORS[700].tolist(), [0.905, 0.905, 0.93, 0.925]]
+        )
+    )
     images.append(np.zeros((0, 4)))
     return [(b.astype(np.float32), np.arange(1, len(b) + 1, dtype=np.int32)) for b in images]
 
@@ -140,10 +144,10 @@ def test_anchor_order_is_level_row_column_anchor():
 
 def test_level0_anchor_centres_sit_on_cell_centres():
     f, per_cell = SPEC.feature_sizes[0], num_anchors_per_cell(SPEC)[0]
-    level0 = ANCHORS[:f * f * per_cell].astype(np.float64)
+    level0 = ANCHORS[: f * f * per_cell].astype(np.float64)
     index = np.arange(len(level0))
     y, x = (index // per_cell) // f, (index // per_cell) % f
-    inside = np.all((level0[:, :2] > 0) & (level0[:, 2:] < 1), axis=1)   # clipping moves centres
+    inside = np.all((level0[:, :2] > 0) & (level0[:, 2:] < 1), axis=1)  # clipping moves centres
     assert inside.sum() > len(level0) // 2
     centres = (level0[:, :2] + level0[:, 2:]) / 2
     np.testing.assert_allclose(centres[inside], np.stack([(x + 0.5) / f, (y + 0.5) / f], 1)[inside], atol=1e-6)
@@ -176,7 +180,7 @@ def test_dali_matching_follows_the_ssd_rule(encoded):
     for boxes, labels, dali_loc, dali_labels in encoded:
         ious = np.zeros((len(boxes), len(ANCHORS)))
         for (i, b), (a, anchor) in itertools.product(enumerate(boxes), enumerate(ANCHORS)):
-            ious[i, a] = reference_iou(b, anchor)          # float32 arithmetic, as DALI's: ties stay ties
+            ious[i, a] = reference_iou(b, anchor)  # float32 arithmetic, as DALI's: ties stay ties
         # a box's best anchor: on ties (a box containing two anchors of one size) the last one
         best_anchor = {max(range(len(row)), key=lambda a: (row[a], a)) for row in ious.tolist()}
         should_match = (ious > MATCH_IOU_IN_TESTS).any(axis=0)
@@ -190,7 +194,7 @@ def test_dali_matching_follows_the_ssd_rule(encoded):
 def test_decoding_dali_offsets_gives_back_the_ground_truth(encoded):
     for boxes, _, dali_loc, dali_labels in encoded:
         matched = dali_labels > BACKGROUND
-        truth = boxes[dali_labels[matched] - 1]        # label = box index + 1
+        truth = boxes[dali_labels[matched] - 1]  # label = box index + 1
         np.testing.assert_allclose(decode(dali_loc, ANCHORS)[matched], truth, atol=BOX_TOLERANCE, rtol=0)
         torch_boxes = decode_boxes(torch.from_numpy(dali_loc)[None], torch.from_numpy(ANCHORS))[0].numpy()
         np.testing.assert_allclose(torch_boxes[matched], truth, atol=BOX_TOLERANCE, rtol=0)
@@ -199,14 +203,17 @@ def test_decoding_dali_offsets_gives_back_the_ground_truth(encoded):
 def test_dali_offsets_are_centre_size_deltas_over_the_stds(encoded):
     """What box_encoder(offset=True) emits, from first principles (not ltrb, whatever its docstring says)."""
     boxes, _, dali_loc, dali_labels = encoded[3]
-    anchor = ANCHORS[700].astype(np.float64)              # the box equal to this anchor is label 3
+    anchor = ANCHORS[700].astype(np.float64)  # the box equal to this anchor is label 3
     assert dali_labels[700] == 3 and np.allclose(dali_loc[700], 0, atol=CODE_TOLERANCE)
     a = int(np.flatnonzero(dali_labels == 1)[0])
     b, anchor = boxes[0].astype(np.float64), ANCHORS[a].astype(np.float64)
     aw, ah = anchor[2] - anchor[0], anchor[3] - anchor[1]
-    expected = [((b[0] + b[2]) / 2 - (anchor[0] + anchor[2]) / 2) / aw / 0.1,
-                ((b[1] + b[3]) / 2 - (anchor[1] + anchor[3]) / 2) / ah / 0.1,
-                math.log((b[2] - b[0]) / aw) / 0.2, math.log((b[3] - b[1]) / ah) / 0.2]
+    expected = [
+        ((b[0] + b[2]) / 2 - (anchor[0] + anchor[2]) / 2) / aw / 0.1,
+        ((b[1] + b[3]) / 2 - (anchor[1] + anchor[3]) / 2) / ah / 0.1,
+        math.log((b[2] - b[0]) / aw) / 0.2,
+        math.log((b[3] - b[1]) / ah) / 0.2,
+    ]
     np.testing.assert_allclose(dali_loc[a], expected, atol=CODE_TOLERANCE, rtol=0)
 
 
@@ -214,7 +221,7 @@ def test_duplicate_boxes_go_to_the_last_one():
     """Two annotations of one box (COCO has some): every anchor ties, and DALI gives all to the last."""
     box = [0.2, 0.25, 0.6, 0.7]
     images = [(np.array([box, box], np.float32), np.array([5, 9], np.int32))]
-    (dali_loc, dali_labels), = dali_box_encoder(images)
+    ((dali_loc, dali_labels),) = dali_box_encoder(images)
     assert set(dali_labels.tolist()) == {0, 9}
     loc, cls = encode(*images[0], ANCHORS)
     np.testing.assert_array_equal(cls, dali_labels)
@@ -224,7 +231,7 @@ def test_duplicate_boxes_go_to_the_last_one():
 def test_a_degenerate_box_takes_the_last_anchor_with_infinite_offsets():
     """Why the recipe drops empty boxes and pads ground truth only after fn.box_encoder."""
     images = [(np.array([[0.2, 0.2, 0.6, 0.6], [0.3, 0.3, 0.3, 0.5]], np.float32), np.array([1, 2], np.int32))]
-    (dali_loc, dali_labels), = dali_box_encoder(images)
+    ((dali_loc, dali_labels),) = dali_box_encoder(images)
     assert dali_labels[-1] == 2 and np.isneginf(dali_loc[-1, 2])
     loc, cls = encode(*images[0], ANCHORS)
     np.testing.assert_array_equal(cls, dali_labels)
@@ -243,12 +250,13 @@ def test_box_encoder_scale_only_changes_rounding(encoded):
 
 
 def _nms(boxes, scores, classes, threshold=0.5) -> list[int]:
-    return batched_nms(torch.tensor(boxes, dtype=torch.float32), torch.tensor(scores),
-                       torch.tensor(classes), threshold).tolist()
+    return batched_nms(
+        torch.tensor(boxes, dtype=torch.float32), torch.tensor(scores), torch.tensor(classes), threshold
+    ).tolist()
 
 
 def test_nms_keeps_the_higher_scoring_of_two_overlapping_boxes():
-    boxes = [[0.1, 0.1, 0.5, 0.5], [0.12, 0.1, 0.52, 0.5]]        # IoU ~0.9
+    boxes = [[0.1, 0.1, 0.5, 0.5], [0.12, 0.1, 0.52, 0.5]]  # IoU ~0.9
     assert _nms(boxes, [0.6, 0.9], [1, 1]) == [1]
     assert _nms(boxes, [0.9, 0.6], [1, 1]) == [0]
 
@@ -259,7 +267,7 @@ def test_nms_never_suppresses_across_classes():
 
 
 def test_nms_is_greedy_a_suppressed_box_suppresses_nothing():
-    boxes = [[0.0, 0.0, 0.4, 0.4], [0.1, 0.0, 0.5, 0.4], [0.2, 0.0, 0.6, 0.4]]    # A~B, B~C, A and C apart
+    boxes = [[0.0, 0.0, 0.4, 0.4], [0.1, 0.0, 0.5, 0.4], [0.2, 0.0, 0.6, 0.4]]  # A~B, B~C, A and C apart
     assert reference_iou(boxes[0], boxes[2]) < 0.5 < reference_iou(boxes[0], boxes[1])
     assert _nms(boxes, [0.9, 0.8, 0.7], [3, 3, 3]) == [0, 2]
     assert _nms([], [], [], 0.5) == []
@@ -281,7 +289,7 @@ def test_nms_equals_the_quadratic_reference_on_random_boxes(seed):
 # decode_detections()
 
 
-CONFIDENT_LOGIT = 8.0    # softmax(8 vs 0 for 10 others) ~ 0.997: the class an anchor was encoded with
+CONFIDENT_LOGIT = 8.0  # softmax(8 vs 0 for 10 others) ~ 0.997: the class an anchor was encoded with
 NUM_CLASSES = 10
 
 
@@ -301,8 +309,10 @@ def _decode_detections(loc, logits, **overrides):
 
 def test_decoding_finds_the_encoded_boxes():
     images = [
-        (np.array([[0.1, 0.1, 0.5, 0.6], [0.12, 0.1, 0.52, 0.6], [0.6, 0.55, 0.95, 0.9]], np.float32),
-         np.array([4, 7, 4], np.int32)),                           # the first two overlap: other classes
+        (
+            np.array([[0.1, 0.1, 0.5, 0.6], [0.12, 0.1, 0.52, 0.6], [0.6, 0.55, 0.95, 0.9]], np.float32),
+            np.array([4, 7, 4], np.int32),
+        ),  # the first two overlap: other classes
         (np.array([[0.2, 0.3, 0.45, 0.5]], np.float32), np.array([10], np.int32)),
         (np.zeros((0, 4), np.float32), np.zeros((0,), np.int32)),
     ]
@@ -321,9 +331,9 @@ def test_decoding_finds_the_encoded_boxes():
 def test_decoding_applies_the_threshold_and_the_cap():
     images = [(np.array([[0.1, 0.1, 0.4, 0.4], [0.6, 0.6, 0.9, 0.9]], np.float32), np.array([1, 2], np.int32))]
     loc, logits = _head_outputs(images, dali_box_encoder(images))
-    logits[0, :, 2] *= 0.5                                   # class 2 less confident than class 1
-    (boxes, scores, labels), = _decode_detections(loc, logits, max_detections=1)
+    logits[0, :, 2] *= 0.5  # class 2 less confident than class 1
+    ((boxes, scores, labels),) = _decode_detections(loc, logits, max_detections=1)
     assert labels.tolist() == [1]
     np.testing.assert_allclose(boxes.numpy(), images[0][0][:1], atol=BOX_TOLERANCE, rtol=0)
-    (boxes, scores, labels), = _decode_detections(loc, logits, score_threshold=0.999)
+    ((boxes, scores, labels),) = _decode_detections(loc, logits, score_threshold=0.999)
     assert len(boxes) == len(scores) == len(labels) == 0

@@ -1,6 +1,7 @@
 """Detection data: the bundled digits are deterministic, boxed tightly and read by DALI's real COCO reader as their
 files say; a user's COCO set is checked (each mistake named in one line), cleaned (clipped, degenerate boxes
 dropped, counted in the log) and its category ids mapped to DALI's labels."""
+
 from __future__ import annotations
 
 import json
@@ -22,7 +23,7 @@ from tests.support.cli import REPO, start_cli
 
 DIGITS = dict(num_train=40, num_val=12, canvas=128, min_digits=1, max_digits=5, min_size=16, max_size=48, seed=0)
 DRAW = {k: DIGITS[k] for k in ("seed", "canvas", "min_digits", "max_digits", "min_size", "max_size")}
-VISIBLE = 100   # grey levels: the strongest change a digit makes to its background is at least this
+VISIBLE = 100  # grey levels: the strongest change a digit makes to its background is at least this
 
 
 @pytest.fixture(scope="module")
@@ -54,15 +55,28 @@ def _dali_read(images_dir: Path, annotation_file: Path, count: int) -> tuple[int
 
     @pipeline_def(batch_size=count, num_threads=1, device_id=None)
     def read():
-        jpegs, boxes, labels, ids = fn.readers.coco(file_root=str(images_dir), annotations_file=str(annotation_file),
-                                                    ltrb=True, ratio=True, image_ids=True, name="Reader")
+        jpegs, boxes, labels, ids = fn.readers.coco(
+            file_root=str(images_dir),
+            annotations_file=str(annotation_file),
+            ltrb=True,
+            ratio=True,
+            image_ids=True,
+            name="Reader",
+        )
         return fn.decoders.image(jpegs, device="cpu"), boxes, labels, ids
 
     pipe = read()
     pipe.build()
     images, boxes, labels, ids = pipe.run()
-    samples = [{"shape": np.array(images.at(k)).shape, "boxes": np.array(boxes.at(k)),
-                "labels": np.array(labels.at(k)), "id": int(np.array(ids.at(k)).ravel()[0])} for k in range(count)]
+    samples = [
+        {
+            "shape": np.array(images.at(k)).shape,
+            "boxes": np.array(boxes.at(k)),
+            "labels": np.array(labels.at(k)),
+            "id": int(np.array(ids.at(k)).ravel()[0]),
+        }
+        for k in range(count)
+    ]
     return pipe.epoch_size("Reader"), samples
 
 
@@ -149,11 +163,11 @@ def test_every_box_is_the_tight_box_of_its_ink_inside_the_canvas(digits_root):
             x, y, w, h = a["bbox"]
             assert a["area"] == w * h and a["iscrowd"] == 0
             assert 0 <= x and 0 <= y and w > 0 and h > 0 and x + w <= canvas and y + h <= canvas
-            ink = change[y:y + h, x:x + w]
+            ink = change[y : y + h, x : x + w]
             assert ink[0].any() and ink[-1].any() and ink[:, 0].any() and ink[:, -1].any(), "tight on every side"
             assert ink.max() >= VISIBLE, "clearly visible"
-            inside[y:y + h, x:x + w] = True
-            delta = drawn.image[y:y + h, x:x + w].astype(int) - drawn.background[y:y + h, x:x + w].astype(int)
+            inside[y : y + h, x : x + w] = True
+            delta = drawn.image[y : y + h, x : x + w].astype(int) - drawn.background[y : y + h, x : x + w].astype(int)
             polarities.add(int(np.sign(delta.sum())))
         assert not change[~inside].any(), "no ink outside the boxes"
     assert polarities == {-1, 1}, "digits are drawn both lighter and darker than their background"
@@ -191,10 +205,11 @@ def test_other_settings_in_the_same_folder_are_refused(digits_root):
 def test_processes_writing_at_once_end_with_one_whole_dataset(tmp_path):
     root = tmp_path / "shared"
     small = {**DIGITS, "num_train": 30, "num_val": 5}
-    code = ("import sys; from hydrali.tasks.detection.digits import write_digits_detection as w; "
-            f"w(sys.argv[1], **{small!r})")
-    procs = [start_cli(str(root), cwd=REPO, entry=("-c", code), stdout=None, stderr=subprocess.PIPE)
-             for _ in range(2)]
+    code = (
+        "import sys; from hydrali.tasks.detection.digits import write_digits_detection as w; "
+        f"w(sys.argv[1], **{small!r})"
+    )
+    procs = [start_cli(str(root), cwd=REPO, entry=("-c", code), stdout=None, stderr=subprocess.PIPE) for _ in range(2)]
     for proc in procs:
         assert proc.wait(timeout=120) == 0, proc.stderr.read()
     assert os.listdir(tmp_path) == ["shared"], "no temporary folder left behind"
@@ -204,18 +219,27 @@ def test_processes_writing_at_once_end_with_one_whole_dataset(tmp_path):
 # --- a user's COCO set ----------------------------------------------------------------------------------
 
 CATEGORIES = [{"id": 3, "name": "cat"}, {"id": 7, "name": "dog"}, {"id": 11, "name": "bird"}]
-TRAIN_IMAGES = [(1, "a.jpg", 80, 50), (2, "b.jpg", 40, 90), (5, "c.png", 64, 64)]   # id, file, width, height
+TRAIN_IMAGES = [(1, "a.jpg", 80, 50), (2, "b.jpg", 40, 90), (5, "c.png", 64, 64)]  # id, file, width, height
 VAL_IMAGES = [(10, "v1.jpg", 70, 30), (11, "v2.jpg", 30, 70)]
-TRAIN_BOXES = [(1, 3, [2, 3, 30, 20]), (1, 11, [40.5, 10, 30, 39.5]), (2, 7, [0, 0, 40, 90]), (5, 3, [10, 10, 5, 7]),
-               (5, 11, [1, 2, 3, 4])]
-VAL_BOXES = [(10, 7, [5, 5, 20, 20])]   # v2.jpg has no box
+TRAIN_BOXES = [
+    (1, 3, [2, 3, 30, 20]),
+    (1, 11, [40.5, 10, 30, 39.5]),
+    (2, 7, [0, 0, 40, 90]),
+    (5, 3, [10, 10, 5, 7]),
+    (5, 11, [1, 2, 3, 4]),
+]
+VAL_BOXES = [(10, 7, [5, 5, 20, 20])]  # v2.jpg has no box
 
 
 def _coco(images, boxes, categories=CATEGORIES) -> dict:
-    return {"images": [{"id": i, "file_name": f, "width": w, "height": h} for i, f, w, h in images],
-            "annotations": [{"id": n, "image_id": i, "category_id": c, "bbox": b, "area": b[2] * b[3], "iscrowd": 0}
-                            for n, (i, c, b) in enumerate(boxes, 1)],
-            "categories": categories}
+    return {
+        "images": [{"id": i, "file_name": f, "width": w, "height": h} for i, f, w, h in images],
+        "annotations": [
+            {"id": n, "image_id": i, "category_id": c, "bbox": b, "area": b[2] * b[3], "iscrowd": 0}
+            for n, (i, c, b) in enumerate(boxes, 1)
+        ],
+        "categories": categories,
+    }
 
 
 def _write_user_coco(root: Path, train_boxes=TRAIN_BOXES, categories=CATEGORIES) -> Path:
@@ -243,8 +267,13 @@ def test_a_user_coco_set_is_read_with_its_categories_mapped_to_labels(tmp_path, 
     assert info.train.annotation_file == root / "annotations" / "instances_train2017.json"
     assert (info.num_train, info.num_val, info.train.num_boxes, info.val.num_boxes) == (3, 2, 5, 1)
     assert (info.num_classes, info.category_ids, info.category_names) == (3, (3, 7, 11), ("cat", "dog", "bird"))
-    assert info.params() == {"dataset/num_classes": 3, "dataset/num_train": 3, "dataset/num_val": 2,
-                             "dataset/train_boxes": 5, "dataset/val_boxes": 1}
+    assert info.params() == {
+        "dataset/num_classes": 3,
+        "dataset/num_train": 3,
+        "dataset/num_val": 2,
+        "dataset/train_boxes": 5,
+        "dataset/val_boxes": 1,
+    }
     assert contiguous_labels(info.category_ids) == {3: 1, 7: 2, 11: 3}
     assert category_ids_of(_json(info.train.annotation_file)) == [3, 7, 11], "the evaluator maps labels back so"
 
@@ -274,13 +303,15 @@ def test_categories_listed_out_of_order_are_sorted_in_a_cleaned_copy(tmp_path, c
 
 
 def test_boxes_outside_the_image_are_clipped_and_empty_ones_dropped(tmp_path, caplog):
-    boxes = [*TRAIN_BOXES,
-             (1, 3, [-5, 10, 30, 20]),      # left of a.jpg (80 x 50): clipped to [0, 10, 25, 20]
-             (2, 7, [20, 70, 30, 30]),      # past the right and bottom of b.jpg (40 x 90): [20, 70, 20, 20]
-             (5, 11, [10, 10, 0, 5]),       # zero width: dropped
-             (5, 3, [70, 10, 10, 10])]      # wholly right of c.png (64 wide): zero width once clipped, dropped
+    boxes = [
+        *TRAIN_BOXES,
+        (1, 3, [-5, 10, 30, 20]),  # left of a.jpg (80 x 50): clipped to [0, 10, 25, 20]
+        (2, 7, [20, 70, 30, 30]),  # past the right and bottom of b.jpg (40 x 90): [20, 70, 20, 20]
+        (5, 11, [10, 10, 0, 5]),  # zero width: dropped
+        (5, 3, [70, 10, 10, 10]),
+    ]  # wholly right of c.png (64 wide): zero width once clipped, dropped
     root = _write_user_coco(tmp_path / "coco", train_boxes=boxes)
-    _edit_json(root / TRAIN_JSON, lambda d: d["annotations"][0].pop("area"))   # [2, 3, 30, 20]: area 600
+    _edit_json(root / TRAIN_JSON, lambda d: d["annotations"][0].pop("area"))  # [2, 3, 30, 20]: area 600
     original_text = (root / "annotations" / "instances_train2017.json").read_text()
     with caplog.at_level(logging.WARNING, logger="hydrali"):
         info = scan_coco(root, clean_dir=tmp_path / "clean")
@@ -321,29 +352,61 @@ ERRORS = {
     "image folder missing": (lambda root: shutil.rmtree(root / "val2017"), "val2017", "is missing"),
     "annotation file missing": (lambda root: (root / TRAIN_JSON).unlink(), TRAIN_JSON, "is missing"),
     "annotation file empty": (lambda root: (root / TRAIN_JSON).write_text(" \n"), TRAIN_JSON, "is empty"),
-    "not JSON": (lambda root: (root / VAL_JSON).write_text('{"images": [\n  {"id": 1,, }]}'), VAL_JSON,
-                 "line 2, column 12"),
-    "no images list": (lambda root: _edit_json(root / TRAIN_JSON, lambda d: d.pop("images")), TRAIN_JSON,
-                       "no `images` list"),
-    "no annotations list": (lambda root: _edit_json(root / TRAIN_JSON, lambda d: d.update(annotations={})),
-                            TRAIN_JSON, "no `annotations` list"),
-    "no categories list": (lambda root: _edit_json(root / VAL_JSON, lambda d: d.pop("categories")), VAL_JSON,
-                           "no `categories` list"),
-    "unknown image id": (lambda root: _edit_json(root / TRAIN_JSON, lambda d: d["annotations"][1].update(image_id=4)),
-                         TRAIN_JSON, "annotation id=2 has image_id=4"),
-    "unknown category id": (lambda root: _edit_json(root / VAL_JSON,
-                                                    lambda d: d["annotations"][0].update(category_id=5)),
-                            VAL_JSON, "category_id=5, not one of the file's category ids (3, 7, 11)"),
-    "image files missing": (lambda root: [(root / "train2017" / n).unlink() for n in ("b.jpg", "c.png")],
-                            "train2017/b.jpg (and 1 more)", TRAIN_JSON),
-    "different categories": (lambda root: _edit_json(root / VAL_JSON, lambda d: d["categories"].pop()), VAL_JSON,
-                             "only in train: 11 (bird)"),
-    "no images": (lambda root: _edit_json(root / VAL_JSON, lambda d: d.update(images=[], annotations=[])), VAL_JSON,
-                  "lists no images"),
-    "bad box": (lambda root: _edit_json(root / VAL_JSON, lambda d: d["annotations"][0].update(bbox=[1, 2, 3])),
-                VAL_JSON, "annotation id=1 has bbox=[1, 2, 3]"),
-    "image without size": (lambda root: _edit_json(root / TRAIN_JSON, lambda d: d["images"][1].pop("height")),
-                           TRAIN_JSON, "image id=2 (b.jpg)"),
+    "not JSON": (
+        lambda root: (root / VAL_JSON).write_text('{"images": [\n  {"id": 1,, }]}'),
+        VAL_JSON,
+        "line 2, column 12",
+    ),
+    "no images list": (
+        lambda root: _edit_json(root / TRAIN_JSON, lambda d: d.pop("images")),
+        TRAIN_JSON,
+        "no `images` list",
+    ),
+    "no annotations list": (
+        lambda root: _edit_json(root / TRAIN_JSON, lambda d: d.update(annotations={})),
+        TRAIN_JSON,
+        "no `annotations` list",
+    ),
+    "no categories list": (
+        lambda root: _edit_json(root / VAL_JSON, lambda d: d.pop("categories")),
+        VAL_JSON,
+        "no `categories` list",
+    ),
+    "unknown image id": (
+        lambda root: _edit_json(root / TRAIN_JSON, lambda d: d["annotations"][1].update(image_id=4)),
+        TRAIN_JSON,
+        "annotation id=2 has image_id=4",
+    ),
+    "unknown category id": (
+        lambda root: _edit_json(root / VAL_JSON, lambda d: d["annotations"][0].update(category_id=5)),
+        VAL_JSON,
+        "category_id=5, not one of the file's category ids (3, 7, 11)",
+    ),
+    "image files missing": (
+        lambda root: [(root / "train2017" / n).unlink() for n in ("b.jpg", "c.png")],
+        "train2017/b.jpg (and 1 more)",
+        TRAIN_JSON,
+    ),
+    "different categories": (
+        lambda root: _edit_json(root / VAL_JSON, lambda d: d["categories"].pop()),
+        VAL_JSON,
+        "only in train: 11 (bird)",
+    ),
+    "no images": (
+        lambda root: _edit_json(root / VAL_JSON, lambda d: d.update(images=[], annotations=[])),
+        VAL_JSON,
+        "lists no images",
+    ),
+    "bad box": (
+        lambda root: _edit_json(root / VAL_JSON, lambda d: d["annotations"][0].update(bbox=[1, 2, 3])),
+        VAL_JSON,
+        "annotation id=1 has bbox=[1, 2, 3]",
+    ),
+    "image without size": (
+        lambda root: _edit_json(root / TRAIN_JSON, lambda d: d["images"][1].pop("height")),
+        TRAIN_JSON,
+        "image id=2 (b.jpg)",
+    ),
 }
 
 

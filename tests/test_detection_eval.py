@@ -8,6 +8,7 @@ AP = mean of that precision at the 101 recall points 0, 0.01, ..., 1 (0 past the
 reached). mAP averages over the categories that have ground truth and, for val/map, over the
 ten IoU thresholds 0.50, 0.55, ..., 0.95; val/map50 uses 0.50 only.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,10 @@ def _gt(annotations, categories=CATEGORIES, images=(1, 2, 3)):
     return {
         "images": [{"id": i, "file_name": f"{i}.jpg", "width": WIDTH, "height": HEIGHT} for i in images],
         "categories": [{"id": c, "name": f"c{c}"} for c in categories],
-        "annotations": [{"id": n, "image_id": i, "category_id": c, "bbox": list(b), "area": b[2] * b[3],
-                         "iscrowd": 0} for n, (i, c, b) in enumerate(annotations, start=1)],
+        "annotations": [
+            {"id": n, "image_id": i, "category_id": c, "bbox": list(b), "area": b[2] * b[3], "iscrowd": 0}
+            for n, (i, c, b) in enumerate(annotations, start=1)
+        ],
     }
 
 
@@ -49,10 +52,12 @@ def _add(evaluator, detections):
     """Adds model-like outputs given as (image_id, label, pixel [x, y, w, h], score), grouped per image."""
     image_ids = sorted({d[0] for d in detections})
     per_image = [[d for d in detections if d[0] == i] for i in image_ids]
-    evaluator.add_batch(image_ids,
-                        [np.array([_ltrb(d[2]) for d in ds], dtype=np.float32).reshape(-1, 4) for ds in per_image],
-                        [np.array([d[3] for d in ds], dtype=np.float32) for ds in per_image],
-                        [np.array([d[1] for d in ds]) for ds in per_image])
+    evaluator.add_batch(
+        image_ids,
+        [np.array([_ltrb(d[2]) for d in ds], dtype=np.float32).reshape(-1, 4) for ds in per_image],
+        [np.array([d[3] for d in ds], dtype=np.float32) for ds in per_image],
+        [np.array([d[1] for d in ds]) for ds in per_image],
+    )
 
 
 def _score(ground_truth, detections, **options):
@@ -62,8 +67,13 @@ def _score(ground_truth, detections, **options):
 
 
 # image 1 has a box of each category, image 2 two boxes of category 7, image 3 nothing
-BOXES = [(1, 3, [10, 10, 50, 40]), (1, 7, [100, 20, 60, 60]), (1, 11, [0, 0, 200, 100]),
-         (2, 7, [5, 5, 30, 30]), (2, 7, [120, 50, 40, 45])]
+BOXES = [
+    (1, 3, [10, 10, 50, 40]),
+    (1, 7, [100, 20, 60, 60]),
+    (1, 11, [0, 0, 200, 100]),
+    (2, 7, [5, 5, 30, 30]),
+    (2, 7, [120, 50, 40, 45]),
+]
 LABEL = {c: k for k, c in enumerate(CATEGORIES, start=1)}  # file id -> contiguous label
 
 
@@ -73,9 +83,11 @@ def _perfect(boxes=BOXES, label=LABEL):
 
 # --- conversion -----------------------------------------------------------------------------
 
+
 def test_normalized_ltrb_becomes_pixel_xywh_of_a_non_square_image():
-    (det,) = to_coco_detections([42], [np.array([[0.1, 0.2, 0.6, 0.9]])], [np.array([0.75])], [np.array([2])],
-                                [(HEIGHT, WIDTH)], CATEGORIES)
+    (det,) = to_coco_detections(
+        [42], [np.array([[0.1, 0.2, 0.6, 0.9]])], [np.array([0.75])], [np.array([2])], [(HEIGHT, WIDTH)], CATEGORIES
+    )
     assert det["image_id"] == 42 and det["category_id"] == 7 and det["score"] == pytest.approx(0.75)
     # x: 0.1 * 200, y: 0.2 * 100, w: 0.5 * 200, h: 0.7 * 100
     assert det["bbox"] == pytest.approx([20.0, 20.0, 100.0, 70.0])
@@ -83,14 +95,24 @@ def test_normalized_ltrb_becomes_pixel_xywh_of_a_non_square_image():
 
 
 def test_boxes_are_clipped_and_background_padding_and_empty_boxes_left_out():
-    boxes = np.array([[-0.1, 0.5, 1.2, 1.1],   # over the edges: clipped
-                      [0.1, 0.1, 0.2, 0.2],    # background label
-                      [0.1, 0.1, 0.2, 0.2],    # padding label -1
-                      [0.3, 0.1, 0.3, 0.5],    # zero width
-                      [1.1, 0.1, 1.3, 0.5],    # wholly outside: empty once clipped
-                      [0.1, 0.1, 0.2, 0.2]])   # NaN score
-    dets = to_coco_detections([1], [boxes], [np.array([0.9, 0.9, 0.9, 0.9, 0.9, np.nan])],
-                              [np.array([3, 0, -1, 1, 1, 2])], [(HEIGHT, WIDTH)], CATEGORIES)
+    boxes = np.array(
+        [
+            [-0.1, 0.5, 1.2, 1.1],  # over the edges: clipped
+            [0.1, 0.1, 0.2, 0.2],  # background label
+            [0.1, 0.1, 0.2, 0.2],  # padding label -1
+            [0.3, 0.1, 0.3, 0.5],  # zero width
+            [1.1, 0.1, 1.3, 0.5],  # wholly outside: empty once clipped
+            [0.1, 0.1, 0.2, 0.2],
+        ]
+    )  # NaN score
+    dets = to_coco_detections(
+        [1],
+        [boxes],
+        [np.array([0.9, 0.9, 0.9, 0.9, 0.9, np.nan])],
+        [np.array([3, 0, -1, 1, 1, 2])],
+        [(HEIGHT, WIDTH)],
+        CATEGORIES,
+    )
     assert [d["category_id"] for d in dets] == [11]
     assert dets[0]["bbox"] == pytest.approx([0.0, 50.0, 200.0, 50.0])
 
@@ -104,8 +126,9 @@ def test_padded_arrays_use_the_count_of_each_image():
 
 def test_a_label_above_the_categories_is_refused():
     with pytest.raises(ValueError, match="label 4"):
-        to_coco_detections([1], [np.array([[0.1, 0.1, 0.5, 0.5]])], [np.array([0.5])], [np.array([4])],
-                           [(HEIGHT, WIDTH)], CATEGORIES)
+        to_coco_detections(
+            [1], [np.array([[0.1, 0.1, 0.5, 0.5]])], [np.array([0.5])], [np.array([4])], [(HEIGHT, WIDTH)], CATEGORIES
+        )
 
 
 def test_labels_follow_the_file_order_of_categories_as_dali_numbers_them():
@@ -120,6 +143,7 @@ def test_labels_follow_the_file_order_of_categories_as_dali_numbers_them():
 
 
 # --- mAP values known by hand ----------------------------------------------------------------
+
 
 def test_perfect_detections_score_one_with_an_image_without_ground_truth():
     # image 3 has no ground truth and no detection: it changes nothing
@@ -146,8 +170,10 @@ def test_one_of_two_boxes_found_gives_51_of_101_points():
 def test_one_category_perfect_and_one_missed_gives_half():
     # AP 1 for category 3, AP 0 for category 7 (ground truth, no detection): mean 0.5
     boxes = [(1, 3, [10, 10, 50, 40]), (2, 7, [5, 5, 30, 30])]
-    assert _score(_gt(boxes), [(1, 1, [10, 10, 50, 40], 0.9)]) == {MAP_KEY: pytest.approx(0.5),
-                                                                 MAP50_KEY: pytest.approx(0.5)}
+    assert _score(_gt(boxes), [(1, 1, [10, 10, 50, 40], 0.9)]) == {
+        MAP_KEY: pytest.approx(0.5),
+        MAP50_KEY: pytest.approx(0.5),
+    }
 
 
 def test_a_false_positive_on_an_image_without_ground_truth_ranked_first_halves_ap():
@@ -192,12 +218,15 @@ def test_no_detections_at_all_score_zero():
 def test_seen_images_only_scores_the_images_added():
     # only image 2 seen, both its boxes found; image 1's boxes count only when all images are scored
     found = [d for d in _perfect() if d[0] == 2]
-    assert _score(_gt(BOXES), found, seen_images_only=True) == {MAP_KEY: pytest.approx(1.0),
-                                                                MAP50_KEY: pytest.approx(1.0)}
+    assert _score(_gt(BOXES), found, seen_images_only=True) == {
+        MAP_KEY: pytest.approx(1.0),
+        MAP50_KEY: pytest.approx(1.0),
+    }
     assert _score(_gt(BOXES), found)[MAP_KEY] < 1.0
 
 
 # --- collecting across batches and processes ---------------------------------------------------
+
 
 def test_shards_gathered_into_one_evaluator_score_as_one_pass_and_count_each_image_once():
     shards = [CocoEvaluator(_gt(BOXES)) for _ in range(2)]
@@ -220,8 +249,9 @@ def test_compute_is_silent_repeatable_and_leaves_inputs_alone(capfd, tmp_path):
         evaluator = CocoEvaluator(source)
         _add(evaluator, _perfect())
         before = json.dumps(evaluator.detections)
-        assert evaluator.compute() == evaluator.compute() == {MAP_KEY: pytest.approx(1.0),
-                                                              MAP50_KEY: pytest.approx(1.0)}
+        assert (
+            evaluator.compute() == evaluator.compute() == {MAP_KEY: pytest.approx(1.0), MAP50_KEY: pytest.approx(1.0)}
+        )
         assert json.dumps(evaluator.detections) == before
     assert ground_truth == _gt(BOXES)
     assert capfd.readouterr() == ("", "")

@@ -1,5 +1,6 @@
 """The Keras side of the SSD detector: network layout (anchor order contract), loss against a numpy reference,
 box decoding and detections against numpy / torch, and the classification ResNet left as it was."""
+
 from __future__ import annotations
 
 import re
@@ -26,7 +27,7 @@ from hydrali.tasks.detection.keras_model import SSD  # noqa: E402
 from hydrali.tasks.detection.layout import BACKGROUND, BOX_VALUES, LABEL_COLUMN  # noqa: E402
 from hydrali.tasks.detection.spec import DetectionLoss  # noqa: E402
 
-SMALL = {"layers": [1, 1, 1, 1], "widths": [32, 64, 128, 256], "stem": "imagenet"}   # conf/model/ssd_small.yaml
+SMALL = {"layers": [1, 1, 1, 1], "widths": [32, 64, 128, 256], "stem": "imagenet"}  # conf/model/ssd_small.yaml
 ANCHORS = {"strides": [8, 16, 32], "min_scale": 0.1, "max_scale": 0.9, "aspect_ratios": [2.0]}
 IMAGE = 128
 CLASSES = 3
@@ -49,6 +50,7 @@ def spec() -> anchor_lib.AnchorSpec:
 
 # ---------------------------------------------------------------- network
 
+
 def test_output_is_one_float32_tensor_per_anchor(small_ssd, spec):
     images = np.random.default_rng(0).normal(size=(2, IMAGE, IMAGE, 3)).astype(np.float32)
     raw = small_ssd(images, training=False)
@@ -58,18 +60,24 @@ def test_output_is_one_float32_tensor_per_anchor(small_ssd, spec):
 
 def test_trainable_parameters_are_the_backbone_plus_the_heads(small_ssd, spec):
     resnet = ResNet(10, IMAGE, **SMALL)
-    backbone = _trainable(resnet) - (256 * 10 + 10)   # without the classifier
-    heads = sum((3 * 3 * cin + 1) * a * (4 + CLASSES + 1)
-                for cin, a in zip([64, 128, 256], anchor_lib.num_anchors_per_cell(spec)))
+    backbone = _trainable(resnet) - (256 * 10 + 10)  # without the classifier
+    heads = sum(
+        (3 * 3 * cin + 1) * a * (4 + CLASSES + 1)
+        for cin, a in zip([64, 128, 256], anchor_lib.num_anchors_per_cell(spec))
+    )
     assert _trainable(small_ssd) == backbone + heads
 
 
 def test_same_trainable_parameters_as_torch(small_ssd):
     from hydrali.tasks.detection.torch_model import SSD as TorchSSD
 
-    for args, anchors in [(SMALL, ANCHORS),
-                          ({"block": "bottleneck", "layers": [1, 2, 1], "widths": [8, 16, 32], "stem": "small"},
-                           {"strides": [2, 4], "aspect_ratios": [2.0, 3.0]})]:
+    for args, anchors in [
+        (SMALL, ANCHORS),
+        (
+            {"block": "bottleneck", "layers": [1, 2, 1], "widths": [8, 16, 32], "stem": "small"},
+            {"strides": [2, 4], "aspect_ratios": [2.0, 3.0]},
+        ),
+    ]:
         keras_model = small_ssd if args is SMALL else SSD(CLASSES, 32, anchors=anchors, **args)
         torch_model = TorchSSD(CLASSES, IMAGE if args is SMALL else 32, anchors=anchors, **args)
         assert _trainable(keras_model) == sum(p.numel() for p in torch_model.parameters() if p.requires_grad)
@@ -91,8 +99,8 @@ def test_rows_follow_the_anchor_order_contract(small_ssd, spec):
         loc_map, class_map = maps[2 * level], maps[2 * level + 1]
         for y, x, a in [(0, 0, 0), (0, f - 1, 1), (f - 1, 0, anchors - 1), (f // 2, f // 3, 2)]:
             row = offset + (y * f + x) * anchors + a
-            np.testing.assert_array_equal(raw[:, row, :4], loc_map[:, y, x, a * 4:(a + 1) * 4])
-            np.testing.assert_array_equal(raw[:, row, 4:], class_map[:, y, x, a * 4:(a + 1) * 4])
+            np.testing.assert_array_equal(raw[:, row, :4], loc_map[:, y, x, a * 4 : (a + 1) * 4])
+            np.testing.assert_array_equal(raw[:, row, 4:], class_map[:, y, x, a * 4 : (a + 1) * 4])
         offset += f * f * anchors
 
 
@@ -108,7 +116,7 @@ def test_a_lit_class_channel_lands_on_its_anchor_rows(spec):
     raw = np.asarray(model(np.ones((1, IMAGE, IMAGE, 3), np.float32), training=False))[0]
     per_cell, f = anchor_lib.num_anchors_per_cell(spec), spec.feature_sizes
     start = f[0] * f[0] * per_cell[0]
-    level_rows = raw[start:start + f[level] ** 2 * per_cell[level], 4:]          # [f * f * A, C]
+    level_rows = raw[start : start + f[level] ** 2 * per_cell[level], 4:]  # [f * f * A, C]
     lit = np.zeros_like(level_rows)
     lit[[(y * f[level] + x) * per_cell[level] + anchor for y in range(f[level]) for x in range(f[level])], cls] = value
     np.testing.assert_array_equal(level_rows, lit)
@@ -135,8 +143,10 @@ def test_mixed_precision_output_is_float32():
 
 # ---------------------------------------------------------------- loss
 
-def _reference_loss(raw: np.ndarray, targets: np.ndarray, kind: str, ratio: float = 3.0, alpha: float = 0.25,
-                    gamma: float = 2.0) -> np.ndarray:
+
+def _reference_loss(
+    raw: np.ndarray, targets: np.ndarray, kind: str, ratio: float = 3.0, alpha: float = 0.25, gamma: float = 2.0
+) -> np.ndarray:
     """The spec's per-image loss, one image and one anchor at a time, in float64."""
     raw, targets = raw.astype(np.float64), targets.astype(np.float64)
     losses = []
@@ -179,12 +189,20 @@ def loss_case() -> tuple[np.ndarray, np.ndarray]:
     return raw, targets
 
 
-@pytest.mark.parametrize("kind,args", [("hard_negatives", {}), ("hard_negatives", {"neg_pos_ratio": 1.5}),
-                                       ("focal", {}), ("focal", {"focal_alpha": 0.6, "focal_gamma": 1.5})])
+@pytest.mark.parametrize(
+    "kind,args",
+    [
+        ("hard_negatives", {}),
+        ("hard_negatives", {"neg_pos_ratio": 1.5}),
+        ("focal", {}),
+        ("focal", {"focal_alpha": 0.6, "focal_gamma": 1.5}),
+    ],
+)
 def test_loss_matches_the_numpy_reference(loss_case, kind, args):
     raw, targets = loss_case
-    reference = _reference_loss(raw, targets, kind, args.get("neg_pos_ratio", 3.0), args.get("focal_alpha", 0.25),
-                                args.get("focal_gamma", 2.0))
+    reference = _reference_loss(
+        raw, targets, kind, args.get("neg_pos_ratio", 3.0), args.get("focal_alpha", 0.25), args.get("focal_gamma", 2.0)
+    )
     loss = MultiboxLoss(kind, **args)
     per_image = np.asarray(loss.call(tf.constant(targets), tf.constant(raw)))
     assert per_image.shape == (3,)
@@ -201,8 +219,10 @@ def test_the_loss_computes_exactly_the_schemas_kinds_each_its_own_way(loss_case)
     taken as the config passes it (a string) and gives its own values."""
     assert set(CLASS_LOSSES) == set(DetectionLoss)
     raw, targets = loss_case
-    losses = {kind.value: np.asarray(MultiboxLoss(kind.value).call(tf.constant(targets), tf.constant(raw)))
-              for kind in DetectionLoss}
+    losses = {
+        kind.value: np.asarray(MultiboxLoss(kind.value).call(tf.constant(targets), tf.constant(raw)))
+        for kind in DetectionLoss
+    }
     assert len({values.tobytes() for values in losses.values()}) == len(losses), losses
 
 
@@ -219,6 +239,7 @@ def test_loss_serializes_and_refuses_unknown_kinds():
 
 # ---------------------------------------------------------------- decoding and detections
 
+
 def test_decode_boxes_inverts_the_encoder():
     spec = anchor_lib.anchor_spec(64, {"strides": [8, 16, 32]})
     default = anchor_lib.default_boxes(spec)
@@ -231,14 +252,18 @@ def test_decode_boxes_inverts_the_encoder():
     match = anchor_lib.match_anchors(boxes, default)
     np.testing.assert_allclose(decoded[matched], boxes[match[matched]], atol=1e-4)
     offsets = rng.normal(size=(2, len(default), 4)).astype(np.float32)
-    np.testing.assert_allclose(np.asarray(decode_boxes(offsets, default)), anchor_lib.decode(offsets, default),
-                               rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(decode_boxes(offsets, default)),
-                               torch_decode.decode_boxes(torch.from_numpy(offsets), torch.from_numpy(default)).numpy(),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(decode_boxes(offsets, default)), anchor_lib.decode(offsets, default), rtol=1e-5, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        np.asarray(decode_boxes(offsets, default)),
+        torch_decode.decode_boxes(torch.from_numpy(offsets), torch.from_numpy(default)).numpy(),
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
-DETECT_SPEC = anchor_lib.anchor_spec(64, {"strides": [16, 32]})   # 80 anchors
+DETECT_SPEC = anchor_lib.anchor_spec(64, {"strides": [16, 32]})  # 80 anchors
 DETECT_CLASSES = 3
 
 
@@ -259,12 +284,14 @@ def _detection_case(seed: int) -> np.ndarray:
 
 def _torch_decode_detections(raw: np.ndarray, anchors: np.ndarray, **args) -> list:
     tensor = torch.from_numpy(raw)
-    return torch_decode.decode_detections(tensor[..., :BOX_VALUES], tensor[..., BOX_VALUES:], torch.from_numpy(anchors),
-                                          **args)
+    return torch_decode.decode_detections(
+        tensor[..., :BOX_VALUES], tensor[..., BOX_VALUES:], torch.from_numpy(anchors), **args
+    )
 
 
-@pytest.mark.parametrize("seed,max_detections,top_k", [(5, 100, None), (6, 100, None), (7, 4, None), (5, 100, 20),
-                                                       (6, 10, 7)])
+@pytest.mark.parametrize(
+    "seed,max_detections,top_k", [(5, 100, None), (6, 100, None), (7, 4, None), (5, 100, 20), (6, 10, 7)]
+)
 def test_decoding_agrees_with_torch(seed, max_detections, top_k):
     """The same candidates (the top_k best (anchor, class) pairs; None: all), the same NMS, the same cap."""
     raw = _detection_case(seed)
@@ -307,8 +334,9 @@ def test_boxes_are_clipped_before_nms_as_on_torch():
 def test_pre_nms_top_k_keeps_the_best_pair():
     raw = _detection_case(8)
     default = anchor_lib.default_boxes(DETECT_SPEC)
-    boxes, scores, labels, counts = decode_detections(raw, default, score_threshold=0.05, iou_threshold=0.5,
-                                                      pre_nms_top_k=1, max_detections=10)
+    boxes, scores, labels, counts = decode_detections(
+        raw, default, score_threshold=0.05, iou_threshold=0.5, pre_nms_top_k=1, max_detections=10
+    )
     foreground = tf.nn.softmax(raw[..., BOX_VALUES:])[..., 1:].numpy().reshape(2, -1)
     best = foreground.argmax(axis=1)
     anchor, label = best // DETECT_CLASSES, best % DETECT_CLASSES + 1
@@ -337,10 +365,14 @@ def test_decoding_runs_as_a_tf_function(num_anchors):
 
 # ---------------------------------------------------------------- the classification ResNet
 
-@pytest.mark.parametrize("args,params,num_layers", [
-    ({"layers": [1, 1, 1], "widths": [32, 64, 128], "stem": "small"}, 309994, 31),
-    ({"block": "bottleneck", "layers": [1, 2, 1], "widths": [16, 32, 64], "stem": "small"}, 148090, 52),
-])
+
+@pytest.mark.parametrize(
+    "args,params,num_layers",
+    [
+        ({"layers": [1, 1, 1], "widths": [32, 64, 128], "stem": "small"}, 309994, 31),
+        ({"block": "bottleneck", "layers": [1, 2, 1], "widths": [16, 32, 64], "stem": "small"}, 148090, 52),
+    ],
+)
 def test_classification_resnet_is_unchanged(args, params, num_layers):
     """Counts measured before resnet_features was split out of ResNet."""
     model = ResNet(10, 32, **args)

@@ -1,5 +1,6 @@
 """The detection recipes against what DALI actually emits: boxes stay on their objects through crop, flip and
 resize; the encoded targets decode back to the annotation file's boxes on both backends' decoders; shards."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,8 @@ SIZE = 128
 BATCH = 8
 ANCHORS = anchor_lib.default_boxes(anchor_lib.anchor_spec(SIZE, {"strides": [8, 16, 32], "max_scale": 0.6}))
 RECIPES = {"ssd": ssd, "scale_jitter": scale_jitter}
-SATURATED = 60        # grey levels between an object pixel's strongest and weakest channel, at least
-COVERED = 0.7         # share of a box's pixels that must be its object's
+SATURATED = 60  # grey levels between an object pixel's strongest and weakest channel, at least
+COVERED = 0.7  # share of a box's pixels that must be its object's
 
 
 @pytest.fixture(scope="module")
@@ -50,11 +51,24 @@ def options(recipe: str, **changes) -> dict:
 
 
 def run_recipe(recipe: str, split, is_training: bool, *, shard=(0, 1), batches=1, layout="HWC", **changes) -> list:
-    source = CocoSource(str(split.images_dir), shard[0], shard[1], is_training,
-                        annotation_file=str(split.annotation_file))
-    pipe = RECIPES[recipe](batch_size=BATCH, num_threads=1, device_id=None, seed=3, prefetch_queue_depth=1,
-                           source=source, device="cpu", layout=layout, image_size=SIZE, dtype="float",
-                           hw_decoder_load=0.65, anchors=ANCHORS, **options(recipe, **changes))
+    source = CocoSource(
+        str(split.images_dir), shard[0], shard[1], is_training, annotation_file=str(split.annotation_file)
+    )
+    pipe = RECIPES[recipe](
+        batch_size=BATCH,
+        num_threads=1,
+        device_id=None,
+        seed=3,
+        prefetch_queue_depth=1,
+        source=source,
+        device="cpu",
+        layout=layout,
+        image_size=SIZE,
+        dtype="float",
+        hw_decoder_load=0.65,
+        anchors=ANCHORS,
+        **options(recipe, **changes),
+    )
     pipe.build()
     return [[np.array(out.as_tensor()) for out in pipe.run()] for _ in range(batches)]
 
@@ -100,7 +114,7 @@ def test_augmented_boxes_stay_on_their_objects(rectangles, recipe):
             saturated = image.max(axis=-1) - image.min(axis=-1) > SATURATED
             for box, _ in encoded_boxes(image_targets):
                 left, top, right, bottom = np.round(box * SIZE).astype(int)
-                inner = saturated[top + 1:bottom - 1, left + 1:right - 1]
+                inner = saturated[top + 1 : bottom - 1, left + 1 : right - 1]
                 assert inner.size and inner.mean() > COVERED, (recipe, box, inner.mean() if inner.size else None)
                 checked += 1
     assert checked >= 3 * BATCH, "most images keep at least one box"
@@ -108,15 +122,22 @@ def test_augmented_boxes_stay_on_their_objects(rectangles, recipe):
 
 def test_unflipped_boxes_would_be_caught(rectangles):
     """The check above fails on boxes that did not follow a flip of their image (it can see a wrong box)."""
-    [(images, targets)] = run_recipe("ssd", rectangles.train, True, flip_probability=1.0, crop_scaling=[1.0, 1.0],
-                                     crop_aspect_ratio=[1.0, 1.0], crop_thresholds=[0.0])
+    [(images, targets)] = run_recipe(
+        "ssd",
+        rectangles.train,
+        True,
+        flip_probability=1.0,
+        crop_scaling=[1.0, 1.0],
+        crop_aspect_ratio=[1.0, 1.0],
+        crop_thresholds=[0.0],
+    )
     mean, std = np.array(options("ssd")["mean"]) * 255, np.array(options("ssd")["std"]) * 255
     coverage = []
     for image, image_targets in zip(images * std + mean, targets):
-        saturated = image[:, ::-1].max(axis=-1) - image[:, ::-1].min(axis=-1) > SATURATED   # flipped back
+        saturated = image[:, ::-1].max(axis=-1) - image[:, ::-1].min(axis=-1) > SATURATED  # flipped back
         for box, _ in encoded_boxes(image_targets):
             left, top, right, bottom = np.round(box * SIZE).astype(int)
-            coverage.append(saturated[top + 1:bottom - 1, left + 1:right - 1].mean())
+            coverage.append(saturated[top + 1 : bottom - 1, left + 1 : right - 1].mean())
     assert min(coverage) < COVERED
 
 
@@ -126,6 +147,7 @@ def test_validation_targets_decode_to_the_files_boxes_on_both_backends(rectangle
     """Ground truth encoded by the pipeline and decoded by the torch and the Keras decoder is the annotation
     file's boxes (within 1e-4), with labels that map back to the file's category ids."""
     from hydrali.backends.keras.quiet_start import import_tensorflow
+
     import_tensorflow()
     from hydrali.tasks.detection.keras_decode import decode_boxes as keras_decode_boxes
 
@@ -141,8 +163,10 @@ def test_validation_targets_decode_to_the_files_boxes_on_both_backends(rectangle
     for image_targets, image_id in zip(targets, image_ids.reshape(-1)):
         positive = image_targets[:, LABEL_COLUMN] > BACKGROUND
         offsets = image_targets[positive, :BOX_VALUES]
-        decoded = {"torch": decode_boxes(torch.from_numpy(offsets), torch.from_numpy(ANCHORS[positive])).numpy(),
-                   "keras": keras_decode_boxes(offsets, ANCHORS[positive]).numpy()}
+        decoded = {
+            "torch": decode_boxes(torch.from_numpy(offsets), torch.from_numpy(ANCHORS[positive])).numpy(),
+            "keras": keras_decode_boxes(offsets, ANCHORS[positive]).numpy(),
+        }
         expected = truth[int(image_id)]
         if int(image_id) == EMPTY_VAL_IMAGE:
             assert not expected and not positive.any()
@@ -167,8 +191,11 @@ def coco_files(source):
 
 def files_read(split, shard_id: int, num_shards: int, is_training: bool, batches: int) -> list[str]:
     """The image files DALI's COCO reader returns, batch after batch, for one shard."""
-    pipe = coco_files(source=CocoSource(str(split.images_dir), shard_id, num_shards, is_training,
-                                        annotation_file=str(split.annotation_file)))
+    pipe = coco_files(
+        source=CocoSource(
+            str(split.images_dir), shard_id, num_shards, is_training, annotation_file=str(split.annotation_file)
+        )
+    )
     pipe.build()
     names = []
     for _ in range(batches):
@@ -178,8 +205,9 @@ def files_read(split, shard_id: int, num_shards: int, is_training: bool, batches
 
 
 def test_two_replicas_read_disjoint_training_images_and_validation_covers_each_image_once(rectangles):
-    contract = make_contract(train_samples=rectangles.num_train, val_samples=rectangles.num_val, num_shards=2,
-                             batch=4, last_batch="drop")
+    contract = make_contract(
+        train_samples=rectangles.num_train, val_samples=rectangles.num_val, num_shards=2, batch=4, last_batch="drop"
+    )
     # three epochs of reading: each replica stays on its own half (its shuffle buffer never reaches the other's)
     read = [set(files_read(rectangles.train, shard, 2, True, 3 * contract.train_steps)) for shard in (0, 1)]
     assert read[0].isdisjoint(read[1])
@@ -189,6 +217,7 @@ def test_two_replicas_read_disjoint_training_images_and_validation_covers_each_i
         source = (rectangles.val, shard, 2)
         [(_, _, ids)] = run_recipe("ssd", source[0], False, shard=(shard, 2))
         ids = ids.reshape(-1).tolist()
-        counted += ids[:contract.val_shard_size(shard)]
-    assert sorted(counted) == sorted(json.loads(rectangles.val.annotation_file.read_text())["images"][i]["id"]
-                                     for i in range(rectangles.num_val))
+        counted += ids[: contract.val_shard_size(shard)]
+    assert sorted(counted) == sorted(
+        json.loads(rectangles.val.annotation_file.read_text())["images"][i]["id"] for i in range(rectangles.num_val)
+    )

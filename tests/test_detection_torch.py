@@ -1,6 +1,7 @@
 """The torch SSD detector and its multibox loss: output layout and the anchor order contract, the
 backbone's feature levels and their errors, the loss against an independent numpy reference (explicit
 loops) and hand-computed cases, and that the model can fit a fixed batch."""
+
 from __future__ import annotations
 
 import itertools
@@ -54,8 +55,15 @@ def test_output_shape_imagenet_stem():
 def test_output_shape_small_stem_other_strides():
     torch.manual_seed(0)
     anchors = {"strides": [2, 4], "aspect_ratios": [2.0, 3.0]}
-    model = SSD(num_classes=3, image_size=32, block="bottleneck", layers=[1, 1, 1], widths=[4, 8, 16],
-                stem="small", anchors=anchors)
+    model = SSD(
+        num_classes=3,
+        image_size=32,
+        block="bottleneck",
+        layers=[1, 1, 1],
+        widths=[4, 8, 16],
+        stem="small",
+        anchors=anchors,
+    )
     raw = model(_images(3, 32))
     # levels 16x16 and 8x8 with 2 + 2 * 2 = 6 anchors per cell: (256 + 64) * 6 = 1920
     assert raw.shape == (3, 1920, 4 + 4)
@@ -85,9 +93,10 @@ def _head_outputs(model: SSD, x: torch.Tensor) -> tuple[torch.Tensor, list, list
 def test_anchor_order_contract():
     """Channel a * k + j at cell (y, x) of level l lands at row offset(l) + (y * f + x) * A + a."""
     torch.manual_seed(0)
-    model = SSD(num_classes=2, image_size=64, anchors={"strides": [8, 16, 32], "aspect_ratios": [2.0, 3.0]},
-                **TINY_ARGS).eval()
-    for head in model.cls_heads:          # the class bias starts at zero: make every channel distinct
+    model = SSD(
+        num_classes=2, image_size=64, anchors={"strides": [8, 16, 32], "aspect_ratios": [2.0, 3.0]}, **TINY_ARGS
+    ).eval()
+    for head in model.cls_heads:  # the class bias starts at zero: make every channel distinct
         torch.nn.init.normal_(head.bias)
     raw, locs, logits = _head_outputs(model, _images(2, 64))
     raw = raw.numpy()
@@ -121,7 +130,7 @@ def test_anchor_order_with_a_marked_bias():
             head.bias.zero_()
         model.loc_heads[1].bias.copy_(torch.tensor([100.0 * a + j for a in range(4) for j in range(4)]))
         raw = model(_images(1, 64))[0]
-    start, f = 8 * 8 * 4, 4                       # level 0 is 8x8, level 1 is 4x4, 4 anchors per cell
+    start, f = 8 * 8 * 4, 4  # level 0 is 8x8, level 1 is 4x4, 4 anchors per cell
     expected = torch.zeros_like(raw)
     for cell in range(f * f):
         for a in range(4):
@@ -149,15 +158,25 @@ def test_parameters_are_the_used_backbone_and_the_heads():
     assert len(model.backbone.stages) == 2
 
 
-@pytest.mark.parametrize("stem, strides, offered", [
-    ("imagenet", [8, 16, 64], "[4, 8, 16, 32]"),
-    ("imagenet", [2, 8], "[4, 8, 16, 32]"),
-    ("small", [2, 16], "[1, 2, 4, 8]"),
-])
+@pytest.mark.parametrize(
+    "stem, strides, offered",
+    [
+        ("imagenet", [8, 16, 64], "[4, 8, 16, 32]"),
+        ("imagenet", [2, 8], "[4, 8, 16, 32]"),
+        ("small", [2, 16], "[1, 2, 4, 8]"),
+    ],
+)
 def test_a_stride_no_stage_has_is_refused(stem, strides, offered):
     with pytest.raises(ValueError, match=r"model\.anchors\.strides") as error:
-        SSD(num_classes=2, image_size=128, block="basic", layers=[1, 1, 1, 1], widths=[8, 8, 8, 8], stem=stem,
-            anchors={"strides": strides})
+        SSD(
+            num_classes=2,
+            image_size=128,
+            block="basic",
+            layers=[1, 1, 1, 1],
+            widths=[8, 8, 8, 8],
+            stem=stem,
+            anchors={"strides": strides},
+        )
     assert offered in str(error.value)
 
 
@@ -194,8 +213,9 @@ def _smooth_l1(d: float) -> float:
     return 0.5 * d * d if abs(d) < 1 else abs(d) - 0.5
 
 
-def reference_loss(raw: np.ndarray, targets: np.ndarray, kind: str, neg_pos_ratio: float = 3.0,
-                   alpha: float = 0.25, gamma: float = 2.0) -> np.ndarray:
+def reference_loss(
+    raw: np.ndarray, targets: np.ndarray, kind: str, neg_pos_ratio: float = 3.0, alpha: float = 0.25, gamma: float = 2.0
+) -> np.ndarray:
     """Per-image multibox loss, written from the spec with loops, in float64."""
     raw, targets = raw.astype(np.float64), targets.astype(np.float64)
     losses = []
@@ -223,7 +243,7 @@ def reference_loss(raw: np.ndarray, targets: np.ndarray, kind: str, neg_pos_rati
     return np.asarray(losses)
 
 
-NUM_POSITIVES = (0, 3, 20, 24)   # per image, of N = 24: none; k = 9; k capped by N - num_pos = 4; k = 0
+NUM_POSITIVES = (0, 3, 20, 24)  # per image, of N = 24: none; k = 9; k capped by N - num_pos = 4; k = 0
 
 
 def _random_batch(seed: int, num_anchors: int = 24, num_classes: int = 4) -> tuple[np.ndarray, np.ndarray]:
@@ -233,7 +253,7 @@ def _random_batch(seed: int, num_anchors: int = 24, num_classes: int = 4) -> tup
     batch = len(NUM_POSITIVES)
     raw = (rng.standard_normal((batch, num_anchors, BOX_VALUES + num_classes)) * 2).astype(np.float32)
     targets = np.zeros((batch, num_anchors, TARGET_COLUMNS), dtype=np.float32)
-    labels = targets[..., LABEL_COLUMN]   # a view
+    labels = targets[..., LABEL_COLUMN]  # a view
     for b, num_pos in enumerate(NUM_POSITIVES):
         chosen = rng.permutation(num_anchors)[:num_pos]
         targets[b, chosen, :BOX_VALUES] = rng.standard_normal((num_pos, BOX_VALUES)) * 1.5
@@ -242,19 +262,25 @@ def _random_batch(seed: int, num_anchors: int = 24, num_classes: int = 4) -> tup
     return raw, targets
 
 
-@pytest.mark.parametrize("kind, kwargs", [
-    ("hard_negatives", {}),
-    ("hard_negatives", {"neg_pos_ratio": 1.5}),
-    ("hard_negatives", {"neg_pos_ratio": 0.0}),
-    ("focal", {}),
-    ("focal", {"focal_alpha": 0.5, "focal_gamma": 1.0}),
-])
+@pytest.mark.parametrize(
+    "kind, kwargs",
+    [
+        ("hard_negatives", {}),
+        ("hard_negatives", {"neg_pos_ratio": 1.5}),
+        ("hard_negatives", {"neg_pos_ratio": 0.0}),
+        ("focal", {}),
+        ("focal", {"focal_alpha": 0.5, "focal_gamma": 1.0}),
+    ],
+)
 @pytest.mark.parametrize("seed", [0, 1])
 def test_loss_matches_the_numpy_reference(kind, kwargs, seed):
     raw, targets = _random_batch(seed)
     got = multibox_loss(torch.from_numpy(raw), torch.from_numpy(targets), kind=kind, **kwargs)
-    ref_args = {"neg_pos_ratio": kwargs.get("neg_pos_ratio", 3.0), "alpha": kwargs.get("focal_alpha", 0.25),
-                "gamma": kwargs.get("focal_gamma", 2.0)}
+    ref_args = {
+        "neg_pos_ratio": kwargs.get("neg_pos_ratio", 3.0),
+        "alpha": kwargs.get("focal_alpha", 0.25),
+        "gamma": kwargs.get("focal_gamma", 2.0),
+    }
     expected = reference_loss(raw, targets, kind, **ref_args)
     assert got.shape == (len(NUM_POSITIVES),) and got.dtype == torch.float32
     np.testing.assert_allclose(got.numpy(), expected, rtol=LOSS_TOLERANCE, atol=LOSS_TOLERANCE)
@@ -265,7 +291,7 @@ def test_the_reference_batch_covers_the_edge_cases():
     _, targets = _random_batch(0)
     num_pos = (np.round(targets[..., LABEL_COLUMN]) > BACKGROUND).sum(axis=1)
     assert tuple(num_pos) == NUM_POSITIVES
-    assert 3 * num_pos[2] > targets.shape[1] - num_pos[2]       # k capped by N - num_pos
+    assert 3 * num_pos[2] > targets.shape[1] - num_pos[2]  # k capped by N - num_pos
 
 
 # ----------------------------------------------------------------------------------------------
@@ -277,14 +303,19 @@ def _tiny_case() -> tuple[torch.Tensor, torch.Tensor]:
     anchors 1..3 background with logits [0, t], t = -1, 2, 1: ce = log(1 + e^t). Box offsets: the
     positive is off by (0.5, 2, -3, 0) -> smooth L1 0.125 + 1.5 + 2.5 + 0 = 4.125; the negatives' box
     outputs are far off and must not count."""
-    raw = torch.tensor([[[0.5, 2.0, -3.0, 0.0, 5.0, 0.0],
-                         [9.0, 9.0, 9.0, 9.0, 0.0, -1.0],
-                         [9.0, 9.0, 9.0, 9.0, 0.0, 2.0],
-                         [9.0, 9.0, 9.0, 9.0, 0.0, 1.0]]])
-    targets = torch.tensor([[[0.0, 0.0, 0.0, 0.0, 1.0],
-                             [0.0, 0.0, 0.0, 0.0, 0.0],
-                             [0.0, 0.0, 0.0, 0.0, 0.0],
-                             [0.0, 0.0, 0.0, 0.0, 0.0]]])
+    raw = torch.tensor(
+        [
+            [
+                [0.5, 2.0, -3.0, 0.0, 5.0, 0.0],
+                [9.0, 9.0, 9.0, 9.0, 0.0, -1.0],
+                [9.0, 9.0, 9.0, 9.0, 0.0, 2.0],
+                [9.0, 9.0, 9.0, 9.0, 0.0, 1.0],
+            ]
+        ]
+    )
+    targets = torch.tensor(
+        [[[0.0, 0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0]]]
+    )
     return raw, targets
 
 
@@ -292,13 +323,16 @@ def _softplus(t: float) -> float:
     return math.log(1 + math.exp(t))
 
 
-@pytest.mark.parametrize("neg_pos_ratio, negatives", [
-    (0.5, []),                 # k = floor(0.5) = 0
-    (1.0, [2.0]),              # k = 1: the hardest negative (t = 2)
-    (2.9, [2.0, 1.0]),         # k = floor(2.9) = 2
-    (3.0, [2.0, 1.0, -1.0]),   # k = 3 = N - num_pos
-    (10.0, [2.0, 1.0, -1.0]),  # k = min(10, 3)
-])
+@pytest.mark.parametrize(
+    "neg_pos_ratio, negatives",
+    [
+        (0.5, []),  # k = floor(0.5) = 0
+        (1.0, [2.0]),  # k = 1: the hardest negative (t = 2)
+        (2.9, [2.0, 1.0]),  # k = floor(2.9) = 2
+        (3.0, [2.0, 1.0, -1.0]),  # k = 3 = N - num_pos
+        (10.0, [2.0, 1.0, -1.0]),  # k = min(10, 3)
+    ],
+)
 def test_hard_negative_selection_by_hand(neg_pos_ratio, negatives):
     raw, targets = _tiny_case()
     expected = 4.125 + _softplus(5.0) + sum(_softplus(t) for t in negatives)
@@ -310,10 +344,10 @@ def test_hard_negatives_unselected_get_no_gradient():
     raw, targets = _tiny_case()
     raw.requires_grad_(True)
     multibox_loss(raw, targets, neg_pos_ratio=2.0).sum().backward()
-    assert torch.count_nonzero(raw.grad[0, 1]) == 0                 # t = -1: the easiest negative, not mined
-    assert torch.count_nonzero(raw.grad[0, 2:, 4:]) == 4            # the two mined negatives' logits
-    assert torch.count_nonzero(raw.grad[0, 1:, :4]) == 0            # no box loss on negatives
-    assert torch.count_nonzero(raw.grad[0, 0]) == 5                 # the positive: 3 nonzero offsets + 2 logits
+    assert torch.count_nonzero(raw.grad[0, 1]) == 0  # t = -1: the easiest negative, not mined
+    assert torch.count_nonzero(raw.grad[0, 2:, 4:]) == 4  # the two mined negatives' logits
+    assert torch.count_nonzero(raw.grad[0, 1:, :4]) == 0  # no box loss on negatives
+    assert torch.count_nonzero(raw.grad[0, 0]) == 5  # the positive: 3 nonzero offsets + 2 logits
 
 
 def test_k_is_computed_in_float32_as_on_keras():
@@ -323,8 +357,8 @@ def test_k_is_computed_in_float32_as_on_keras():
     raw[0, num_pos:, 5] = torch.arange(num_anchors - num_pos, 0, -1, dtype=torch.float32)  # hardest first
     targets = torch.zeros(1, num_anchors, 5)
     targets[0, :num_pos, 4] = 1.0
-    ce = torch.nn.functional.softplus(raw[0, :, 5] - raw[0, :, 4])                       # label 0 ce; label 1: log 2
-    expected = (num_pos * math.log(2) + ce[num_pos:num_pos + 62].sum().item()) / num_pos
+    ce = torch.nn.functional.softplus(raw[0, :, 5] - raw[0, :, 4])  # label 0 ce; label 1: log 2
+    expected = (num_pos * math.log(2) + ce[num_pos : num_pos + 62].sum().item()) / num_pos
     assert multibox_loss(raw, targets, neg_pos_ratio=2.1).item() == pytest.approx(expected, rel=1e-6)
 
 
@@ -362,8 +396,10 @@ def test_the_loss_computes_exactly_the_schemas_kinds_each_its_own_way():
     config passes it (a string) and gives its own values."""
     assert set(CLASS_LOSSES) == set(DetectionLoss)
     raw, targets = _random_batch(0)
-    losses = {kind.value: multibox_loss(torch.from_numpy(raw), torch.from_numpy(targets), kind=kind.value)
-              for kind in DetectionLoss}
+    losses = {
+        kind.value: multibox_loss(torch.from_numpy(raw), torch.from_numpy(targets), kind=kind.value)
+        for kind in DetectionLoss
+    }
     assert all(not torch.equal(a, b) for a, b in itertools.combinations(losses.values(), 2)), losses
 
 

@@ -1,6 +1,7 @@
 """task=detection end to end on both backends, as a user runs it: short training lifts COCO mAP far above an
 untrained model's, a user's COCO-layout set trains on both recipes and both backends (two replicas on Keras),
 the pictures and metrics reach MLflow, and mistakes end in one line."""
+
 from __future__ import annotations
 
 import json
@@ -16,10 +17,10 @@ from tests.support.datasets import write_rectangles_coco
 
 pytestmark = pytest.mark.slow
 
-SHORT = ["task=detection", "epochs=5"]                       # the bundled digits_detection, 5 epochs
+SHORT = ["task=detection", "epochs=5"]  # the bundled digits_detection, 5 epochs
 MAP_KEYS = ("val/map", "val/map50")
-UNTRAINED_MAP50 = 0.02      # an untrained detector's val/map50 stays below this (about 0)
-TRAINED_MAP50 = 0.2         # what 5 epochs reach at least, on each backend
+UNTRAINED_MAP50 = 0.02  # an untrained detector's val/map50 stays below this (about 0)
+TRAINED_MAP50 = 0.2  # what 5 epochs reach at least, on each backend
 
 
 @pytest.fixture(scope="module")
@@ -28,14 +29,21 @@ def short_runs(tmp_path_factory, data_dir):
     root = tmp_path_factory.mktemp("detect")
     runs = {}
     for backend in ("lightning", "keras"):
-        out = run_cli(*SHORT, f"backend={backend}", f"paths.data_dir={data_dir}", f"paths.root={root}",
-                      f"hydra.run.dir={root / backend}", cwd=root, timeout=900)
+        out = run_cli(
+            *SHORT,
+            f"backend={backend}",
+            f"paths.data_dir={data_dir}",
+            f"paths.root={root}",
+            f"hydra.run.dir={root / backend}",
+            cwd=root,
+            timeout=900,
+        )
         assert out.returncode == 0, out.stderr[-3000:]
         runs[backend] = read_summary(root / backend)
     return root, runs
 
 
-@pytest.mark.keras   # the untrained Keras detector is scored in this process
+@pytest.mark.keras  # the untrained Keras detector is scored in this process
 @pytest.mark.parametrize("backend", ["lightning", "keras"])
 def test_a_short_run_lifts_map50_far_above_an_untrained_detector(short_runs, backend, untrained_map50):
     _, runs = short_runs
@@ -58,7 +66,7 @@ def test_both_backends_report_the_same_metrics_and_pictures_in_mlflow(short_runs
         pictures = sorted(a.path for a in client.list_artifacts(run.info.run_id, "pictures"))
         assert pictures == [f"pictures/val_epoch{e:03d}.png" for e in (1, 2, 3, 4, 5)]
         with Image.open(root / backend / "pictures" / "val_epoch005.png") as picture:
-            assert picture.format == "PNG" and picture.width > 2 * 256   # truth beside predictions
+            assert picture.format == "PNG" and picture.width > 2 * 256  # truth beside predictions
     assert names["lightning"] == names["keras"] and set(MAP_KEYS) <= set(names["keras"])
 
 
@@ -66,6 +74,7 @@ def test_both_backends_report_the_same_metrics_and_pictures_in_mlflow(short_runs
 def untrained_map50(short_runs, data_dir):
     """val/map50 of each backend's detector before any training, scored as the run scores it."""
     from tests.support.untrained_detection import untrained_map50_of
+
     return {backend: untrained_map50_of(backend, data_dir) for backend in ("lightning", "keras")}
 
 
@@ -74,37 +83,67 @@ def user_coco(tmp_path_factory) -> Path:
     return write_rectangles_coco(tmp_path_factory.mktemp("user") / "coco", num_train=24, num_val=8)
 
 
-@pytest.mark.parametrize("backend,extra", [
-    ("lightning", []),
-    ("keras", ["backend.replicas=2"]),
-])
+@pytest.mark.parametrize(
+    "backend,extra",
+    [
+        ("lightning", []),
+        ("keras", ["backend.replicas=2"]),
+    ],
+)
 def test_a_users_coco_set_trains_with_scale_jitter_on_both_backends(user_coco, tmp_path, backend, extra):
     """Non-square images, category ids 3/7/11, one val image without boxes: trains and is scored (every val
     image once, two replicas on Keras reading their own shards)."""
-    out = run_cli("task=detection", "data=coco", f"data.root={user_coco}", "data.image_size=128",
-                  "data.batch_size=4", "pipeline=scale_jitter", "epochs=1", f"backend={backend}", *extra,
-                  f"paths.root={tmp_path}", f"paths.data_dir={tmp_path / 'data'}", f"hydra.run.dir={tmp_path / 'run'}",
-                  cwd=tmp_path, timeout=600)
+    out = run_cli(
+        "task=detection",
+        "data=coco",
+        f"data.root={user_coco}",
+        "data.image_size=128",
+        "data.batch_size=4",
+        "pipeline=scale_jitter",
+        "epochs=1",
+        f"backend={backend}",
+        *extra,
+        f"paths.root={tmp_path}",
+        f"paths.data_dir={tmp_path / 'data'}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     summary = read_summary(tmp_path / "run")
-    assert summary["val_images"] == 8 and summary["train_images"] == 24   # 6 steps x 4, or 3 steps x 2 replicas x 4
+    assert summary["val_images"] == 8 and summary["train_images"] == 24  # 6 steps x 4, or 3 steps x 2 replicas x 4
     assert set(MAP_KEYS) <= set(summary["final"]), summary["final"]
     assert summary["world_size"] == (2 if extra else 1)
 
 
 def test_a_classification_recipe_with_detection_and_the_reverse_are_refused(tmp_path):
-    fails_with(run_cli("task=detection", "pipeline=standard", cwd=tmp_path),
-                "pipeline=standard is a classification recipe and cannot feed task=detection",
-                "scale_jitter, ssd")
-    fails_with(run_cli("pipeline=ssd", cwd=tmp_path),
-                "pipeline=ssd is a detection recipe and cannot feed task=classification", "light, standard")
+    fails_with(
+        run_cli("task=detection", "pipeline=standard", cwd=tmp_path),
+        "pipeline=standard is a classification recipe and cannot feed task=detection",
+        "scale_jitter, ssd",
+    )
+    fails_with(
+        run_cli("pipeline=ssd", cwd=tmp_path),
+        "pipeline=ssd is a detection recipe and cannot feed task=classification",
+        "light, standard",
+    )
 
 
 def test_a_missing_annotated_image_is_named_in_one_line(user_coco, tmp_path):
     broken = tmp_path / "coco"
     import shutil
+
     shutil.copytree(user_coco, broken)
     victim = json.loads((broken / "annotations" / "instances_val2017.json").read_text())["images"][0]["file_name"]
     (broken / "val2017" / victim).unlink()
-    fails_with(run_cli("task=detection", "data=coco", f"data.root={broken}", f"paths.root={tmp_path}",
-                        f"paths.data_dir={tmp_path / 'data'}", cwd=tmp_path), victim)
+    fails_with(
+        run_cli(
+            "task=detection",
+            "data=coco",
+            f"data.root={broken}",
+            f"paths.root={tmp_path}",
+            f"paths.data_dir={tmp_path / 'data'}",
+            cwd=tmp_path,
+        ),
+        victim,
+    )

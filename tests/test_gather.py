@@ -1,6 +1,7 @@
 """Gathering results across processes (hydrali.core.distributed.gather): objects of every process in rank order,
 through a collective that gathers bytes, or one that only sums int32 arrays (as TensorFlow's all-reduce does).
 The processes are threads here, meeting at a barrier: a collective of the test's own."""
+
 from __future__ import annotations
 
 import threading
@@ -28,7 +29,7 @@ class ThreadSum:
             shapes = {array.shape for array in self.arrays.values()}
             assert len(shapes) == 1, f"every process sums one shape, not {shapes}"
             total = sum(self.arrays.values())
-            self.barrier.wait()   # every thread has read the arrays before the next call replaces them
+            self.barrier.wait()  # every thread has read the arrays before the next call replaces them
             return total
 
         return all_reduce_sum
@@ -42,7 +43,7 @@ def on_threads(count: int, work) -> list:
     def run(rank: int) -> None:
         try:
             results[rank] = work(rank)
-        except BaseException as err:   # noqa: BLE001 (reported below, on the test's thread)
+        except BaseException as err:  # noqa: BLE001 (reported below, on the test's thread)
             errors.append(err)
 
     threads = [threading.Thread(target=run, args=(rank,)) for rank in range(count)]
@@ -58,24 +59,29 @@ def on_threads(count: int, work) -> list:
 @pytest.mark.parametrize("count", [1, 2, 3])
 def test_bytes_of_every_length_come_back_in_rank_order_through_a_summing_collective(count):
     collective = ThreadSum(count)
-    shares = [b"", b"abc", bytes(range(256)) * 3][:count]   # empty, not a multiple of 4 bytes, every byte value
-    results = on_threads(count, lambda rank: gather.all_gather_through_sum(
-        collective.for_rank(rank), rank, count)(shares[rank]))
+    shares = [b"", b"abc", bytes(range(256)) * 3][:count]  # empty, not a multiple of 4 bytes, every byte value
+    results = on_threads(
+        count, lambda rank: gather.all_gather_through_sum(collective.for_rank(rank), rank, count)(shares[rank])
+    )
     assert results == [shares] * count
 
 
 def test_objects_come_back_in_rank_order_on_every_process():
     collective = ThreadSum(2)
     mine = [([{"image_id": 1, "score": 0.1 + 0.2}], [1, 2]), ([], [3])]
-    results = on_threads(2, lambda rank: gather.gather_objects(
-        mine[rank], gather.all_gather_through_sum(collective.for_rank(rank), rank, 2)))
+    results = on_threads(
+        2,
+        lambda rank: gather.gather_objects(
+            mine[rank], gather.all_gather_through_sum(collective.for_rank(rank), rank, 2)
+        ),
+    )
     assert results == [mine, mine], "floats, tuples and empty lists as they were sent"
 
 
 def test_a_process_alone_gathers_its_own_object_and_an_installed_collective_is_the_default():
     assert gather.gather_objects({"a": 1}) == [{"a": 1}]
     try:
-        gather.install(lambda data: [data, data])   # a job of two processes that sent the same
+        gather.install(lambda data: [data, data])  # a job of two processes that sent the same
         assert gather.gather_objects((1, "x")) == [(1, "x"), (1, "x")]
         assert gather.gather_objects(2, lambda data: [data]) == [2], "a collective given wins over the installed"
     finally:
@@ -85,18 +91,27 @@ def test_a_process_alone_gathers_its_own_object_and_an_installed_collective_is_t
 
 # ---------------------------------------------------------------- detection's validation on torch.distributed
 
-IMAGES = 4   # ids 1..4, 100 x 100 pixels, one box of category 1 each; process r detects images r + 1, r + 3 exactly
-BOX = [10.0, 20.0, 30.0, 40.0]   # x, y, w, h in pixels
+IMAGES = 4  # ids 1..4, 100 x 100 pixels, one box of category 1 each; process r detects images r + 1, r + 3 exactly
+BOX = [10.0, 20.0, 30.0, 40.0]  # x, y, w, h in pixels
 
 
 def _write_ground_truth(path) -> None:
     import json
 
-    path.write_text(json.dumps({
-        "images": [{"id": i, "file_name": f"{i}.jpg", "width": 100, "height": 100} for i in range(1, IMAGES + 1)],
-        "annotations": [{"id": i, "image_id": i, "category_id": 1, "bbox": BOX, "area": BOX[2] * BOX[3],
-                         "iscrowd": 0} for i in range(1, IMAGES + 1)],
-        "categories": [{"id": 1, "name": "box"}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "images": [
+                    {"id": i, "file_name": f"{i}.jpg", "width": 100, "height": 100} for i in range(1, IMAGES + 1)
+                ],
+                "annotations": [
+                    {"id": i, "image_id": i, "category_id": 1, "bbox": BOX, "area": BOX[2] * BOX[3], "iscrowd": 0}
+                    for i in range(1, IMAGES + 1)
+                ],
+                "categories": [{"id": 1, "name": "box"}],
+            }
+        )
+    )
 
 
 def _score_on_gloo(rank: int, folder: str, port: int) -> None:
@@ -107,8 +122,8 @@ def _score_on_gloo(rank: int, folder: str, port: int) -> None:
 
     import torch.distributed as dist
 
-    from hydrali.tasks.detection.coco import CocoSplit
     from hydrali.backends.lightning.collectives import all_gather_bytes
+    from hydrali.tasks.detection.coco import CocoSplit
     from hydrali.tasks.detection.validation import DetectionValidation
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
@@ -117,8 +132,12 @@ def _score_on_gloo(rank: int, folder: str, port: int) -> None:
         validation = DetectionValidation(split, pictures=0, pictures_dir=Path(folder) / "pictures")
         mine = list(range(rank + 1, IMAGES + 1, 2))
         x, y, w, h = (v / 100 for v in BOX)
-        validation.add_batch(mine, [np.array([[x, y, x + w, y + h]])] * len(mine), [np.array([1.0])] * len(mine),
-                             [np.array([1])] * len(mine))
+        validation.add_batch(
+            mine,
+            [np.array([[x, y, x + w, y + h]])] * len(mine),
+            [np.array([1.0])] * len(mine),
+            [np.array([1])] * len(mine),
+        )
         validation.gather_across_processes(all_gather_bytes)
         metrics = validation.finish(0, draw=False)
         (Path(folder) / f"rank{rank}.json").write_text(json.dumps(metrics))

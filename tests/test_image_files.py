@@ -1,5 +1,6 @@
 """The file check judges content, not names, and accepts every format DALI decodes; `data.verify=full` names a JPEG
 damaged in its middle (which DALI decodes with only libjpeg's unnamed warning)."""
+
 import io
 from pathlib import Path
 
@@ -25,7 +26,7 @@ def _damaged_in_the_middle(path: Path) -> None:
     _picture().save(buf, format="JPEG", quality=90)
     data = bytearray(buf.getvalue())
     middle = len(data) // 2
-    data[middle:middle + 200] = np.random.default_rng(1).integers(0, 256, 200, dtype=np.uint8).tobytes()
+    data[middle : middle + 200] = np.random.default_rng(1).integers(0, 256, 200, dtype=np.uint8).tobytes()
     path.write_bytes(bytes(data))
 
 
@@ -50,7 +51,7 @@ def _dali_decodes(folder: Path) -> int:
 def test_every_format_dali_decodes_passes_the_check_whatever_its_name(tmp_path):
     for fmt, ext in FORMATS.items():
         _picture().save(tmp_path / f"as-{ext}.{ext}", format=fmt)
-        _picture().save(tmp_path / f"{fmt.lower()}-named.jpg", format=fmt)   # content and name disagree
+        _picture().save(tmp_path / f"{fmt.lower()}-named.jpg", format=fmt)  # content and name disagree
     files = sorted(tmp_path.iterdir())
     assert _dali_decodes(tmp_path) == len(files), "DALI decodes each of them"
     assert [(p.name, structural_problem(p), decode_problem(p)) for p in files] == [(p.name, None, None) for p in files]
@@ -75,8 +76,15 @@ def test_foreign_truncated_and_damaged_files_are_told_apart(tmp_path):
 def test_a_jpeg_damaged_in_its_middle_is_named_with_data_verify_full(tmp_path, digits_copy):
     victim = sorted((digits_copy / "train" / "5").glob("*.jpg"))[3]
     _damaged_in_the_middle(victim)
-    out = run_cli("data=imagefolder", f"data.root={digits_copy}", "data.image_size=32", "data.verify=full",
-                  "epochs=1", "tracking=none", cwd=tmp_path)
+    out = run_cli(
+        "data=imagefolder",
+        f"data.root={digits_copy}",
+        "data.image_size=32",
+        "data.verify=full",
+        "epochs=1",
+        "tracking=none",
+        cwd=tmp_path,
+    )
     fails_with(out, f"cannot decode {victim}: it does not decode", "Remove or replace the file")
     assert out.returncode == 2
 
@@ -89,7 +97,15 @@ def test_a_png_named_jpg_trains(tmp_path, digits_copy):
         img.save(victim, format="PNG")
     assert victim.read_bytes().startswith(b"\x89PNG")
     run_dir = tmp_path / "run"
-    out = run_cli("data=imagefolder", f"data.root={digits_copy}", "data.image_size=32", "data.verify=full",
-                  "epochs=1", "tracking=none", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    out = run_cli(
+        "data=imagefolder",
+        f"data.root={digits_copy}",
+        "data.image_size=32",
+        "data.verify=full",
+        "epochs=1",
+        "tracking=none",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert read_summary(run_dir)["epochs"] == 1

@@ -1,4 +1,5 @@
 """Ctrl+C during an epoch ends the same way on both backends: one line, exit code 130, the run KILLED, resumable."""
+
 import signal
 import subprocess
 import time
@@ -30,7 +31,8 @@ def test_ctrl_c_during_an_epoch_exits_130_marks_the_run_killed_and_resumes(tmp_p
     assert proc.returncode == 130, stderr[-3000:]
     assert "Traceback" not in stderr, stderr[-3000:]
     assert [line for line in stderr.splitlines() if line.startswith("hydrali:")] == [
-        f"hydrali: interrupted: the run is marked KILLED; resume it with ckpt_path=last hydra.run.dir={out}"]
+        f"hydrali: interrupted: the run is marked KILLED; resume it with ckpt_path=last hydra.run.dir={out}"
+    ]
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     run_id = (out / "mlflow_run_id").read_text()
     assert client.get_run(run_id).info.status == "KILLED"

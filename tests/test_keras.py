@@ -1,4 +1,5 @@
 """The Keras backend: the same tasks, recipes, plan and tracking as Lightning, on MirroredStrategy."""
+
 import json
 from pathlib import Path
 
@@ -7,8 +8,12 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from hydrali.core.run.runner import run
-from tests.support.checks import (check_each_val_image_counted_once, check_resume_keeps_the_record,
-                                  check_validation_every_second_epoch, read_summary)
+from tests.support.checks import (
+    check_each_val_image_counted_once,
+    check_resume_keeps_the_record,
+    check_validation_every_second_epoch,
+    read_summary,
+)
 from tests.support.configs import KERAS_QUIET, SMALL_NET, TINY, compose_config, with_plugin_callback
 from tests.support.datasets import write_one_image_per_class
 from tests.support.plugins import keras_model_without_batchnorm
@@ -39,7 +44,7 @@ def test_keras_learns_digits(keras_run):
 
 def test_keras_trains_whole_batches_and_scores_each_val_image_once(keras_run):
     _, summary = keras_run
-    assert summary["steps_per_epoch"] == 22   # as on Lightning: 1437 images, 22 whole batches of 64
+    assert summary["steps_per_epoch"] == 22  # as on Lightning: 1437 images, 22 whole batches of 64
     assert [row["train/images"] for row in summary["history"]] == [22 * 64] * 6
     check_each_val_image_counted_once(summary)
 
@@ -48,13 +53,21 @@ def test_two_replicas_show_in_mlflow_and_summary_and_read_disjoint_shards(make_c
     from tests.keras_worker_helpers import RECORD_ENV, read_record
 
     # every image its own class: the labels the loss saw name the files DALI read for each replica
-    classes, batch = 36, 8   # shards of 18: 2 whole training batches, 3 validation batches (the last holds 2)
+    classes, batch = 36, 8  # shards of 18: 2 whole training batches, 3 validation batches (the last holds 2)
     write_one_image_per_class(tmp_path / "ds", classes)
     record = tmp_path / "labels.txt"
     monkeypatch.setenv(RECORD_ENV, str(record))
-    cfg = make_cfg("epochs=1", "backend.replicas=2", "data=imagefolder", f"data.root={tmp_path / 'ds'}",
-                   f"data.batch_size={batch}", *TINY, "pipeline.options.initial_fill=1",   # no draw from the next pass
-                   "task.sides.keras=tests.keras_worker_helpers.recording_classification", *QUIET)
+    cfg = make_cfg(
+        "epochs=1",
+        "backend.replicas=2",
+        "data=imagefolder",
+        f"data.root={tmp_path / 'ds'}",
+        f"data.batch_size={batch}",
+        *TINY,
+        "pipeline.options.initial_fill=1",  # no draw from the next pass
+        "task.sides.keras=tests.keras_worker_helpers.recording_classification",
+        *QUIET,
+    )
     run(cfg)
     summary = read_summary(cfg.paths.output_dir)
     assert (summary["world_size"], summary["per_replica_batch"], summary["global_batch"]) == (2, batch, 2 * batch)
@@ -75,9 +88,9 @@ def test_one_sgd_step_on_two_replicas_equals_one_on_one_replica_with_twice_the_b
     from hydrali.backends.keras.data import distribute
     from hydrali.backends.keras.strategy import configure_devices, make_strategy
     from hydrali.backends.keras.training import compile_model
+    from hydrali.core.distributed.topology import detect_topology
     from hydrali.core.run.epoch import make_contract
     from hydrali.core.run.plan import make_plan
-    from hydrali.core.distributed.topology import detect_topology
     from hydrali.tasks.classification.keras_task import KerasClassification
 
     cfg = make_cfg("backend=keras", "optim.warmup_epochs=0")
@@ -87,21 +100,47 @@ def test_one_sgd_step_on_two_replicas_equals_one_on_one_replica_with_twice_the_b
     labels = rng.integers(0, classes, size=(2 * half, 1)).astype("int32")
 
     def one_step(replicas: int):
-        plan = make_plan(topology=detect_topology(replicas, 1, env={}, replicas_per_process=replicas),
-                         batch_size=2 * half // replicas, base_lr=cfg.optim.lr, ref_batch=cfg.optim.ref_batch,
-                         rule=str(cfg.optim.scale), warmup_epochs=0, epochs=1, seed=0, device="cpu")
+        plan = make_plan(
+            topology=detect_topology(replicas, 1, env={}, replicas_per_process=replicas),
+            batch_size=2 * half // replicas,
+            base_lr=cfg.optim.lr,
+            ref_batch=cfg.optim.ref_batch,
+            rule=str(cfg.optim.scale),
+            warmup_epochs=0,
+            epochs=1,
+            seed=0,
+            device="cpu",
+        )
         devices = configure_devices(replicas, "cpu")
         strategy = make_strategy(devices)
         keras.utils.set_random_seed(0)
         side = KerasClassification(cfg.task)
-        contract = make_contract(train_samples=2 * half, val_samples=2 * half, num_shards=replicas,
-                                 batch=plan.per_replica_batch, last_batch="drop")
-        model = compile_model(strategy=strategy, build_network=lambda: keras_model_without_batchnorm(classes, size),
-                              loss=side.loss(), metrics=side.metrics(), optim=cfg.optim, plan=plan, contract=contract)
+        contract = make_contract(
+            train_samples=2 * half,
+            val_samples=2 * half,
+            num_shards=replicas,
+            batch=plan.per_replica_batch,
+            last_batch="drop",
+        )
+        model = compile_model(
+            strategy=strategy,
+            build_network=lambda: keras_model_without_batchnorm(classes, size),
+            loss=side.loss(),
+            metrics=side.metrics(),
+            optim=cfg.optim,
+            plan=plan,
+            contract=contract,
+        )
         before = [keras.ops.convert_to_numpy(w) for w in model.weights]
         per = plan.per_replica_batch
-        data = distribute(strategy, devices, "cpu", lambda i: tf.data.Dataset.from_tensors(
-            (images[i * per:(i + 1) * per], labels[i * per:(i + 1) * per])).repeat())
+        data = distribute(
+            strategy,
+            devices,
+            "cpu",
+            lambda i: tf.data.Dataset.from_tensors(
+                (images[i * per : (i + 1) * per], labels[i * per : (i + 1) * per])
+            ).repeat(),
+        )
         model.fit(data, epochs=1, steps_per_epoch=1, verbose=0, shuffle=False)
         return plan, before, [keras.ops.convert_to_numpy(w) for w in model.weights]
 
@@ -128,8 +167,9 @@ def test_the_same_seed_gives_the_same_losses_on_keras(make_cfg, tmp_path):
 
 def test_an_interrupted_keras_run_resumes_with_its_whole_record(make_cfg, tmp_path):
     # keep only the newest checkpoint: the best one (epoch 1) survives only because the run record names it
-    resumed = check_resume_keeps_the_record(make_cfg, tmp_path, [*QUIET, "backend.keep_checkpoints=1"],
-                                            "tests.support.plugins.KerasInterruptAtEpoch")
+    resumed = check_resume_keeps_the_record(
+        make_cfg, tmp_path, [*QUIET, "backend.keep_checkpoints=1"], "tests.support.plugins.KerasInterruptAtEpoch"
+    )
     kept = {p.name for p in (tmp_path / "resumed" / "checkpoints").glob("*.h5")}
     assert kept == {"epoch001.weights.h5", "epoch003.weights.h5"}
     assert resumed["best_checkpoint"].endswith("epoch001.weights.h5")

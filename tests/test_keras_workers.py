@@ -1,6 +1,7 @@
 """Keras workers started by the user with their own TF_CONFIG train one job (MultiWorkerMirroredStrategy):
 each reads the shard of its rank, they agree on rank 0's run dir and seed, the chief alone writes, and a
 detection validation is scored once over every worker's detections."""
+
 from __future__ import annotations
 
 import json
@@ -17,10 +18,10 @@ from hydrali.core.distributed.topology import (
     tf_config_workers,
 )
 from hydrali.core.errors import HydraliError
+from tests.keras_worker_helpers import DETECTIONS_ENV, RECORD_ENV, read_detections, read_record
 from tests.support.checks import read_summary
 from tests.support.cli import free_ports, start_cli
 from tests.support.datasets import write_one_image_per_class
-from tests.keras_worker_helpers import DETECTIONS_ENV, RECORD_ENV, read_detections, read_record
 
 
 def tf_config(workers: list[str], kind: str, index: int, chief: str | None = None) -> str:
@@ -71,7 +72,7 @@ def test_srun_tasks_are_keras_workers_ranked_by_slurm(monkeypatch):
     assert (topo.global_rank, topo.local_rank, topo.node_rank, topo.shard_ids) == (3, 1, 1, (3,))
 
 
-WORKERS_TIMEOUT = 300   # seconds for 2 workers to start TensorFlow, train one tiny epoch and validate
+WORKERS_TIMEOUT = 300  # seconds for 2 workers to start TensorFlow, train one tiny epoch and validate
 
 
 def run_two_workers(tmp_path: Path, args: list[str], env_of) -> None:
@@ -82,20 +83,23 @@ def run_two_workers(tmp_path: Path, args: list[str], env_of) -> None:
     try:
         for index in (0, 1):
             (tmp_path / f"tmp{index}").mkdir()
-            env = {"TF_CONFIG": tf_config(workers, "worker", index), "TMPDIR": str(tmp_path / f"tmp{index}"),
-                   **env_of(index)}
+            env = {
+                "TF_CONFIG": tf_config(workers, "worker", index),
+                "TMPDIR": str(tmp_path / f"tmp{index}"),
+                **env_of(index),
+            }
             procs.append(start_cli(*args, cwd=tmp_path, env=env))
-            time.sleep(1.2)   # a later second: Hydra's ${now:...} run dir differs, the workers must agree on one
+            time.sleep(1.2)  # a later second: Hydra's ${now:...} run dir differs, the workers must agree on one
         outputs = [proc.communicate(timeout=WORKERS_TIMEOUT)[0] for proc in procs]
     finally:
-        for proc in procs:   # a worker left waiting for one that failed
+        for proc in procs:  # a worker left waiting for one that failed
             if proc.poll() is None:
                 proc.kill()
     for proc, out in zip(procs, outputs):
         assert proc.returncode == 0, out[-4000:]
 
 
-IMAGES, BATCH = 32, 8   # 2 workers x 1 replica: shards of 16 images, 2 training steps per epoch
+IMAGES, BATCH = 32, 8  # 2 workers x 1 replica: shards of 16 images, 2 training steps per epoch
 # (pipeline.options.initial_fill=1: DALI's shuffle buffer draws nothing from the next pass, so one epoch reads each
 # image of a shard exactly once)
 
@@ -104,9 +108,19 @@ IMAGES, BATCH = 32, 8   # 2 workers x 1 replica: shards of 16 images, 2 training
 def test_two_keras_workers_from_tf_config_train_one_epoch_on_disjoint_shards_and_the_chief_alone_writes(tmp_path):
     data = tmp_path / "images"
     write_one_image_per_class(data, IMAGES, size=16)
-    args = ["backend=keras", "pipeline=light", "data=imagefolder", f"data.root={data}", f"data.batch_size={BATCH}",
-            "data.image_size=16", "model.widths=[8,16,32]", "pipeline.options.initial_fill=1", "epochs=1",
-            "seed=null", "task.sides.keras=tests.keras_worker_helpers.recording_classification"]
+    args = [
+        "backend=keras",
+        "pipeline=light",
+        "data=imagefolder",
+        f"data.root={data}",
+        f"data.batch_size={BATCH}",
+        "data.image_size=16",
+        "model.widths=[8,16,32]",
+        "pipeline.options.initial_fill=1",
+        "epochs=1",
+        "seed=null",
+        "task.sides.keras=tests.keras_worker_helpers.recording_classification",
+    ]
     run_two_workers(tmp_path, args, lambda index: {RECORD_ENV: str(tmp_path / f"labels{index}.txt")})
 
     run_dirs = [d for d in tmp_path.glob("outputs/*/*") if d.is_dir()]
@@ -116,13 +130,16 @@ def test_two_keras_workers_from_tf_config_train_one_epoch_on_disjoint_shards_and
     assert summary["world_size"] == 2 and summary["global_batch"] == 2 * BATCH and summary["epochs"] == 1
     assert [p.name for p in (run_dir / "checkpoints").glob("*.weights.h5")] == ["epoch001.weights.h5"]
     assert (run_dir / "tensorboard").is_dir()
-    written = {name: sorted(p for p in tmp_path.rglob(name) if "mlartifacts" not in p.parts)
-               for name in ("summary.json", "*.weights.h5", "events.out.tfevents.*", "tensorboard", "checkpoints")}
+    written = {
+        name: sorted(p for p in tmp_path.rglob(name) if "mlartifacts" not in p.parts)
+        for name in ("summary.json", "*.weights.h5", "events.out.tfevents.*", "tensorboard", "checkpoints")
+    }
     assert all(run_dir in path.parents for paths in written.values() for path in paths), f"only the chief: {written}"
     assert len(list(tmp_path.glob("mlartifacts/**/*.weights.h5"))) == 1, "the chief logged the best checkpoint"
     assert not any((tmp_path / "tmp1").iterdir()), "the non-chief's throwaway checkpoint is gone"
 
     from mlflow.tracking import MlflowClient
+
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     (run,) = client.search_runs([client.get_experiment_by_name("hydrali").experiment_id])
     assert run.info.run_id == summary["mlflow_run_id"] and run.data.params["plan/world_size"] == "2"
@@ -139,17 +156,31 @@ def test_two_keras_workers_from_tf_config_train_one_epoch_on_disjoint_shards_and
 # task=detection on the bundled digits, as small as they go: 16 + 32 images of 32 x 32 (digits of 16-24 pixels on a
 # 64-pixel canvas), 2 workers x batch 4: 2 training and 4 validation steps each; every detection scored (no score
 # threshold), so that an untrained detector finds some digits and the mAP of one worker's shard is not all images'
-DETECTION = ["task=detection", "backend=keras", "data.generate.num_train=16", "data.generate.num_val=32",
-             "data.generate.canvas=64", "data.generate.min_size=16", "data.generate.max_size=24",
-             "data.image_size=32", "data.batch_size=4", "model.widths=[8,16,32,64]", "epochs=1",
-             "task.score_threshold=0.0", "task.pictures=2",
-             "task.sides.keras=tests.keras_worker_helpers.recording_detection"]
+DETECTION = [
+    "task=detection",
+    "backend=keras",
+    "data.generate.num_train=16",
+    "data.generate.num_val=32",
+    "data.generate.canvas=64",
+    "data.generate.min_size=16",
+    "data.generate.max_size=24",
+    "data.image_size=32",
+    "data.batch_size=4",
+    "model.widths=[8,16,32,64]",
+    "epochs=1",
+    "task.score_threshold=0.0",
+    "task.pictures=2",
+    "task.sides.keras=tests.keras_worker_helpers.recording_detection",
+]
 
 
 @pytest.mark.slow
 def test_two_keras_workers_score_detection_once_over_all_images_and_the_chief_alone_draws(tmp_path):
-    run_two_workers(tmp_path, [*DETECTION, f"paths.data_dir={tmp_path / 'data'}"],
-                    lambda index: {DETECTIONS_ENV: str(tmp_path / f"detections{index}.jsonl")})
+    run_two_workers(
+        tmp_path,
+        [*DETECTION, f"paths.data_dir={tmp_path / 'data'}"],
+        lambda index: {DETECTIONS_ENV: str(tmp_path / f"detections{index}.jsonl")},
+    )
 
     run_dirs = [d for d in tmp_path.glob("outputs/*/*") if d.is_dir()]
     assert len(run_dirs) == 1, f"one run dir for the job: {run_dirs}"
@@ -164,18 +195,21 @@ def test_two_keras_workers_score_detection_once_over_all_images_and_the_chief_al
     seen = [{d["image_id"] for d in share} for share in shares]
     assert all(seen) and not seen[0] & seen[1] and seen[0] | seen[1] <= val_images, "each worker its own shard"
     every = coco_map_of(annotations, shares[0] + shares[1])
-    assert every > 0 and every != pytest.approx(coco_map_of(annotations, shares[0]), abs=1e-9), \
+    assert every > 0 and every != pytest.approx(coco_map_of(annotations, shares[0]), abs=1e-9), (
         "the mAP of all images is not that of one worker's shard"
+    )
 
     summary = read_summary(run_dir)
     assert summary["world_size"] == 2 and summary["val_images"] == len(val_images)
     assert summary["final"]["val/map"] == pytest.approx(every, abs=1e-9), "scored once, over all images"
     from mlflow.tracking import MlflowClient
+
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     (logged,) = client.get_metric_history(summary["mlflow_run_id"], "val/map")
     assert logged.value == pytest.approx(every, abs=1e-9)
-    assert [a.path for a in client.list_artifacts(summary["mlflow_run_id"], "pictures")] == \
-        ["pictures/val_epoch001.png"]
+    assert [a.path for a in client.list_artifacts(summary["mlflow_run_id"], "pictures")] == [
+        "pictures/val_epoch001.png"
+    ]
 
 
 def coco_map_of(annotations: Path, detections: list[dict]) -> float:
@@ -197,8 +231,14 @@ def shard_labels(folder: Path, shard: int, shards: int) -> list[int]:
 
     @pipeline_def(batch_size=size, num_threads=1, device_id=None)
     def reader():
-        _, labels = fn.readers.file(file_root=str(folder), shard_id=shard, num_shards=shards, random_shuffle=True,
-                                    stick_to_shard=True, initial_fill=1)
+        _, labels = fn.readers.file(
+            file_root=str(folder),
+            shard_id=shard,
+            num_shards=shards,
+            random_shuffle=True,
+            stick_to_shard=True,
+            initial_fill=1,
+        )
         return labels
 
     pipe = reader()

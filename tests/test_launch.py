@@ -1,5 +1,6 @@
 """A job's DDP processes started by hydrali from the job's resolved config: sweeps of DDP jobs (one run dir and
 one MLflow run per job, each trained by its processes), and ranks that agree on the seed drawn once."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,15 +12,24 @@ from tests.support.configs import LIGHTNING_QUIET, TINY, compose_config, with_pl
 from tests.support.datasets import write_one_image_per_class
 
 pytestmark = pytest.mark.slow
-QUIET_TINY = [*TINY, *LIGHTNING_QUIET]   # a narrow network on 16 x 16 images, no progress output
+QUIET_TINY = [*TINY, *LIGHTNING_QUIET]  # a narrow network on 16 x 16 images, no progress output
 DDP = ["backend.devices=2", "backend.strategy=ddp", "backend.accelerator=cpu"]
 
 
 def test_a_sweep_of_ddp_jobs_trains_each_job_with_two_processes_that_share_one_drawn_seed(tmp_path, data_dir):
     seeds = tmp_path / "seeds"
-    out = run_cli("-m", "optim.lr=0.01,0.1", *DDP, "epochs=1", "seed=null", *QUIET_TINY, f"paths.data_dir={data_dir}",
-                  with_plugin_callback("seed", "RecordTorchSeed", folder=f"{seeds}/${{hydra:job.num}}"), cwd=tmp_path,
-                  timeout=900)
+    out = run_cli(
+        "-m",
+        "optim.lr=0.01,0.1",
+        *DDP,
+        "epochs=1",
+        "seed=null",
+        *QUIET_TINY,
+        f"paths.data_dir={data_dir}",
+        with_plugin_callback("seed", "RecordTorchSeed", folder=f"{seeds}/${{hydra:job.num}}"),
+        cwd=tmp_path,
+        timeout=900,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     jobs = sorted(p for p in tmp_path.glob("multirun/*/*/*") if p.is_dir())
     assert [p.name for p in jobs] == ["0", "1"], "one run dir per job, whatever the number of processes"
@@ -43,46 +53,76 @@ def test_a_job_runs_through_the_submitit_launcher_of_the_slurm_config_group(tmp_
     # hydra/launcher=slurm sizes each SLURM job from the backend: nodes x tasks (one per device)
     cfg = compose_config(["hydra/launcher=slurm", "backend.devices=4", "backend.num_nodes=2"], tmp_path, data_dir)
     from hydra.core.hydra_config import HydraConfig
+
     launcher = HydraConfig.get().launcher
     assert (launcher.nodes, launcher.tasks_per_node, launcher.gpus_per_node) == (2, 4, 4)
     assert launcher._target_.endswith("SlurmLauncher") and cfg.backend.devices == 4
     # the same group's local launcher runs a job for real, in a process submitit starts
-    out = run_cli("-m", "hydra/launcher=submitit_local", "optim.lr=0.05", "epochs=1", *QUIET_TINY,
-                  f"paths.data_dir={data_dir}", cwd=tmp_path)
+    out = run_cli(
+        "-m",
+        "hydra/launcher=submitit_local",
+        "optim.lr=0.05",
+        "epochs=1",
+        *QUIET_TINY,
+        f"paths.data_dir={data_dir}",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     (job,) = [p for p in tmp_path.glob("multirun/*/*/0")]
     assert list(job.parent.glob(".submitit/*")), "submitit ran the job"
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
-    (child,) = [r for r in client.search_runs([client.get_experiment_by_name("hydrali").experiment_id])
-                if "mlflow.parentRunId" in r.data.tags]
+    (child,) = [
+        r
+        for r in client.search_runs([client.get_experiment_by_name("hydrali").experiment_id])
+        if "mlflow.parentRunId" in r.data.tags
+    ]
     assert child.info.status == "FINISHED" and read_summary(job)["epochs"] == 1
 
 
 def _torchrun_node(node_rank: int, port: int, args: list[str], cwd):
     """One node of a two-node job on 127.0.0.1: torchrun starting one hydrali process."""
-    torchrun = ("-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", f"--node-rank={node_rank}",
-                "--master-addr=127.0.0.1", f"--master-port={port}", "-m", "hydrali.core")
+    torchrun = (
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=2",
+        "--nproc-per-node=1",
+        f"--node-rank={node_rank}",
+        "--master-addr=127.0.0.1",
+        f"--master-port={port}",
+        "-m",
+        "hydrali.core",
+    )
     return start_cli(*args, cwd=cwd, entry=torchrun)
 
 
 def test_two_nodes_started_by_torchrun_read_disjoint_shards_into_one_run_dir_and_one_mlflow_run(tmp_path):
-    classes, batch = 32, 8   # 2 nodes x 2 steps x batch 8: every image once per epoch
+    classes, batch = 32, 8  # 2 nodes x 2 steps x batch 8: every image once per epoch
     write_one_image_per_class(tmp_path / "ds", classes)
     record = tmp_path / "record"
-    args = ["data=imagefolder", f"data.root={tmp_path / 'ds'}", f"data.batch_size={batch}", "epochs=1", "seed=null",
-            "backend.num_nodes=2", "backend.accelerator=cpu", *QUIET_TINY,
-            with_plugin_callback("labels", "RecordTrainingLabels", folder=str(record)),
-            with_plugin_callback("seed", "RecordTorchSeed", folder=str(record))]
+    args = [
+        "data=imagefolder",
+        f"data.root={tmp_path / 'ds'}",
+        f"data.batch_size={batch}",
+        "epochs=1",
+        "seed=null",
+        "backend.num_nodes=2",
+        "backend.accelerator=cpu",
+        *QUIET_TINY,
+        with_plugin_callback("labels", "RecordTrainingLabels", folder=str(record)),
+        with_plugin_callback("seed", "RecordTorchSeed", folder=str(record)),
+    ]
     port = free_port()
     node0 = _torchrun_node(0, port, args, tmp_path)
-    other_machine = tmp_path / "node1"   # node 1 runs from its own folder: its own outputs/ and run dir
+    other_machine = tmp_path / "node1"  # node 1 runs from its own folder: its own outputs/ and run dir
     other_machine.mkdir()
     node1 = _torchrun_node(1, port, args, other_machine)
     outputs = [node.communicate(timeout=600)[0] for node in (node0, node1)]
     assert node0.returncode == 0 and node1.returncode == 0, "\n".join(out[-3000:] for out in outputs)
 
-    read = [[int(x) for line in (record / f"labels_rank{r}.txt").read_text().split("\n") for x in line.split()]
-            for r in (0, 1)]
+    read = [
+        [int(x) for line in (record / f"labels_rank{r}.txt").read_text().split("\n") for x in line.split()]
+        for r in (0, 1)
+    ]
     assert len(read[0]) == len(read[1]) == classes // 2, "each rank trained on its half of the epoch"
     assert set(read[0]).isdisjoint(read[1]), "the two nodes read disjoint shards"
     assert sorted(read[0] + read[1]) == list(range(classes)), "together they cover the dataset"
@@ -102,25 +142,40 @@ def test_two_nodes_started_by_torchrun_read_disjoint_shards_into_one_run_dir_and
 def test_one_step_of_two_ddp_processes_at_batch_b_equals_one_process_at_batch_2b(tmp_path):
     import torch
 
-    batch = 8   # 16 images: one step of 2 x 8 or of 1 x 16 on the same samples (no random augmentation)
+    batch = 8  # 16 images: one step of 2 x 8 or of 1 x 16 on the same samples (no random augmentation)
     write_one_image_per_class(tmp_path / "ds", 2 * batch)
-    common = ["data=imagefolder", f"data.root={tmp_path / 'ds'}", "epochs=1", "seed=7", "optim=sgd",
-              "optim.warmup_epochs=0", "optim.schedule=constant", "optim.lr=0.5",
-              "model._target_=tests.support.plugins.torch_model_without_batchnorm", "tracking=none", *QUIET_TINY]
-    runs = {"ddp": (*DDP, f"data.batch_size={batch}"),
-            "one": ("backend.accelerator=cpu", f"data.batch_size={2 * batch}")}
+    common = [
+        "data=imagefolder",
+        f"data.root={tmp_path / 'ds'}",
+        "epochs=1",
+        "seed=7",
+        "optim=sgd",
+        "optim.warmup_epochs=0",
+        "optim.schedule=constant",
+        "optim.lr=0.5",
+        "model._target_=tests.support.plugins.torch_model_without_batchnorm",
+        "tracking=none",
+        *QUIET_TINY,
+    ]
+    runs = {
+        "ddp": (*DDP, f"data.batch_size={batch}"),
+        "one": ("backend.accelerator=cpu", f"data.batch_size={2 * batch}"),
+    }
     for name, args in runs.items():
         out = run_cli(*common, *args, f"hydra.run.dir={tmp_path / name}", cwd=tmp_path)
         assert out.returncode == 0, out.stderr[-3000:]
-    ddp, one = (torch.load(tmp_path / name / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
-                for name in runs)
+    ddp, one = (
+        torch.load(tmp_path / name / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+        for name in runs
+    )
     assert read_summary(tmp_path / "ddp")["world_size"] == 2 and read_summary(tmp_path / "one")["world_size"] == 1
     assert ddp["global_step"] == one["global_step"] == 1, "one optimizer step each"
     for key, weight in one["state_dict"].items():
         torch.testing.assert_close(ddp["state_dict"][key], weight, atol=1e-5, rtol=0, msg=key)
     # the step moved the weights: SGD's momentum buffer after one step is the (averaged) gradient
-    (ddp_grads, one_grads) = ([s["momentum_buffer"] for s in ckpt["optimizer_states"][0]["state"].values()]
-                              for ckpt in (ddp, one))
+    (ddp_grads, one_grads) = (
+        [s["momentum_buffer"] for s in ckpt["optimizer_states"][0]["state"].values()] for ckpt in (ddp, one)
+    )
     assert all(g.abs().max() > 1e-4 for g in one_grads), "every parameter got a gradient"
     for ddp_grad, one_grad in zip(ddp_grads, one_grads, strict=True):
         torch.testing.assert_close(ddp_grad, one_grad, atol=1e-5, rtol=0)
@@ -129,14 +184,31 @@ def test_one_step_of_two_ddp_processes_at_batch_b_equals_one_process_at_batch_2b
 def test_processes_started_by_mpirun_train_one_job_at_their_ranks(tmp_path):
     write_one_image_per_class(tmp_path / "ds", 16)
     record = tmp_path / "record"
-    args = ["data=imagefolder", f"data.root={tmp_path / 'ds'}", "data.batch_size=4", "epochs=1", "seed=null",
-            *DDP, *QUIET_TINY,
-            with_plugin_callback("labels", "RecordTrainingLabels", folder=str(record))]
+    args = [
+        "data=imagefolder",
+        f"data.root={tmp_path / 'ds'}",
+        "data.batch_size=4",
+        "epochs=1",
+        "seed=null",
+        *DDP,
+        *QUIET_TINY,
+        with_plugin_callback("labels", "RecordTrainingLabels", folder=str(record)),
+    ]
     meet = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-    procs = [start_cli(*args, cwd=tmp_path, env={**meet, "OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": "2",
-                                                 "OMPI_COMM_WORLD_LOCAL_RANK": str(rank),
-                                                 "OMPI_COMM_WORLD_LOCAL_SIZE": "2"})
-             for rank in (0, 1)]   # as `mpirun -np 2 -x MASTER_ADDR -x MASTER_PORT hydrali ...` starts them
+    procs = [
+        start_cli(
+            *args,
+            cwd=tmp_path,
+            env={
+                **meet,
+                "OMPI_COMM_WORLD_RANK": str(rank),
+                "OMPI_COMM_WORLD_SIZE": "2",
+                "OMPI_COMM_WORLD_LOCAL_RANK": str(rank),
+                "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+            },
+        )
+        for rank in (0, 1)
+    ]  # as `mpirun -np 2 -x MASTER_ADDR -x MASTER_PORT hydrali ...` starts them
     outputs = [proc.communicate(timeout=600)[0] for proc in procs]
     assert [proc.returncode for proc in procs] == [0, 0], "\n".join(out[-3000:] for out in outputs)
     read = [{int(x) for x in (record / f"labels_rank{r}.txt").read_text().split()} for r in (0, 1)]
@@ -148,16 +220,32 @@ def test_processes_started_by_mpirun_train_one_job_at_their_ranks(tmp_path):
 def test_tasks_started_by_srun_share_rank_0s_run_dir_and_seed(tmp_path):
     write_one_image_per_class(tmp_path / "ds", 16)
     record = tmp_path / "record"
-    args = ["data=imagefolder", f"data.root={tmp_path / 'ds'}", "data.batch_size=4", "epochs=1", "seed=null",
-            *DDP, *QUIET_TINY,
-            with_plugin_callback("seed", "RecordTorchSeed", folder=str(record))]
-    slurm = {"SLURM_JOB_ID": "4321", "SLURM_JOB_NAME": "train", "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2",
-             "SLURM_NNODES": "1", "SLURM_NODEID": "0", "SLURM_NODELIST": "localhost"}
-    folders = [tmp_path, tmp_path / "task1"]   # task 1 composes its config in another folder: its own run dir
+    args = [
+        "data=imagefolder",
+        f"data.root={tmp_path / 'ds'}",
+        "data.batch_size=4",
+        "epochs=1",
+        "seed=null",
+        *DDP,
+        *QUIET_TINY,
+        with_plugin_callback("seed", "RecordTorchSeed", folder=str(record)),
+    ]
+    slurm = {
+        "SLURM_JOB_ID": "4321",
+        "SLURM_JOB_NAME": "train",
+        "SLURM_NTASKS": "2",
+        "SLURM_NTASKS_PER_NODE": "2",
+        "SLURM_NNODES": "1",
+        "SLURM_NODEID": "0",
+        "SLURM_NODELIST": "localhost",
+    }
+    folders = [tmp_path, tmp_path / "task1"]  # task 1 composes its config in another folder: its own run dir
     folders[1].mkdir()
     # as `srun --ntasks-per-node=2 hydrali ...` starts them (Lightning's SLURM environment)
-    procs = [start_cli(*args, cwd=folders[rank], env={**slurm, "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank)})
-             for rank in (0, 1)]
+    procs = [
+        start_cli(*args, cwd=folders[rank], env={**slurm, "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank)})
+        for rank in (0, 1)
+    ]
     outputs = [proc.communicate(timeout=600)[0] for proc in procs]
     assert [proc.returncode for proc in procs] == [0, 0], "\n".join(out[-3000:] for out in outputs)
     run_dirs = [p for p in tmp_path.glob("**/outputs/*/*") if p.is_dir()]

@@ -1,4 +1,5 @@
 """Several processes through the real launchers: Lightning DDP (CPU, gloo) and a Hydra -m sweep."""
+
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -12,13 +13,22 @@ pytestmark = pytest.mark.slow
 
 def test_ddp_with_two_processes_reads_two_disjoint_shards_and_doubles_the_global_batch(tmp_path, data_dir):
     # every image its own class: the labels each process trained on name the files DALI read for it
-    classes, batch = 36, 8   # shards of 18: 2 whole training batches, 3 validation batches (the last holds 2)
+    classes, batch = 36, 8  # shards of 18: 2 whole training batches, 3 validation batches (the last holds 2)
     write_one_image_per_class(tmp_path / "ds", classes)
     out, record = tmp_path / "ddp", tmp_path / "record"
-    args = ["data=imagefolder", f"data.root={tmp_path / 'ds'}", f"data.batch_size={batch}", "backend.accelerator=cpu",
-            "backend.devices=2", "backend.strategy=ddp", "epochs=1", *TINY, *LIGHTNING_QUIET,
-            "pipeline.options.initial_fill=1",   # DALI's shuffle buffer draws nothing from the next pass
-            with_plugin_callback("labels", "RecordTrainingLabels", folder=str(record))]
+    args = [
+        "data=imagefolder",
+        f"data.root={tmp_path / 'ds'}",
+        f"data.batch_size={batch}",
+        "backend.accelerator=cpu",
+        "backend.devices=2",
+        "backend.strategy=ddp",
+        "epochs=1",
+        *TINY,
+        *LIGHTNING_QUIET,
+        "pipeline.options.initial_fill=1",  # DALI's shuffle buffer draws nothing from the next pass
+        with_plugin_callback("labels", "RecordTrainingLabels", folder=str(record)),
+    ]
     res = run_cli(*args, f"hydra.run.dir={out}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     summary = read_summary(out)
@@ -58,9 +68,18 @@ def test_a_sweep_over_the_backends_is_one_parent_with_a_child_per_backend_and_th
 
 def test_two_runs_started_together_on_a_fresh_sqlite_store_are_both_recorded(tmp_path, data_dir):
     store = f"sqlite:///{tmp_path}/fresh.db"
-    procs = [start_cli("epochs=1", f"tracking.uri={store}", f"paths.data_dir={data_dir}",
-                       f"hydra.run.dir={tmp_path / name}", *LIGHTNING_QUIET, *TINY, cwd=tmp_path)
-             for name in ("a", "b")]
+    procs = [
+        start_cli(
+            "epochs=1",
+            f"tracking.uri={store}",
+            f"paths.data_dir={data_dir}",
+            f"hydra.run.dir={tmp_path / name}",
+            *LIGHTNING_QUIET,
+            *TINY,
+            cwd=tmp_path,
+        )
+        for name in ("a", "b")
+    ]
     for proc in procs:
         out, _ = proc.communicate(timeout=600)
         assert proc.returncode == 0, out[-3000:]

@@ -1,5 +1,6 @@
 """core's TrainingObserver, the one vocabulary both backends' callbacks speak: what an epoch's row holds and what a
 FitResult takes, driven here as a framework's hooks would drive it."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,18 @@ from hydrali.core.tracking.mlflow_runs import start_tracking
 
 
 def _observer(tmp_path, steps_per_epoch=4, global_batch=16):
-    tracker = start_tracking(enabled=False, is_global_zero=True, uri=None, experiment="x", artifact_location=None,
-                             output_dir=tmp_path, run_name="x", sweep_dir=None, resume=False, tags={})
+    tracker = start_tracking(
+        enabled=False,
+        is_global_zero=True,
+        uri=None,
+        experiment="x",
+        artifact_location=None,
+        output_dir=tmp_path,
+        run_name="x",
+        sweep_dir=None,
+        resume=False,
+        tags={},
+    )
     record = RunRecord.open(tmp_path, tracker, resume=False, writer=True, epochs=3)
     return TrainingObserver(record, global_batch=global_batch, steps_per_epoch=steps_per_epoch, warmup_steps=1)
 
@@ -30,7 +41,7 @@ def test_an_epochs_row_holds_its_images_lrs_and_val_metrics_only_when_it_validat
     observer = _observer(tmp_path)
     _epoch(observer, 0, [0.1, 0.2, 0.3, 0.4], {"train/loss": 2.0, "val/acc": 0.5, "other": 1.0}, validated=True)
     _epoch(observer, 1, [0.5, 0.6, 0.7, 0.8], {"train/loss": 1.0, "val/acc": 0.5}, validated=False)
-    rows = json.loads((tmp_path / "history.json").read_text())["history"]   # what the run dir keeps
+    rows = json.loads((tmp_path / "history.json").read_text())["history"]  # what the run dir keeps
     first, second = rows[0], rows[1]
     assert (first["train/images"], first["lr/first"], first["lr/last"], first["val/acc"]) == (64, 0.1, 0.4, 0.5)
     assert "other" not in first

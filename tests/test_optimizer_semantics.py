@@ -1,5 +1,6 @@
 """hydrali.core.optim.optimizer's semantics, the same on both backends: the same weights after the same steps, the
 same loss."""
+
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
@@ -73,8 +74,9 @@ def keras_steps(optim, weights, x, y, lr, steps, label_smoothing):
     return [keras.ops.convert_to_numpy(w) for w in net.weights], losses
 
 
-@pytest.mark.parametrize("optim", [_optim("sgd"), _optim("sgd", nesterov=False), _optim("adamw")],
-                         ids=["sgd-nesterov", "sgd", "adamw"])
+@pytest.mark.parametrize(
+    "optim", [_optim("sgd"), _optim("sgd", nesterov=False), _optim("adamw")], ids=["sgd-nesterov", "sgd", "adamw"]
+)
 def test_both_backends_make_the_same_steps_with_weight_decay(optim):
     x, y, weights = _data()
     lr = 0.1 if optim.name == "sgd" else 0.01

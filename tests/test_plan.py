@@ -1,13 +1,14 @@
 """The plan: lr scaling rules, global batch, seeds and topology, the same for every backend."""
+
 import math
 
 import pytest
 
-from hydrali.core.errors import HydraliError
-from hydrali.core.run.plan import make_plan, scaled_lr
-from hydrali.core.optim.schedule import lr_factor
-from hydrali.core.run.seeding import resolve_seed
 from hydrali.core.distributed.topology import detect_topology, is_first_process
+from hydrali.core.errors import HydraliError
+from hydrali.core.optim.schedule import lr_factor
+from hydrali.core.run.plan import make_plan, scaled_lr
+from hydrali.core.run.seeding import resolve_seed
 
 
 @pytest.mark.parametrize("rule, expected", [("linear", 0.4), ("sqrt", 0.2), ("none", 0.1)])
@@ -26,8 +27,17 @@ def test_an_unknown_rule_is_an_error_naming_the_choices():
 
 def test_plan_global_batch_and_effective_lr_follow_the_world_size():
     topo = detect_topology(replicas_per_node=4, num_nodes=2, env={"RANK": "5", "LOCAL_RANK": "1", "NODE_RANK": "1"})
-    plan = make_plan(topology=topo, batch_size=32, base_lr=0.1, ref_batch=256, rule="linear",
-                     warmup_epochs=1, epochs=3, seed=0, device="gpu")
+    plan = make_plan(
+        topology=topo,
+        batch_size=32,
+        base_lr=0.1,
+        ref_batch=256,
+        rule="linear",
+        warmup_epochs=1,
+        epochs=3,
+        seed=0,
+        device="gpu",
+    )
     assert (plan.world_size, plan.global_batch) == (8, 256)
     assert plan.effective_lr == pytest.approx(0.1)
     assert (plan.shard.shard_id, plan.num_shards, plan.shard.device_id) == (5, 8, 1)
@@ -43,8 +53,17 @@ def test_shard_id_is_the_global_rank_not_the_local_rank():
 def test_a_process_of_several_replicas_reads_consecutive_shards_by_global_rank():
     # Keras-style: 2 nodes, one process per node driving 4 replicas; this is the second node
     topo = detect_topology(replicas_per_node=4, num_nodes=2, env={"NODE_RANK": "1"}, replicas_per_process=4)
-    plan = make_plan(topology=topo, batch_size=16, base_lr=0.1, ref_batch=256, rule="linear",
-                     warmup_epochs=0, epochs=1, seed=3, device="gpu")
+    plan = make_plan(
+        topology=topo,
+        batch_size=16,
+        base_lr=0.1,
+        ref_batch=256,
+        rule="linear",
+        warmup_epochs=0,
+        epochs=1,
+        seed=3,
+        device="gpu",
+    )
     assert [s.shard_id for s in plan.shards] == [4, 5, 6, 7]
     assert [s.device_id for s in plan.shards] == [0, 1, 2, 3]
     assert len({s.pipeline_seed for s in plan.shards}) == 4
@@ -54,8 +73,8 @@ def test_a_process_of_several_replicas_reads_consecutive_shards_by_global_rank()
 def test_only_the_first_process_of_a_job_does_job_wide_work():
     assert is_first_process({})
     assert is_first_process({"RANK": "0", "LOCAL_RANK": "0", "NODE_RANK": "0"})
-    assert not is_first_process({"LOCAL_RANK": "1"})                      # Lightning's second process
-    assert not is_first_process({"LOCAL_RANK": "0", "NODE_RANK": "1"})    # first process of the second node
+    assert not is_first_process({"LOCAL_RANK": "1"})  # Lightning's second process
+    assert not is_first_process({"LOCAL_RANK": "0", "NODE_RANK": "1"})  # first process of the second node
     assert not is_first_process({"SLURM_PROCID": "5", "SLURM_LOCALID": "1"})
 
 
@@ -79,9 +98,16 @@ def test_seed_zero_is_a_seed_and_null_draws_one():
 def test_a_shard_gets_the_same_pipeline_seed_whichever_process_drives_it_and_each_shard_its_own():
     """Lightning (a process per replica) and Keras (a process driving every replica of its node) give shard i the
     same DALI seed; other shards, and the same shards under another run seed, get other seeds."""
+
     def seeds_of_one_process_per_replica(seed: int) -> list[int]:
-        return [make_plan(topology=detect_topology(4, 1, env={"RANK": str(r), "LOCAL_RANK": str(r), "NODE_RANK": "0"}),
-                          seed=seed, **PLAN).shard.pipeline_seed for r in range(4)]
+        return [
+            make_plan(
+                topology=detect_topology(4, 1, env={"RANK": str(r), "LOCAL_RANK": str(r), "NODE_RANK": "0"}),
+                seed=seed,
+                **PLAN,
+            ).shard.pipeline_seed
+            for r in range(4)
+        ]
 
     def seeds_of_one_process(seed: int) -> list[int]:
         plan = make_plan(topology=detect_topology(4, 1, env={}, replicas_per_process=4), seed=seed, **PLAN)

@@ -1,10 +1,11 @@
 """Sharding and the epoch contract against what DALI's file reader actually reads."""
+
 import pytest
 from nvidia.dali import pipeline_def
 
-from hydrali.core.run.epoch import make_contract
-from hydrali.core.errors import HydraliError
 from hydrali.core.data.pipelines import Source
+from hydrali.core.errors import HydraliError
+from hydrali.core.run.epoch import make_contract
 from hydrali.tasks.classification.datasets import scan_image_folder, write_digits
 from hydrali.tasks.classification.recipes import read_files
 
@@ -35,16 +36,24 @@ def digits(data_dir):
 
 @pytest.mark.parametrize("num_shards", [1, 2, 3])
 def test_validation_reads_each_image_once_where_the_contract_counts_it(digits, num_shards):
-    contract = make_contract(train_samples=digits.num_train, val_samples=digits.num_val, num_shards=num_shards,
-                             batch=BATCH, last_batch="drop")
+    contract = make_contract(
+        train_samples=digits.num_train,
+        val_samples=digits.num_val,
+        num_shards=num_shards,
+        batch=BATCH,
+        last_batch="drop",
+    )
     counted = []
     for shard in range(num_shards):
         # two validations in a row: the second reads the same shard again, in the same order
         names = files_read(digits.val_dir, shard, num_shards, False, 2 * contract.val_steps)
-        first, second = names[:len(names) // 2], names[len(names) // 2:]
+        first, second = names[: len(names) // 2], names[len(names) // 2 :]
         assert first == second
-        kept = [name for step in range(contract.val_steps)
-                for name in first[step * BATCH: step * BATCH + contract.val_valid(shard, step)]]
+        kept = [
+            name
+            for step in range(contract.val_steps)
+            for name in first[step * BATCH : step * BATCH + contract.val_valid(shard, step)]
+        ]
         dropped = [n for i, n in enumerate(first) if i >= len(kept)]
         assert len(set(kept)) == len(kept), "no image counted twice within a shard"
         assert set(dropped) <= {kept[-1]}, "what the contract drops is the reader's padding"
@@ -54,8 +63,9 @@ def test_validation_reads_each_image_once_where_the_contract_counts_it(digits, n
 
 
 def test_training_shards_of_an_epoch_are_disjoint_and_hold_whole_batches(digits):
-    contract = make_contract(train_samples=digits.num_train, val_samples=digits.num_val, num_shards=2,
-                             batch=BATCH, last_batch="drop")
+    contract = make_contract(
+        train_samples=digits.num_train, val_samples=digits.num_val, num_shards=2, batch=BATCH, last_batch="drop"
+    )
     assert contract.train_steps == (digits.num_train // 2) // BATCH
     epoch = [files_read(digits.train_dir, shard, 2, True, contract.train_steps) for shard in (0, 1)]
     for names in epoch:

@@ -1,13 +1,22 @@
 """The sweep's summary table: its best job by the objective's direction, a line per job, the swept settings only."""
+
 from hydrali.core.tracking.sweep_report import JobRow, SweepSummary, format_sweep_table, swept_keys
 
 
 def _rows() -> list[JobRow]:
     common = ["epochs=3", "backend=lightning"]
-    return [JobRow("0", "r0", "FINISHED", [*common, "optim.lr=0.01", "seed=1"], 0.5, None),
-            JobRow("1", "r1", "FINISHED", [*common, "optim.lr=0.1", "seed=1"], 0.25, None),
-            JobRow("2", "r2", "FAILED", [*common, "optim.lr=10.0", "seed=1"], None,
-                   "train/loss became nan in epoch 1: training diverged")]
+    return [
+        JobRow("0", "r0", "FINISHED", [*common, "optim.lr=0.01", "seed=1"], 0.5, None),
+        JobRow("1", "r1", "FINISHED", [*common, "optim.lr=0.1", "seed=1"], 0.25, None),
+        JobRow(
+            "2",
+            "r2",
+            "FAILED",
+            [*common, "optim.lr=10.0", "seed=1"],
+            None,
+            "train/loss became nan in epoch 1: training diverged",
+        ),
+    ]
 
 
 def test_only_the_keys_that_vary_between_jobs_are_the_sweeps_axes():
@@ -16,7 +25,7 @@ def test_only_the_keys_that_vary_between_jobs_are_the_sweeps_axes():
 
 
 def test_the_table_names_the_best_job_in_the_objectives_direction_and_each_jobs_error():
-    best = _rows()[1]   # the smaller val/loss
+    best = _rows()[1]  # the smaller val/loss
     table = format_sweep_table(SweepSummary(rows=_rows(), metric="val/loss", mode="min", best=best, status="FINISHED"))
     lines = table.splitlines()
     head = lines[1]

@@ -1,6 +1,7 @@
 """Sweeps as a user runs them (`hydrali -m ...`, subprocesses), observed through MLflow's client, the REST API
 of the server `hydrali ui` starts, Optuna's own results file and the pictures' pixels: one parent per sweep
 with a child per job, failed jobs recorded and the sweep going on, the parent always closed with a summary."""
+
 from __future__ import annotations
 
 import json
@@ -21,9 +22,9 @@ from tests.support.cli import as_from_a_terminal, free_port, run_cli, start_cli
 from tests.support.configs import LIGHTNING_QUIET, TINY
 
 pytestmark = pytest.mark.slow
-QUIET_TINY = [*TINY, *LIGHTNING_QUIET]   # a narrow network on 16 x 16 images, no progress output: seconds per job
+QUIET_TINY = [*TINY, *LIGHTNING_QUIET]  # a narrow network on 16 x 16 images, no progress output: seconds per job
 # matplotlib's first line colours (its default cycle): the pictures draw job i in colour i
-CYCLE = [(0x1f, 0x77, 0xb4), (0xff, 0x7f, 0x0e), (0x2c, 0xa0, 0x2c), (0xd6, 0x27, 0x28), (0x94, 0x67, 0xbd)]
+CYCLE = [(0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E), (0x2C, 0xA0, 0x2C), (0xD6, 0x27, 0x28), (0x94, 0x67, 0xBD)]
 
 
 def _sweep(tmp_path: Path, data_dir: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
@@ -51,8 +52,11 @@ def _colours_drawn(png: Path) -> int:
 
 
 def _rest(port: int, endpoint: str, body: dict) -> dict:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/2.0/mlflow/{endpoint}",
-                                     data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/2.0/mlflow/{endpoint}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())
 
@@ -72,18 +76,24 @@ def test_a_grid_sweep_is_one_parent_with_a_child_per_job(grid):
     assert len(parents) == 1 and len(children) == 4
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
     assert sorted((c.data.params["optim.lr"], c.data.params["data.batch_size"]) for c in children) == [
-        ("0.05", "32"), ("0.05", "64"), ("0.1", "32"), ("0.1", "64")]
+        ("0.05", "32"),
+        ("0.05", "64"),
+        ("0.1", "32"),
+        ("0.1", "64"),
+    ]
     assert all(c.info.status == "FINISHED" for c in children)
     parent = client.get_run(parents[0].info.run_id)
     assert parent.info.status == "FINISHED"
     assert (parent.data.metrics["sweep/jobs"], parent.data.metrics["sweep/failed"]) == (4, 0)
     # each job's best val/acc, read from its own metric history
-    best_of = {c.info.run_id: max(m.value for m in client.get_metric_history(c.info.run_id, "val/acc"))
-               for c in children}
+    best_of = {
+        c.info.run_id: max(m.value for m in client.get_metric_history(c.info.run_id, "val/acc")) for c in children
+    }
     assert parent.data.metrics["sweep/best"] == pytest.approx(max(best_of.values()))
     winners = [c for c in children if best_of[c.info.run_id] == pytest.approx(max(best_of.values()))]
     assert (parent.data.params["best/optim.lr"], parent.data.params["best/data.batch_size"]) in [
-        (c.data.params["optim.lr"], c.data.params["data.batch_size"]) for c in winners]
+        (c.data.params["optim.lr"], c.data.params["data.batch_size"]) for c in winners
+    ]
     assert "hydrali sweep summary: 4 job(s), 0 failed; parent run FINISHED" in out.stdout
 
 
@@ -92,7 +102,11 @@ def test_the_parent_holds_the_summary_table_and_two_pictures_with_a_line_per_chi
     client, parents, children = _runs(root)
     parent = parents[0].info.run_id
     assert sorted(a.path for a in client.list_artifacts(parent, "sweep")) == [
-        "sweep/metric_per_epoch.png", "sweep/params_vs_metric.png", "sweep/summary.json", "sweep/summary.txt"]
+        "sweep/metric_per_epoch.png",
+        "sweep/params_vs_metric.png",
+        "sweep/summary.json",
+        "sweep/summary.txt",
+    ]
     table = json.loads(_artifact(client, parent, "sweep/summary.json").read_text())
     rows = dict(zip(table["columns"], zip(*table["data"])))
     assert sorted(rows["run_id"]) == sorted(c.info.run_id for c in children)
@@ -155,10 +169,18 @@ def test_a_diverging_job_stops_in_its_first_epoch_and_fails_the_sweep(tmp_path, 
 
 
 def test_ctrl_c_during_a_sweep_leaves_no_run_running(tmp_path, data_dir):
-    proc = start_cli("-m", "optim.lr=0.05,0.1", "epochs=3", f"paths.data_dir={data_dir}", *QUIET_TINY, cwd=tmp_path,
-                     stderr=subprocess.PIPE, preexec_fn=as_from_a_terminal)
+    proc = start_cli(
+        "-m",
+        "optim.lr=0.05,0.1",
+        "epochs=3",
+        f"paths.data_dir={data_dir}",
+        *QUIET_TINY,
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        preexec_fn=as_from_a_terminal,
+    )
     deadline = time.monotonic() + 300
-    while not list(tmp_path.glob("multirun/*/*/0/history.json")):   # the first job finished an epoch
+    while not list(tmp_path.glob("multirun/*/*/0/history.json")):  # the first job finished an epoch
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
@@ -171,16 +193,23 @@ def test_ctrl_c_during_a_sweep_leaves_no_run_running(tmp_path, data_dir):
 
 def test_an_optuna_search_of_three_trials_records_the_best_and_survives_a_failed_trial(tmp_path, data_dir):
     # the search space's batch sizes include one larger than the training split: that trial fails
-    out = _sweep(tmp_path, data_dir, "hparams_search=classification_optuna", "hydra.sweeper.n_trials=3",
-                 "hydra.sweeper.params={data.batch_size:'choice(64,4000)'}", "hydra.sweeper.sampler.seed=0",
-                 "epochs=1", *QUIET_TINY)
+    out = _sweep(
+        tmp_path,
+        data_dir,
+        "hparams_search=classification_optuna",
+        "hydra.sweeper.n_trials=3",
+        "hydra.sweeper.params={data.batch_size:'choice(64,4000)'}",
+        "hydra.sweeper.sampler.seed=0",
+        "epochs=1",
+        *QUIET_TINY,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     client, parents, children = _runs(tmp_path)
     assert len(children) == 3
     statuses = sorted((c.data.params["data.batch_size"], c.info.status) for c in children)
     assert ("4000", "FAILED") in statuses and ("64", "FINISHED") in statuses, statuses
     assert all(status == ("FAILED" if batch == "4000" else "FINISHED") for batch, status in statuses)
-    (results,) = tmp_path.glob("multirun/*/*/optimization_results.yaml")   # Optuna's own record of the study
+    (results,) = tmp_path.glob("multirun/*/*/optimization_results.yaml")  # Optuna's own record of the study
     optuna_best = yaml.safe_load(results.read_text())
     parent = client.get_run(parents[0].info.run_id)
     assert parent.data.metrics["sweep/best"] == pytest.approx(optuna_best["best_value"])
@@ -189,8 +218,16 @@ def test_an_optuna_search_of_three_trials_records_the_best_and_survives_a_failed
 
 
 def test_a_parallel_joblib_sweep_records_every_job_completely(tmp_path, data_dir):
-    out = _sweep(tmp_path, data_dir, "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-                 "optim.lr=0.05,0.1", "epochs=2", *QUIET_TINY)
+    out = _sweep(
+        tmp_path,
+        data_dir,
+        "-m",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "optim.lr=0.05,0.1",
+        "epochs=2",
+        *QUIET_TINY,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     client, parents, children = _runs(tmp_path)
     assert len(parents) == 1 and len(children) == 2

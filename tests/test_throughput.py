@@ -1,4 +1,5 @@
 """The steady-state images/s leaves each epoch's first steps out; the whole run's counts them."""
+
 import time
 
 import pytest
@@ -12,7 +13,7 @@ def _epoch(clock: StepClock, slow_steps: int, fast_steps: int, images: int = 10)
         time.sleep(0.08 if step < slow_steps else 0.004)
         clock.step_end(images)
     clock.training_end()
-    clock.training_end()   # validation start, then the epoch's end: counted once
+    clock.training_end()  # validation start, then the epoch's end: counted once
 
 
 def test_steady_state_leaves_out_each_epochs_warm_up_steps():

@@ -1,12 +1,17 @@
 """End to end on the bundled digits with Lightning: learning, seeds, resume and MLflow tracking."""
+
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
 from hydrali.core.run.runner import run
-from tests.support.checks import (check_each_val_image_counted_once, check_resume_keeps_the_record,
-                                  check_validation_every_second_epoch, read_summary)
+from tests.support.checks import (
+    check_each_val_image_counted_once,
+    check_resume_keeps_the_record,
+    check_validation_every_second_epoch,
+    read_summary,
+)
 from tests.support.configs import LIGHTNING_QUIET, SMALL_NET, compose_config
 
 pytestmark = pytest.mark.slow
@@ -80,4 +85,6 @@ def test_an_interrupted_run_resumes_with_its_whole_record(make_cfg, tmp_path):
 
 
 def test_epochs_without_validation_have_no_val_metrics(make_cfg, tmp_path):
-    check_validation_every_second_epoch(make_cfg, tmp_path, [*LIGHTNING_QUIET, "backend.trainer.check_val_every_n_epoch=2"])
+    check_validation_every_second_epoch(
+        make_cfg, tmp_path, [*LIGHTNING_QUIET, "backend.trainer.check_val_every_n_epoch=2"]
+    )

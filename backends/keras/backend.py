@@ -1,4 +1,5 @@
 """Training a task with Keras 3 on TensorFlow: the `fit` that hydrali.core.run.runner calls for backend=keras."""
+
 from __future__ import annotations
 
 import logging
@@ -7,7 +8,7 @@ from pathlib import Path
 
 from hydrali.backends.keras.quiet_start import import_tensorflow
 
-import_tensorflow()   # first, so that no other import starts TensorFlow with its chatter
+import_tensorflow()  # first, so that no other import starts TensorFlow with its chatter
 
 import keras  # noqa: E402
 from hydra.utils import instantiate  # noqa: E402
@@ -40,16 +41,18 @@ def _verbosity(verbose):
     return (1 if sys.stdout.isatty() else 0) if verbose == "auto" else verbose
 
 
-def _fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume_from: Path | None,
-         output_dir: Path) -> FitResult:
+def _fit(
+    *, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume_from: Path | None, output_dir: Path
+) -> FitResult:
     checkpoint_dir = output_dir / CHECKPOINT_DIR
-    chief = plan.global_rank == 0   # the one writer among TF_CONFIG workers (the only process otherwise)
+    chief = plan.global_rank == 0  # the one writer among TF_CONFIG workers (the only process otherwise)
     initial_epoch = checkpoints.epochs_done(resume_from) if resume_from is not None else 0
     if resume_from is not None and chief:
         checkpoints.drop_later(checkpoint_dir, initial_epoch)
     keras.utils.set_random_seed(plan.seed)
     if cfg.deterministic:
         import tensorflow as tf
+
         tf.config.experimental.enable_op_determinism()
 
     devices = replica_devices(plan)
@@ -58,8 +61,14 @@ def _fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resum
     contract = plan.epoch
 
     def datasets(is_training: bool):
-        return distribute(strategy, devices, plan.device, lambda replica: dali_dataset(
-            task=task, cfg=cfg, dataset=dataset, plan=plan, replica=replica, is_training=is_training))
+        return distribute(
+            strategy,
+            devices,
+            plan.device,
+            lambda replica: dali_dataset(
+                task=task, cfg=cfg, dataset=dataset, plan=plan, replica=replica, is_training=is_training
+            ),
+        )
 
     with placement(devices):  # one replica: the model sits where it computes
         model = compile_task_model(cfg=cfg, side=framework, strategy=strategy, dataset=dataset, plan=plan)
@@ -67,8 +76,10 @@ def _fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resum
             if model.jit_compile:
                 log.info("backend.compile=true: XLA (jit_compile); the first step includes its warm-up")
             else:
-                log.warning("backend.compile=true but Keras runs this model without XLA (deterministic=true, or a "
-                            "layer that XLA cannot compile)")
+                log.warning(
+                    "backend.compile=true but Keras runs this model without XLA (deterministic=true, or a "
+                    "layer that XLA cannot compile)"
+                )
         if resume_from is not None:
             try:
                 model.load_weights(resume_from)
@@ -76,23 +87,44 @@ def _fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resum
                 raise HydraliError(f"ckpt_path={resume_from} does not fit this model and optimizer: {err}") from err
             log.info("resuming from %s at epoch %d", resume_from, initial_epoch + 1)
 
-        observer = TrainingObserver(record, global_batch=plan.global_batch, steps_per_epoch=contract.train_steps,
-                                    warmup_steps=cfg.throughput_warmup_steps)
+        observer = TrainingObserver(
+            record,
+            global_batch=plan.global_batch,
+            steps_per_epoch=contract.train_steps,
+            warmup_steps=cfg.throughput_warmup_steps,
+        )
         callbacks = [
-            *framework.callbacks(),   # first: the task's validation metrics join the epoch's logs
+            *framework.callbacks(),  # first: the task's validation metrics join the epoch's logs
             keras.callbacks.ModelCheckpoint(str(checkpoint_dir / checkpoints.PATTERN), save_weights_only=True)
-            if chief else workers.ThrowawayCheckpoint(),   # every worker saves, at the same point
-            Observe(observer),   # before the pruning, which keeps the best epoch of the record
-            *([checkpoints.PruneCheckpoints(checkpoint_dir, cfg.backend.keep_checkpoints, record, cfg.task.monitor,
-                                            str(cfg.task.mode)),
-               keras.callbacks.TensorBoard(log_dir=str(output_dir / "tensorboard"))] if chief else []),
-            ValidationPosition(), *(instantiate(spec) for spec in cfg.backend.callbacks.values()),
+            if chief
+            else workers.ThrowawayCheckpoint(),  # every worker saves, at the same point
+            Observe(observer),  # before the pruning, which keeps the best epoch of the record
+            *(
+                [
+                    checkpoints.PruneCheckpoints(
+                        checkpoint_dir, cfg.backend.keep_checkpoints, record, cfg.task.monitor, str(cfg.task.mode)
+                    ),
+                    keras.callbacks.TensorBoard(log_dir=str(output_dir / "tensorboard")),
+                ]
+                if chief
+                else []
+            ),
+            ValidationPosition(),
+            *(instantiate(spec) for spec in cfg.backend.callbacks.values()),
         ]
         try:
-            model.fit(datasets(True), epochs=cfg.epochs, initial_epoch=initial_epoch,
-                      steps_per_epoch=contract.train_steps, validation_data=datasets(False),
-                      validation_steps=contract.val_steps, validation_freq=cfg.backend.validation_freq,
-                      callbacks=callbacks, verbose=_verbosity(cfg.backend.verbose), shuffle=False)  # DALI shuffles
+            model.fit(
+                datasets(True),
+                epochs=cfg.epochs,
+                initial_epoch=initial_epoch,
+                steps_per_epoch=contract.train_steps,
+                validation_data=datasets(False),
+                validation_steps=contract.val_steps,
+                validation_freq=cfg.backend.validation_freq,
+                callbacks=callbacks,
+                verbose=_verbosity(cfg.backend.verbose),
+                shuffle=False,
+            )  # DALI shuffles
         except Exception as err:
             if "dali" in type(err).__name__.lower() or "DALI" in str(err) or "nvidia.dali" in str(err):
                 raise explain_dali_error(err, lambda: task.explain_decode_error(dataset)) from err
@@ -100,8 +132,11 @@ def _fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resum
 
         best = record.best(cfg.task.monitor, str(cfg.task.mode))
         best_file = checkpoints.file_of(checkpoint_dir, best["epoch"]) if best else None
-        return FitResult(best_checkpoint=str(best_file) if best_file and best_file.exists() else None,
-                         **observer.fit_fields(start_epoch=initial_epoch), compiled=bool(model.jit_compile))
+        return FitResult(
+            best_checkpoint=str(best_file) if best_file and best_file.exists() else None,
+            **observer.fit_fields(start_epoch=initial_epoch),
+            compiled=bool(model.jit_compile),
+        )
 
 
 class KerasBackend:
@@ -121,19 +156,25 @@ class KerasBackend:
         cluster = workers.cluster()
         if cluster is not None:
             workers.one_replica_per_worker(backend.replicas, gpus)
-            per_node, nodes = workers.slurm_tasks() or (1, cluster.count)   # SLURM: its tasks; TF_CONFIG: a node each
-            if gpus and per_node > 1 and gpus != per_node:   # task i of a node takes the node's GPU i
-                raise HydraliError(f"{per_node} SLURM tasks per node but this task sees {gpus} GPU(s): start one task per "
-                                   f"GPU of the node, each seeing all of them (no per-task GPU binding)")
+            per_node, nodes = workers.slurm_tasks() or (1, cluster.count)  # SLURM: its tasks; TF_CONFIG: a node each
+            if gpus and per_node > 1 and gpus != per_node:  # task i of a node takes the node's GPU i
+                raise HydraliError(
+                    f"{per_node} SLURM tasks per node but this task sees {gpus} GPU(s): start one task per "
+                    f"GPU of the node, each seeing all of them (no per-task GPU binding)"
+                )
             return per_node, nodes, 1
         count = backend.replicas if backend.replicas is not None else max(1, gpus)
         if count < 1:
             raise HydraliError(f"backend.replicas={count}: it needs at least 1 (or null for every visible GPU)")
         if gpus and count > gpus:
-            raise HydraliError(f"backend.replicas={count} but TensorFlow sees only {gpus} GPU(s): lower backend.replicas")
+            raise HydraliError(
+                f"backend.replicas={count} but TensorFlow sees only {gpus} GPU(s): lower backend.replicas"
+            )
         if device == "gpu" and not gpus:
-            raise HydraliError("DALI runs on the GPU but TensorFlow sees none: install TensorFlow with CUDA "
-                               "(tensorflow[and-cuda]) or set pipeline.device=cpu")
+            raise HydraliError(
+                "DALI runs on the GPU but TensorFlow sees none: install TensorFlow with CUDA "
+                "(tensorflow[and-cuda]) or set pipeline.device=cpu"
+            )
         return count, 1, count
 
     def share_from_rank0(self, values: dict, plan: Plan) -> dict:
@@ -154,8 +195,24 @@ class KerasBackend:
         """How many epochs a Keras checkpoint holds; one line if it cannot be read as one."""
         return checkpoints.epochs_in(path)
 
-    def fit(self, *, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume_from: Path | None,
-            output_dir: Path) -> FitResult:
+    def fit(
+        self,
+        *,
+        cfg: DictConfig,
+        task,
+        dataset,
+        plan: Plan,
+        record: RunRecord,
+        resume_from: Path | None,
+        output_dir: Path,
+    ) -> FitResult:
         """Train `task` with one replica per shard of this process, as the plan says; checkpoint every epoch."""
-        return _fit(cfg=cfg, task=task, dataset=dataset, plan=plan, record=record, resume_from=resume_from,
-                    output_dir=output_dir)
+        return _fit(
+            cfg=cfg,
+            task=task,
+            dataset=dataset,
+            plan=plan,
+            record=record,
+            resume_from=resume_from,
+            output_dir=output_dir,
+        )

@@ -1,5 +1,6 @@
 """Keras callbacks of hydrali: the adapter to core's TrainingObserver (each epoch's record in Lightning's names,
 throughput)."""
+
 from __future__ import annotations
 
 import keras
@@ -10,7 +11,7 @@ from hydrali.core.run.observer import TrainingObserver
 def metric_name(keras_name: str) -> str:
     """Keras' log name as hydrali names it: loss -> train/loss, val_acc -> val/acc, images -> train/images."""
     if keras_name.startswith("val_"):
-        return "val/" + keras_name[len("val_"):]
+        return "val/" + keras_name[len("val_") :]
     return "train/" + keras_name
 
 

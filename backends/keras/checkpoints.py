@@ -1,4 +1,5 @@
 """Keras checkpoints: one weights file per epoch (model and optimizer state), the newest kept and the best."""
+
 from __future__ import annotations
 
 import re
@@ -17,8 +18,10 @@ def epochs_done(path: Path) -> int:
     """How many epochs a checkpoint file holds, from its name."""
     match = _EPOCH.search(Path(path).name)
     if not match:
-        raise HydraliError(f"ckpt_path={path} is not a hydrali Keras checkpoint (epochNNN.weights.h5): rename it "
-                           f"as the epochs it holds, e.g. epoch003.weights.h5")
+        raise HydraliError(
+            f"ckpt_path={path} is not a hydrali Keras checkpoint (epochNNN.weights.h5): rename it "
+            f"as the epochs it holds, e.g. epoch003.weights.h5"
+        )
     return int(match.group(1))
 
 
@@ -28,14 +31,18 @@ def epochs_in(path: Path) -> int:
 
     done = epochs_done(path)
     if not h5py.is_hdf5(path):
-        raise HydraliError(f"ckpt_path={path} is not a Keras weights file (HDF5): pass a .weights.h5 file that "
-                           f"hydrali wrote, or ckpt_path=last")
+        raise HydraliError(
+            f"ckpt_path={path} is not a Keras weights file (HDF5): pass a .weights.h5 file that "
+            f"hydrali wrote, or ckpt_path=last"
+        )
     return done
 
 
 def newest(checkpoint_dir: Path) -> Path | None:
     """The checkpoint of the most epochs in `checkpoint_dir`, if any."""
-    found = sorted(Path(checkpoint_dir).glob("epoch*.weights.h5"), key=epochs_done) if Path(checkpoint_dir).is_dir() else []
+    found = (
+        sorted(Path(checkpoint_dir).glob("epoch*.weights.h5"), key=epochs_done) if Path(checkpoint_dir).is_dir() else []
+    )
     return found[-1] if found else None
 
 
@@ -57,7 +64,13 @@ class PruneCheckpoints(keras.callbacks.Callback):
 
     def __init__(self, checkpoint_dir: Path, keep: int, record: RunRecord, monitor: str, mode: str):
         super().__init__()
-        self.checkpoint_dir, self.keep, self.record, self.monitor, self.mode = checkpoint_dir, keep, record, monitor, mode
+        self.checkpoint_dir, self.keep, self.record, self.monitor, self.mode = (
+            checkpoint_dir,
+            keep,
+            record,
+            monitor,
+            mode,
+        )
 
     def on_epoch_end(self, epoch: int, logs=None) -> None:
         if self.keep <= 0:
@@ -65,6 +78,6 @@ class PruneCheckpoints(keras.callbacks.Callback):
         best = self.record.best(self.monitor, self.mode)
         protected = {best["epoch"] + 1} if best else set()
         files = sorted(self.checkpoint_dir.glob("epoch*.weights.h5"), key=epochs_done)
-        for path in files[:-self.keep]:
+        for path in files[: -self.keep]:
             if epochs_done(path) not in protected:
                 path.unlink()

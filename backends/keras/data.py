@@ -2,6 +2,7 @@
 
 Keras takes hydrali.core.run.epoch's steps from each: `train_steps` per epoch, `val_steps` per validation.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -11,7 +12,7 @@ import tensorflow as tf
 
 from hydrali.core.run.plan import Plan
 
-LAYOUT = "HWC"   # the image layout Keras takes (also what core.data.autotune probes with)
+LAYOUT = "HWC"  # the image layout Keras takes (also what core.data.autotune probes with)
 # a task's output dtypes, as TensorFlow names them
 _TF_DTYPES = {"float": tf.float32, "float16": tf.float16, "int32": tf.int32, "int64": tf.int64}
 
@@ -21,13 +22,18 @@ def data_devices(devices: list[str], dali_device: str) -> list[str]:
     return [d if dali_device == "gpu" or d.startswith("/cpu") else "/cpu:0" for d in devices]
 
 
-def distribute(strategy: tf.distribute.Strategy, devices: list[str], dali_device: str,
-               replica_dataset: Callable[[int], tf.data.Dataset]):
+def distribute(
+    strategy: tf.distribute.Strategy,
+    devices: list[str],
+    dali_device: str,
+    replica_dataset: Callable[[int], tf.data.Dataset],
+):
     """One dataset per replica, each built where its data sits: `replica_dataset(i)` for replica i (the i-th
     replica of this process). A TF_CONFIG worker drives one replica and reads its own dataset (PER_WORKER:
     MultiWorkerMirroredStrategy has no PER_REPLICA)."""
     where = data_devices(devices, dali_device)
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+
         def worker_dataset(context: tf.distribute.InputContext) -> tf.data.Dataset:
             with tf.device(where[0]):
                 return replica_dataset(0)
@@ -42,20 +48,39 @@ def distribute(strategy: tf.distribute.Strategy, devices: list[str], dali_device
         with tf.device(where[index]):
             return replica_dataset(index)
 
-    on_device = where == devices   # the data is already where its replica computes
+    on_device = where == devices  # the data is already where its replica computes
     options = tf.distribute.InputOptions(
         experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA,
-        experimental_place_dataset_on_device=on_device, experimental_fetch_to_device=not on_device)
+        experimental_place_dataset_on_device=on_device,
+        experimental_fetch_to_device=not on_device,
+    )
     return strategy.distribute_datasets_from_function(dataset_fn, options)
 
 
 def dali_dataset(*, task, cfg, dataset, plan: Plan, replica: int, is_training: bool) -> tf.data.Dataset:
     """The DALIDataset of one replica's shard (the task's outputs, NHWC images), endless: Keras counts the steps."""
     shard = plan.shards[replica]
-    pipe = task.build_pipeline(pipeline=cfg.pipeline, data=cfg.data, model=cfg.model, dataset=dataset, plan=plan,
-                               shard=shard, layout=LAYOUT, is_training=is_training)
-    specs = task.output_specs(batch=plan.per_replica_batch, image_size=cfg.data.image_size,
-                              image_dtype=str(cfg.pipeline.dtype), is_training=is_training, model=cfg.model)
+    pipe = task.build_pipeline(
+        pipeline=cfg.pipeline,
+        data=cfg.data,
+        model=cfg.model,
+        dataset=dataset,
+        plan=plan,
+        shard=shard,
+        layout=LAYOUT,
+        is_training=is_training,
+    )
+    specs = task.output_specs(
+        batch=plan.per_replica_batch,
+        image_size=cfg.data.image_size,
+        image_dtype=str(cfg.pipeline.dtype),
+        is_training=is_training,
+        model=cfg.model,
+    )
     return dali_tf.DALIDataset(
-        pipeline=pipe, batch_size=plan.per_replica_batch, device_id=shard.device_id,
-        output_shapes=tuple(shape for shape, _ in specs), output_dtypes=tuple(_TF_DTYPES[d] for _, d in specs))
+        pipeline=pipe,
+        batch_size=plan.per_replica_batch,
+        device_id=shard.device_id,
+        output_shapes=tuple(shape for shape, _ in specs),
+        output_dtypes=tuple(_TF_DTYPES[d] for _, d in specs),
+    )

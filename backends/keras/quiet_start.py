@@ -5,6 +5,7 @@ Importing TensorFlow prints, from C++ and before any logging setting applies, th
 instruction notice) and, on a machine without an NVIDIA driver, a `failed call to cuInit` error line.
 None of it concerns the user; every other line is passed through.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,7 +23,7 @@ NOISE = (
     "Unable to register cuBLAS factory",
     "computation placer already registered",
 )
-NO_DRIVER_NOISE = ("failed call to cuInit",)   # said only where no NVIDIA driver is installed
+NO_DRIVER_NOISE = ("failed call to cuInit",)  # said only where no NVIDIA driver is installed
 DRIVER = "/proc/driver/nvidia/version"
 
 
@@ -41,8 +42,11 @@ def stderr_without(noise: tuple[str, ...]):
             os.dup2(saved, 2)
             os.close(saved)
             capture.seek(0)
-            kept = [line for line in capture.read().decode(errors="replace").splitlines(keepends=True)
-                    if not any(n in line for n in noise)]
+            kept = [
+                line
+                for line in capture.read().decode(errors="replace").splitlines(keepends=True)
+                if not any(n in line for n in noise)
+            ]
             sys.stderr.write("".join(kept))
             sys.stderr.flush()
 
@@ -52,5 +56,6 @@ def import_tensorflow():
     noise = NOISE + (() if os.path.exists(DRIVER) else NO_DRIVER_NOISE)
     with stderr_without(noise):
         import tensorflow as tf
+
         tf.config.list_physical_devices("GPU")
     return tf

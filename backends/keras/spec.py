@@ -1,4 +1,5 @@
 """backend=keras as core sees it before TensorFlow loads: its config schema and its entry in the registry."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -23,7 +24,11 @@ class KerasBackendConfig:
 
 
 SPEC = BackendSpec(
-    name="keras", framework="keras", framework_label="TensorFlow",
+    name="keras",
+    framework="keras",
+    framework_label="TensorFlow",
     summary="Keras 3 on TensorFlow: MirroredStrategy (MultiWorker under TF_CONFIG or srun), fed by DALI's TF plugin",
-    schema=KerasBackendConfig, checkpoint_suffix=".weights.h5",
-    implementation="hydrali.backends.keras.backend:KerasBackend")
+    schema=KerasBackendConfig,
+    checkpoint_suffix=".weights.h5",
+    implementation="hydrali.backends.keras.backend:KerasBackend",
+)

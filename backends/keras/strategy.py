@@ -6,6 +6,7 @@ One replica: TensorFlow's default strategy. Several TF_CONFIG workers: MultiWork
 (hydrali.backends.keras.workers), one replica per worker, the worker's rank offsetting its shard
 (hydrali.core.distributed.topology).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -41,8 +42,10 @@ def configure_devices(replicas: int, device: str) -> list[str]:
             tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
     except RuntimeError as err:  # the runtime was already started (e.g. an earlier run in this process)
         if len(tf.config.list_logical_devices("CPU")) < replicas:
-            raise HydraliError(f"backend.replicas={replicas} needs {replicas} logical CPUs but TensorFlow already "
-                               f"started with fewer in this process: run hydrali in a new process") from err
+            raise HydraliError(
+                f"backend.replicas={replicas} needs {replicas} logical CPUs but TensorFlow already "
+                f"started with fewer in this process: run hydrali in a new process"
+            ) from err
     return [f"/cpu:{i}" for i in range(replicas)]
 
 

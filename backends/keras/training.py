@@ -11,6 +11,7 @@
 `build_keras_side` and `compile_task_model` are what the backend builds a run's model with; the benchmark
 (core/bench/keras_loops.py) builds its upper bound with them too.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,8 +32,11 @@ from hydrali.core.optim.schedule import lr_factor
 from hydrali.core.run.epoch import EpochContract
 from hydrali.core.run.plan import Plan
 
-POLICIES = {Precision["32-true"]: "float32", Precision["bf16-mixed"]: "mixed_bfloat16",
-            Precision["16-mixed"]: "mixed_float16"}   # backend.precision -> the Keras dtype policy
+POLICIES = {
+    Precision["32-true"]: "float32",
+    Precision["bf16-mixed"]: "mixed_bfloat16",
+    Precision["16-mixed"]: "mixed_float16",
+}  # backend.precision -> the Keras dtype policy
 
 
 @keras.saving.register_keras_serializable(package="hydrali")
@@ -56,9 +60,17 @@ class PlanSchedule(keras.optimizers.schedules.LearningRateSchedule):
 def plan_schedule(plan: Plan, optim: DictConfig, steps_per_epoch: int) -> PlanSchedule:
     """The lr schedule of `plan`: warmup, then cosine or constant, over plan.epochs epochs."""
     total = max(1, steps_per_epoch * plan.epochs)
-    factors = [lr_factor(step, steps_per_epoch=steps_per_epoch, epochs=plan.epochs,
-                         warmup_epochs=optim.warmup_epochs, warmup_div=optim.warmup_div,
-                         schedule=str(optim.schedule)) for step in range(total + 1)]
+    factors = [
+        lr_factor(
+            step,
+            steps_per_epoch=steps_per_epoch,
+            epochs=plan.epochs,
+            warmup_epochs=optim.warmup_epochs,
+            warmup_div=optim.warmup_div,
+            schedule=str(optim.schedule),
+        )
+        for step in range(total + 1)
+    ]
     return PlanSchedule(plan.effective_lr, factors)
 
 
@@ -67,8 +79,15 @@ class TorchSGD(keras.optimizers.Optimizer):
     """SGD with torch.optim.SGD's update rule (hydrali.core.optim.optimizer): coupled weight decay on decaying
     parameters, buf = momentum * buf + g, step = g + momentum * buf (Nesterov) or buf, w -= lr * step."""
 
-    def __init__(self, learning_rate=0.01, momentum: float = 0.0, nesterov: bool = False,
-                 coupled_weight_decay: float = 0.0, name: str = "torch_sgd", **kwargs):
+    def __init__(
+        self,
+        learning_rate=0.01,
+        momentum: float = 0.0,
+        nesterov: bool = False,
+        coupled_weight_decay: float = 0.0,
+        name: str = "torch_sgd",
+        **kwargs,
+    ):
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self.momentum, self.nesterov = float(momentum), bool(nesterov)
         self.coupled_weight_decay = float(coupled_weight_decay)
@@ -94,8 +113,12 @@ class TorchSGD(keras.optimizers.Optimizer):
         self.assign_sub(variable, ops.multiply(g, lr))
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "momentum": self.momentum, "nesterov": self.nesterov,
-                "coupled_weight_decay": self.coupled_weight_decay}
+        return {
+            **super().get_config(),
+            "momentum": self.momentum,
+            "nesterov": self.nesterov,
+            "coupled_weight_decay": self.coupled_weight_decay,
+        }
 
 
 @keras.saving.register_keras_serializable(package="hydrali")
@@ -104,8 +127,16 @@ class TorchAdamW(keras.optimizers.Optimizer):
     parameters, then m, v moments and w -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + epsilon).
     (Keras' AdamW adds epsilon before the bias correction, which moves small-gradient steps.)"""
 
-    def __init__(self, learning_rate=0.001, beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = ADAM_EPSILON,
-                 decoupled_weight_decay: float = 0.0, name: str = "torch_adamw", **kwargs):
+    def __init__(
+        self,
+        learning_rate=0.001,
+        beta_1: float = 0.9,
+        beta_2: float = 0.999,
+        epsilon: float = ADAM_EPSILON,
+        decoupled_weight_decay: float = 0.0,
+        name: str = "torch_adamw",
+        **kwargs,
+    ):
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
         self.decoupled_weight_decay = float(decoupled_weight_decay)
@@ -134,16 +165,29 @@ class TorchAdamW(keras.optimizers.Optimizer):
         self.assign_sub(variable, ops.divide(ops.multiply(m, lr / (1.0 - ops.power(b1, t))), denominator))
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon,
-                "decoupled_weight_decay": self.decoupled_weight_decay}
+        return {
+            **super().get_config(),
+            "beta_1": self.beta_1,
+            "beta_2": self.beta_2,
+            "epsilon": self.epsilon,
+            "decoupled_weight_decay": self.decoupled_weight_decay,
+        }
 
 
-OPTIMIZERS = {   # optim.name -> the Keras optimizer with torch's semantics, with the optim node's settings
-    Optimizer.sgd: lambda optim, schedule: TorchSGD(learning_rate=schedule, momentum=optim.momentum,
-                                                    nesterov=optim.nesterov, coupled_weight_decay=optim.weight_decay),
-    Optimizer.adamw: lambda optim, schedule: TorchAdamW(learning_rate=schedule, beta_1=optim.betas[0],
-                                                        beta_2=optim.betas[1], epsilon=ADAM_EPSILON,
-                                                        decoupled_weight_decay=optim.weight_decay),
+OPTIMIZERS = {  # optim.name -> the Keras optimizer with torch's semantics, with the optim node's settings
+    Optimizer.sgd: lambda optim, schedule: TorchSGD(
+        learning_rate=schedule,
+        momentum=optim.momentum,
+        nesterov=optim.nesterov,
+        coupled_weight_decay=optim.weight_decay,
+    ),
+    Optimizer.adamw: lambda optim, schedule: TorchAdamW(
+        learning_rate=schedule,
+        beta_1=optim.betas[0],
+        beta_2=optim.betas[1],
+        epsilon=ADAM_EPSILON,
+        decoupled_weight_decay=optim.weight_decay,
+    ),
 }
 
 
@@ -182,8 +226,8 @@ class ContractModel(keras.Model):
     def __init__(self, network: keras.Model, val_shard_sizes, batch: int, on_val_batch=None, **kwargs):
         super().__init__(**kwargs)
         self.network = network
-        self.on_val_batch = on_val_batch   # the task's look at each validation batch: (data, y_pred, weights)
-        self.val_shard_sizes = [int(s) for s in val_shard_sizes]   # one per shard of the job
+        self.on_val_batch = on_val_batch  # the task's look at each validation batch: (data, y_pred, weights)
+        self.val_shard_sizes = [int(s) for s in val_shard_sizes]  # one per shard of the job
         self.batch = int(batch)
         self.val_step = keras.Variable(0, dtype="int32", trainable=False, name="val_step")
 
@@ -196,7 +240,8 @@ class ContractModel(keras.Model):
         if iterator is not None and isinstance(self.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy):
             for _, _, it in iterator:
                 data_batch = tf.nest.map_structure(
-                    lambda value: self.distribute_strategy.experimental_local_results(value)[0], next(it))
+                    lambda value: self.distribute_strategy.experimental_local_results(value)[0], next(it)
+                )
                 break
             iterator = None
         super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
@@ -231,7 +276,7 @@ class ContractModel(keras.Model):
         return tf.cast(position < size, "float32")
 
     def test_step(self, data):
-        x, y = data[0], data[1]     # further elements (e.g. image ids) are for the task's on_val_batch
+        x, y = data[0], data[1]  # further elements (e.g. image ids) are for the task's on_val_batch
         weights = self.valid_mask()
         y_pred = self(x, training=False)
         if self.on_val_batch is not None:
@@ -239,7 +284,7 @@ class ContractModel(keras.Model):
         per_sample = self.loss.call(y, ops.cast(y_pred, "float32"))
         for metric in self.metrics:
             if metric.name == "loss":
-                metric.update_state(per_sample, sample_weight=weights)   # the mean over real samples only
+                metric.update_state(per_sample, sample_weight=weights)  # the mean over real samples only
         return self._reducible(self.compute_metrics(x, y, y_pred, sample_weight=weights))
 
 
@@ -261,17 +306,33 @@ def dtype_policy(precision: str):
         keras.config.set_dtype_policy(previous)
 
 
-def compile_model(*, strategy, build_network, loss, metrics, optim: DictConfig, plan: Plan, contract: EpochContract,
-                  precision: str = "32-true", jit_compile: bool = False, on_val_batch=None) -> ContractModel:
+def compile_model(
+    *,
+    strategy,
+    build_network,
+    loss,
+    metrics,
+    optim: DictConfig,
+    plan: Plan,
+    contract: EpochContract,
+    precision: str = "32-true",
+    jit_compile: bool = False,
+    on_val_batch=None,
+) -> ContractModel:
     """Build the network and its optimizer inside strategy.scope() and compile them under core's contracts."""
     with strategy.scope(), dtype_policy(precision):
         network = build_network()
-        model = ContractModel(network, [contract.val_shard_size(shard) for shard in range(plan.num_shards)],
-                              plan.per_replica_batch, on_val_batch)
+        model = ContractModel(
+            network,
+            [contract.val_shard_size(shard) for shard in range(plan.num_shards)],
+            plan.per_replica_batch,
+            on_val_batch,
+        )
         model(keras.ops.zeros((1, *network.input_shape[1:])))  # build the wrapper's variables
         optimizer = make_optimizer(optim, plan_schedule(plan, optim, contract.train_steps))
-        model.compile(optimizer=optimizer, loss=loss, weighted_metrics=[*metrics, SampleCount()],
-                      jit_compile=jit_compile)
+        model.compile(
+            optimizer=optimizer, loss=loss, weighted_metrics=[*metrics, SampleCount()], jit_compile=jit_compile
+        )
         model.optimizer.build(model.trainable_variables)  # so that a checkpoint can restore its state
     return model
 
@@ -289,6 +350,7 @@ def build_keras_side(task, dataset):
 def compile_task_model(*, cfg: DictConfig, side, strategy, dataset, plan: Plan) -> ContractModel:
     """The model a Keras run trains: the side's network of `cfg.model`, compiled by compile_model with the plan's
     optimizer and schedule, `backend.precision` and `backend.compile`; a HydraliError names what cannot be built."""
+
     def network():
         try:
             return side.build_model(cfg.model, dataset.num_classes, cfg.data.image_size)
@@ -296,9 +358,20 @@ def compile_task_model(*, cfg: DictConfig, side, strategy, dataset, plan: Plan) 
             raise HydraliError(f"model={cfg.model.get('_target_')} cannot be built on Keras: {err}") from err
 
     try:
-        return compile_model(strategy=strategy, build_network=network, loss=side.loss(), metrics=side.metrics(),
-                             optim=cfg.optim, plan=plan, contract=plan.epoch, precision=str(cfg.backend.precision),
-                             jit_compile=bool(cfg.backend.compile), on_val_batch=side.on_val_batch)
+        return compile_model(
+            strategy=strategy,
+            build_network=network,
+            loss=side.loss(),
+            metrics=side.metrics(),
+            optim=cfg.optim,
+            plan=plan,
+            contract=plan.epoch,
+            precision=str(cfg.backend.precision),
+            jit_compile=bool(cfg.backend.compile),
+            on_val_batch=side.on_val_batch,
+        )
     except (InstantiationException, TypeError, ValueError) as err:
-        raise HydraliError(f"the Keras optimizer or loss cannot be set up (optim={cfg.optim.name}, "
-                           f"backend.precision={cfg.backend.precision}): {err}") from err
+        raise HydraliError(
+            f"the Keras optimizer or loss cannot be set up (optim={cfg.optim.name}, "
+            f"backend.precision={cfg.backend.precision}): {err}"
+        ) from err

@@ -9,6 +9,7 @@ TensorFlow runs any op (collectives are configured at its start); its all-reduce
 hydrali.core.distributed.gather (installed with the strategy): the workers share rank 0's start values (run dir,
 drawn seed) and gather a validation's results through it.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,15 +20,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from hydrali.core.distributed.launchers import SLURM, SLURM_NODES, SLURM_STEP_NODES, SLURM_STEP_TASKS, TORCHRUN
 from hydrali.core.distributed import gather
+from hydrali.core.distributed.launchers import SLURM, SLURM_NODES, SLURM_STEP_NODES, SLURM_STEP_TASKS, TORCHRUN
 from hydrali.core.distributed.topology import TFWorkers, tf_config_workers
 from hydrali.core.errors import HydraliError
 
 _strategy: tf.distribute.MultiWorkerMirroredStrategy | None = None
 
 
-SLURM_PORT_BASE = 8888   # SlurmClusterResolver's: task i of a node listens on this port + i
+SLURM_PORT_BASE = 8888  # SlurmClusterResolver's: task i of a node listens on this port + i
 
 
 def slurm_tasks(env=None) -> tuple[int, int] | None:
@@ -38,8 +39,10 @@ def slurm_tasks(env=None) -> tuple[int, int] | None:
         return None
     nodes = int(env.get(SLURM_STEP_NODES) or env.get(SLURM_NODES) or 1)
     if tasks % nodes:
-        raise HydraliError(f"srun started {tasks} tasks on {nodes} nodes: Keras workers need the same number of "
-                           f"tasks on every node (srun --ntasks-per-node=...)")
+        raise HydraliError(
+            f"srun started {tasks} tasks on {nodes} nodes: Keras workers need the same number of "
+            f"tasks on every node (srun --ntasks-per-node=...)"
+        )
     return tasks // nodes, nodes
 
 
@@ -58,7 +61,8 @@ def _resolver():
     if slurm is None:
         return None
     return tf.distribute.cluster_resolver.SlurmClusterResolver(
-        port_base=SLURM_PORT_BASE, gpus_per_node=slurm[0], gpus_per_task=1, auto_set_gpu=False)
+        port_base=SLURM_PORT_BASE, gpus_per_node=slurm[0], gpus_per_task=1, auto_set_gpu=False
+    )
 
 
 def strategy(device: str) -> tf.distribute.MultiWorkerMirroredStrategy:
@@ -69,14 +73,18 @@ def strategy(device: str) -> tf.distribute.MultiWorkerMirroredStrategy:
     if _strategy is None:
         kind = tf.distribute.experimental.CommunicationImplementation
         options = tf.distribute.experimental.CommunicationOptions(
-            implementation=kind.NCCL if device == "gpu" else kind.RING)
+            implementation=kind.NCCL if device == "gpu" else kind.RING
+        )
         source = "SLURM's tasks" if slurm_tasks() else "TF_CONFIG"
         try:
-            _strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=_resolver(),
-                                                                  communication_options=options)
+            _strategy = tf.distribute.MultiWorkerMirroredStrategy(
+                cluster_resolver=_resolver(), communication_options=options
+            )
         except (RuntimeError, ValueError, KeyError) as err:
-            raise HydraliError(f"TensorFlow could not start MultiWorkerMirroredStrategy from {source} ({err}): start "
-                               f"every worker with the same cluster and its own task index") from err
+            raise HydraliError(
+                f"TensorFlow could not start MultiWorkerMirroredStrategy from {source} ({err}): start "
+                f"every worker with the same cluster and its own task index"
+            ) from err
         place = cluster()
         gather.install(gather.all_gather_through_sum(_all_reduce_sum, place.rank, place.count))
     return _strategy
@@ -94,11 +102,15 @@ def one_replica_per_worker(replicas: int | None, gpus: int) -> None:
     """Refuse what a worker cannot do: MultiWorkerMirroredStrategy reads one input pipeline per worker, so a
     worker drives one replica (one DALI shard): start one worker per GPU."""
     if (replicas if replicas is not None else 1) != 1:
-        raise HydraliError(f"backend.replicas={replicas} with several Keras workers: each worker drives one replica "
-                           f"(one GPU or its CPU); start one worker per GPU and leave backend.replicas at null or 1")
+        raise HydraliError(
+            f"backend.replicas={replicas} with several Keras workers: each worker drives one replica "
+            f"(one GPU or its CPU); start one worker per GPU and leave backend.replicas at null or 1"
+        )
     if gpus > 1 and slurm_tasks() is None:
-        raise HydraliError(f"this TF_CONFIG worker sees {gpus} GPUs but drives one: start one worker per GPU, "
-                           f"each with CUDA_VISIBLE_DEVICES set to its own GPU")
+        raise HydraliError(
+            f"this TF_CONFIG worker sees {gpus} GPUs but drives one: start one worker per GPU, "
+            f"each with CUDA_VISIBLE_DEVICES set to its own GPU"
+        )
 
 
 def share_from_rank0(values: dict, device: str) -> dict:

@@ -6,6 +6,7 @@ srun, or ranks exported by hand: rank 0 serves a store at the address and port L
 process group (Lightning's cluster environment says which), until every rank has read the values; then it
 closes it, and Lightning opens its own there.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,10 @@ def _store_address(env: dict) -> tuple[str, int, bool]:
             return cluster.main_address, cluster.main_port, False
     if env.get(MASTER_ADDR) and env.get(MASTER_PORT):
         return env[MASTER_ADDR], int(env[MASTER_PORT]), False
-    raise HydraliError("the processes were started with RANK but without MASTER_ADDR and MASTER_PORT: export "
-                       "both in every process (or start them with torchrun)")
+    raise HydraliError(
+        "the processes were started with RANK but without MASTER_ADDR and MASTER_PORT: export "
+        "both in every process (or start them with torchrun)"
+    )
 
 
 def share_from_rank0(values: dict, plan, timeout: timedelta = default_pg_timeout) -> dict:
@@ -49,12 +52,14 @@ def share_from_rank0(values: dict, plan, timeout: timedelta = default_pg_timeout
     scoped = PrefixStore(f"hydrali/start/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
     if is_rank0:
         scoped.set(_VALUES, json.dumps(values))
-        if not agent:   # the store is rank 0's: keep it until every rank has read (Lightning reuses the port)
+        if not agent:  # the store is rank 0's: keep it until every rank has read (Lightning reuses the port)
             deadline = time.monotonic() + timeout.total_seconds()
             while scoped.add(_READ, 0) < processes - 1:
                 if time.monotonic() > deadline:
-                    raise HydraliError(f"only {scoped.add(_READ, 0)} of {processes - 1} other ranks reached rank 0 "
-                                       f"at {host}:{port} in {timeout}: check that every process was started")
+                    raise HydraliError(
+                        f"only {scoped.add(_READ, 0)} of {processes - 1} other ranks reached rank 0 "
+                        f"at {host}:{port} in {timeout}: check that every process was started"
+                    )
                 time.sleep(_POLL_S)
         return values
     shared = json.loads(scoped.get(_VALUES))

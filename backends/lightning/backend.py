@@ -1,4 +1,5 @@
 """Training a task with PyTorch Lightning: the `fit` that hydrali.core.run.runner calls for backend=lightning."""
+
 from __future__ import annotations
 
 import logging
@@ -14,16 +15,16 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from hydrali.backends.lightning import agreement
-from hydrali.backends.lightning.collectives import all_gather_bytes
 from hydrali.backends.lightning.callbacks import Observe, progress_bar
+from hydrali.backends.lightning.collectives import all_gather_bytes
 from hydrali.backends.lightning.data import LAYOUT, DaliDataModule
 from hydrali.backends.lightning.module import HydraliModule, build_torch_side, compile_torch_side
-from hydrali.core.run import job_context
 from hydrali.core.distributed import gather, topology
-from hydrali.core.run.checkpoints import CHECKPOINT_DIR
 from hydrali.core.errors import HydraliError, SweepRefused, first_line
-from hydrali.core.run.plan import Plan
+from hydrali.core.run import job_context
+from hydrali.core.run.checkpoints import CHECKPOINT_DIR
 from hydrali.core.run.observer import TrainingObserver
+from hydrali.core.run.plan import Plan
 from hydrali.core.run.record import RunRecord
 from hydrali.core.run.results import FitResult
 
@@ -32,7 +33,7 @@ log = logging.getLogger("hydrali")
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
 # hydrali manages the run's checkpoints/ (trained_with.json, resume): a non-empty folder is expected there
 warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
-SELF_LAUNCHED = ("auto", "ddp", "ddp_find_unused_parameters_true")   # strategies whose processes hydrali starts
+SELF_LAUNCHED = ("auto", "ddp", "ddp_find_unused_parameters_true")  # strategies whose processes hydrali starts
 LAST = "last.ckpt"
 
 
@@ -58,8 +59,9 @@ class _NoTips(logging.Filter):
         return "Tip:" not in str(record.msg)
 
 
-def _fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume_from: Path | None,
-         output_dir: Path) -> FitResult:
+def _fit(
+    *, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume_from: Path | None, output_dir: Path
+) -> FitResult:
     _quiet_duplicate_logs()
     checkpoint_dir = output_dir / CHECKPOINT_DIR
     datamodule = DaliDataModule(task=task, cfg=cfg, dataset=dataset, plan=plan)
@@ -68,37 +70,73 @@ def _fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resum
     trainer_options = OmegaConf.to_container(cfg.backend.trainer, resolve=True)
     show_bar = trainer_options.pop("enable_progress_bar", None)
     show_bar = sys.stdout.isatty() if show_bar is None else show_bar
-    module = HydraliModule(build_torch_side(task, cfg, dataset), cfg.optim, plan, max(1, steps_per_epoch),
-                           channels_last=cfg.backend.channels_last, step_loss_in_bar=show_bar)
-    if cfg.backend.compile:   # before the strategy wraps the module (DDP), as Lightning advises
+    module = HydraliModule(
+        build_torch_side(task, cfg, dataset),
+        cfg.optim,
+        plan,
+        max(1, steps_per_epoch),
+        channels_last=cfg.backend.channels_last,
+        step_loss_in_bar=show_bar,
+    )
+    if cfg.backend.compile:  # before the strategy wraps the module (DDP), as Lightning advises
         compile_torch_side(module.torch_task, cfg.backend)
-        log.info("backend.compile=true: torch.compile (mode %s); the first step includes its warm-up",
-                 cfg.backend.compile_mode)
+        log.info(
+            "backend.compile=true: torch.compile (mode %s); the first step includes its warm-up",
+            cfg.backend.compile_mode,
+        )
 
-    checkpoint = ModelCheckpoint(dirpath=checkpoint_dir, filename="epoch{epoch:03d}", monitor=cfg.task.monitor,
-                                 mode=str(cfg.task.mode), save_top_k=cfg.backend.save_top_k,
-                                 auto_insert_metric_name=False)
+    checkpoint = ModelCheckpoint(
+        dirpath=checkpoint_dir,
+        filename="epoch{epoch:03d}",
+        monitor=cfg.task.monitor,
+        mode=str(cfg.task.mode),
+        save_top_k=cfg.backend.save_top_k,
+        auto_insert_metric_name=False,
+    )
     # last.ckpt after every epoch (Lightning's save_last writes it only when a top-k file was saved)
-    last = ModelCheckpoint(dirpath=checkpoint_dir, filename=Path(LAST).stem, save_top_k=1, monitor=None,
-                           save_on_train_epoch_end=True, enable_version_counter=False)
-    observer = TrainingObserver(record, global_batch=plan.global_batch, steps_per_epoch=plan.epoch.train_steps,
-                                warmup_steps=cfg.throughput_warmup_steps)
+    last = ModelCheckpoint(
+        dirpath=checkpoint_dir,
+        filename=Path(LAST).stem,
+        save_top_k=1,
+        monitor=None,
+        save_on_train_epoch_end=True,
+        enable_version_counter=False,
+    )
+    observer = TrainingObserver(
+        record,
+        global_batch=plan.global_batch,
+        steps_per_epoch=plan.epoch.train_steps,
+        warmup_steps=cfg.throughput_warmup_steps,
+    )
     trainer = L.Trainer(
-        max_epochs=cfg.epochs, accelerator=cfg.backend.accelerator,
-        devices=cfg.backend.devices, num_nodes=cfg.backend.num_nodes, strategy=cfg.backend.strategy,
-        precision=str(cfg.backend.precision), deterministic=cfg.deterministic, logger=False,
-        default_root_dir=str(output_dir), enable_progress_bar=show_bar,
-        callbacks=[checkpoint, last, Observe(observer), *([progress_bar()] if show_bar else []),
-                   *_extra_callbacks(cfg)],
-        **trainer_options)
-    gather.install(all_gather_bytes)   # a task's validation gathers across the DDP processes through it
+        max_epochs=cfg.epochs,
+        accelerator=cfg.backend.accelerator,
+        devices=cfg.backend.devices,
+        num_nodes=cfg.backend.num_nodes,
+        strategy=cfg.backend.strategy,
+        precision=str(cfg.backend.precision),
+        deterministic=cfg.deterministic,
+        logger=False,
+        default_root_dir=str(output_dir),
+        enable_progress_bar=show_bar,
+        callbacks=[
+            checkpoint,
+            last,
+            Observe(observer),
+            *([progress_bar()] if show_bar else []),
+            *_extra_callbacks(cfg),
+        ],
+        **trainer_options,
+    )
+    gather.install(all_gather_bytes)  # a task's validation gathers across the DDP processes through it
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume_from) if resume_from else None)
     except RuntimeError as err:
         if resume_from and "Error(s) in loading state_dict" in str(err):
-            raise HydraliError(f"ckpt_path={resume_from} holds the weights of another model "
-                               f"({str(err).splitlines()[-1].strip()}): resume with the model it was trained with"
-                               ) from err
+            raise HydraliError(
+                f"ckpt_path={resume_from} holds the weights of another model "
+                f"({str(err).splitlines()[-1].strip()}): resume with the model it was trained with"
+            ) from err
         raise
     except SystemExit:
         if not trainer.interrupted:
@@ -109,8 +147,11 @@ def _fit(*, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resum
         raise KeyboardInterrupt from None
 
     best = checkpoint.best_model_path or last.best_model_path or None
-    return FitResult(best_checkpoint=best, **observer.fit_fields(start_epoch=trainer.current_epoch),
-                     compiled=bool(cfg.backend.compile))
+    return FitResult(
+        best_checkpoint=best,
+        **observer.fit_fields(start_epoch=trainer.current_epoch),
+        compiled=bool(cfg.backend.compile),
+    )
 
 
 def _extra_callbacks(cfg: DictConfig) -> list[L.Callback]:
@@ -136,11 +177,17 @@ class LightningBackend:
 
     def replicas(self, backend: DictConfig, device: str) -> tuple[int, int, int]:
         """Replicas per node, nodes, replicas per process: backend.devices one-replica processes per node."""
-        if self.processes_to_start(backend) == 1 and backend.devices > 1 and _in_sweep() and not topology.launched_externally():
+        if (
+            self.processes_to_start(backend) == 1
+            and backend.devices > 1
+            and _in_sweep()
+            and not topology.launched_externally()
+        ):
             raise SweepRefused(
                 f"-m with backend.devices={backend.devices} and backend.strategy={backend.strategy} is not supported: "
                 f"Lightning's launcher would restart the whole sweep in every process (Lightning issue 11300). Use "
-                f"backend.strategy=ddp (hydrali then starts each job's processes), or start them with torchrun or srun")
+                f"backend.strategy=ddp (hydrali then starts each job's processes), or start them with torchrun or srun"
+            )
         return backend.devices, backend.num_nodes, 1
 
     def newest_checkpoint(self, checkpoint_dir: Path) -> Path | None:
@@ -149,22 +196,40 @@ class LightningBackend:
         return last if last.is_file() else None
 
     def checkpoint_epochs(self, path: Path) -> int:
-        """How many epochs a Lightning checkpoint holds (whole training epochs); one line if it cannot be read as one."""
+        """How many whole epochs a Lightning checkpoint holds; one line if it cannot be read as one."""
         try:
             state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
             progress = state["loops"]["fit_loop"]["epoch_progress"]["current"]
             state["state_dict"]
         except Exception as err:  # torch raises many types for a file that is not a checkpoint
-            raise HydraliError(f"ckpt_path={path} cannot be read as a Lightning checkpoint ({first_line(err)}): "
-                               f"pass a .ckpt file that hydrali wrote, or ckpt_path=last") from err
+            raise HydraliError(
+                f"ckpt_path={path} cannot be read as a Lightning checkpoint ({first_line(err)}): "
+                f"pass a .ckpt file that hydrali wrote, or ckpt_path=last"
+            ) from err
         return int(progress["processed"])
 
     def share_from_rank0(self, values: dict, plan: Plan) -> dict:
         """Rank 0's `values` on every process that torchrun, srun or MPI started (torch.distributed's store)."""
         return agreement.share_from_rank0(values, plan)
 
-    def fit(self, *, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume_from: Path | None,
-            output_dir: Path) -> FitResult:
+    def fit(
+        self,
+        *,
+        cfg: DictConfig,
+        task,
+        dataset,
+        plan: Plan,
+        record: RunRecord,
+        resume_from: Path | None,
+        output_dir: Path,
+    ) -> FitResult:
         """Train `task` on this process's shard as the plan says; checkpoint, record and resume through Lightning."""
-        return _fit(cfg=cfg, task=task, dataset=dataset, plan=plan, record=record, resume_from=resume_from,
-                    output_dir=output_dir)
+        return _fit(
+            cfg=cfg,
+            task=task,
+            dataset=dataset,
+            plan=plan,
+            record=record,
+            resume_from=resume_from,
+            output_dir=output_dir,
+        )

@@ -1,5 +1,6 @@
 """Lightning callbacks of hydrali: the adapter to core's TrainingObserver (each epoch's record, throughput), and a
 progress bar that counts epochs from 1 (as the run log and the summary do)."""
+
 from __future__ import annotations
 
 import lightning as L
@@ -41,8 +42,14 @@ class Observe(L.Callback):
 
 class _RichEpochsFromOne(RichProgressBar):
     def _get_train_description(self, current_epoch: int) -> str:
-        return super()._get_train_description(current_epoch).replace(
-            f"Epoch {current_epoch}/{self.trainer.max_epochs - 1}", f"Epoch {current_epoch + 1}/{self.trainer.max_epochs}")
+        return (
+            super()
+            ._get_train_description(current_epoch)
+            .replace(
+                f"Epoch {current_epoch}/{self.trainer.max_epochs - 1}",
+                f"Epoch {current_epoch + 1}/{self.trainer.max_epochs}",
+            )
+        )
 
 
 class _TQDMEpochsFromOne(TQDMProgressBar):

@@ -1,5 +1,6 @@
 """DALI pipelines as Lightning data: one iterator per split of this process's shard, cut into epochs by
 hydrali.core.run.epoch."""
+
 from __future__ import annotations
 
 import lightning as L
@@ -9,7 +10,7 @@ from hydrali.core.data.dali_errors import explain_dali_error
 from hydrali.core.run.epoch import EpochContract
 from hydrali.core.run.plan import Plan
 
-LAYOUT = "CHW"   # the image layout torch takes (also what core.data.autotune probes with)
+LAYOUT = "CHW"  # the image layout torch takes (also what core.data.autotune probes with)
 
 
 class DaliLoader:
@@ -21,8 +22,8 @@ class DaliLoader:
         self.iterator = iterator
         self.steps = steps
         self.on_error = on_error
-        self.valid = valid              # valid(step) -> real samples in batch `step`; None: all (training)
-        self._position = 0              # batches taken in the current epoch
+        self.valid = valid  # valid(step) -> real samples in batch `step`; None: all (training)
+        self._position = 0  # batches taken in the current epoch
 
     def __len__(self) -> int:
         return self.steps
@@ -35,7 +36,7 @@ class DaliLoader:
 
     def __iter__(self):
         if self.valid is not None:
-            while self._position % self.steps:   # an interrupted validation: skip to the shard's start
+            while self._position % self.steps:  # an interrupted validation: skip to the shard's start
                 self._next()
                 self._position += 1
         self._position = 0
@@ -57,8 +58,16 @@ def dali_loader(*, task, cfg, dataset, plan: Plan, is_training: bool) -> DaliLoa
     def explain(err: RuntimeError) -> Exception:
         return explain_dali_error(err, lambda: task.explain_decode_error(dataset))
 
-    pipe = task.build_pipeline(pipeline=cfg.pipeline, data=cfg.data, model=cfg.model, dataset=dataset, plan=plan,
-                               shard=shard, layout=LAYOUT, is_training=is_training)
+    pipe = task.build_pipeline(
+        pipeline=cfg.pipeline,
+        data=cfg.data,
+        model=cfg.model,
+        dataset=dataset,
+        plan=plan,
+        shard=shard,
+        layout=LAYOUT,
+        is_training=is_training,
+    )
     try:
         pipe.build()
         # endless: the contract counts the steps
@@ -67,8 +76,9 @@ def dali_loader(*, task, cfg, dataset, plan: Plan, is_training: bool) -> DaliLoa
         raise explain(err) from err
     if is_training:
         return DaliLoader(iterator, contract.train_steps, explain)
-    return DaliLoader(iterator, contract.val_steps, explain,
-                      valid=lambda step: contract.val_valid(shard.shard_id, step))
+    return DaliLoader(
+        iterator, contract.val_steps, explain, valid=lambda step: contract.val_valid(shard.shard_id, step)
+    )
 
 
 class DaliDataModule(L.LightningDataModule):
@@ -81,8 +91,12 @@ class DaliDataModule(L.LightningDataModule):
 
     def setup(self, stage: str) -> None:
         if not self.loaders:
-            self.loaders = {split: dali_loader(task=self.task, cfg=self.cfg, dataset=self.dataset, plan=self.plan,
-                                               is_training=split == "train") for split in ("train", "val")}
+            self.loaders = {
+                split: dali_loader(
+                    task=self.task, cfg=self.cfg, dataset=self.dataset, plan=self.plan, is_training=split == "train"
+                )
+                for split in ("train", "val")
+            }
 
     def train_dataloader(self) -> DaliLoader:
         return self.loaders["train"]

@@ -4,6 +4,7 @@ Its builders are public so that what the benchmark measures (core/bench/torch_lo
 code: the task's torch side, its memory format and compilation, the optimizer and lr schedule of the plan, and the
 precision plugin of `backend.precision`.
 """
+
 from __future__ import annotations
 
 import lightning as L
@@ -31,11 +32,13 @@ def build_torch_side(task, cfg: DictConfig, dataset) -> torch.nn.Module:
         raise HydraliError(f"model={cfg.model.get('_target_')} cannot be built: {err}") from err
 
 
-OPTIMIZERS = {   # optim.name -> torch's optimizer over parameter groups, with the optim node's settings
-    Optimizer.sgd: lambda groups, optim, lr: torch.optim.SGD(groups, lr=lr, momentum=optim.momentum,
-                                                             nesterov=optim.nesterov),
-    Optimizer.adamw: lambda groups, optim, lr: torch.optim.AdamW(groups, lr=lr, betas=tuple(optim.betas),
-                                                                 eps=ADAM_EPSILON),
+OPTIMIZERS = {  # optim.name -> torch's optimizer over parameter groups, with the optim node's settings
+    Optimizer.sgd: lambda groups, optim, lr: torch.optim.SGD(
+        groups, lr=lr, momentum=optim.momentum, nesterov=optim.nesterov
+    ),
+    Optimizer.adamw: lambda groups, optim, lr: torch.optim.AdamW(
+        groups, lr=lr, betas=tuple(optim.betas), eps=ADAM_EPSILON
+    ),
 }
 
 
@@ -49,13 +52,22 @@ def make_optimizer(parameters, optim: DictConfig, lr: float) -> torch.optim.Opti
     return OPTIMIZERS[Optimizer.of(optim.name, "optim.name")](groups, optim, lr)
 
 
-def make_schedule(optimizer: torch.optim.Optimizer, optim: DictConfig, plan: Plan,
-                  steps_per_epoch: int) -> torch.optim.lr_scheduler.LambdaLR:
+def make_schedule(
+    optimizer: torch.optim.Optimizer, optim: DictConfig, plan: Plan, steps_per_epoch: int
+) -> torch.optim.lr_scheduler.LambdaLR:
     """The lr schedule of the plan, stepped after every optimizer step: the optimizer's lr times
     hydrali.core.optim.schedule.lr_factor (warmup, then cosine or constant, over plan.epochs epochs)."""
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(
-        step, steps_per_epoch=steps_per_epoch, epochs=plan.epochs, warmup_epochs=optim.warmup_epochs,
-        warmup_div=optim.warmup_div, schedule=str(optim.schedule)))
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda step: lr_factor(
+            step,
+            steps_per_epoch=steps_per_epoch,
+            epochs=plan.epochs,
+            warmup_epochs=optim.warmup_epochs,
+            warmup_div=optim.warmup_div,
+            schedule=str(optim.schedule),
+        ),
+    )
 
 
 def precision_plugin(precision: str, device_type: str) -> Precision:
@@ -64,12 +76,13 @@ def precision_plugin(precision: str, device_type: str) -> Precision:
     if precision == "32-true":
         return Precision()
     if precision == "16-mixed" and device_type == "cpu":
-        precision = "bf16-mixed"   # as the Trainer does: torch has no float16 autocast with a scaler on the CPU
+        precision = "bf16-mixed"  # as the Trainer does: torch has no float16 autocast with a scaler on the CPU
     return MixedPrecision(precision, device_type)
 
 
-def compile_network(torch_task: torch.nn.Module, *, mode: str = "default", fullgraph: bool = False,
-                    dynamic: bool | None = None) -> torch.nn.Module:
+def compile_network(
+    torch_task: torch.nn.Module, *, mode: str = "default", fullgraph: bool = False, dynamic: bool | None = None
+) -> torch.nn.Module:
     """torch.compile the task's network (its `model`) in place: its `forward` becomes the compiled one, with no
     wrapper module, so the state_dict keys stay as they are and a checkpoint loads whether it was written compiled
     or not. Training and validation both call the compiled network; the loss and metrics around it run eagerly.
@@ -77,24 +90,33 @@ def compile_network(torch_task: torch.nn.Module, *, mode: str = "default", fullg
     only, such as an nn.Sequential: nothing would be compiled.) Returns the network."""
     network = getattr(torch_task, "model", None)
     if not isinstance(network, torch.nn.Module):
-        raise HydraliError(f"backend.compile=true: the task's torch side ({type(torch_task).__name__}) keeps no "
-                           f"network in `.model` to compile: set backend.compile=false")
-    network.forward = torch.compile(network.forward, mode=mode,
-                                    fullgraph=fullgraph, dynamic=dynamic)
+        raise HydraliError(
+            f"backend.compile=true: the task's torch side ({type(torch_task).__name__}) keeps no "
+            f"network in `.model` to compile: set backend.compile=false"
+        )
+    network.forward = torch.compile(network.forward, mode=mode, fullgraph=fullgraph, dynamic=dynamic)
     return network
 
 
 def compile_torch_side(torch_task: torch.nn.Module, backend: DictConfig) -> torch.nn.Module:
     """compile_network with the `backend` node's compile_mode, compile_fullgraph and compile_dynamic."""
-    return compile_network(torch_task, mode=str(backend.compile_mode), fullgraph=backend.compile_fullgraph,
-                           dynamic=backend.compile_dynamic)
+    return compile_network(
+        torch_task, mode=str(backend.compile_mode), fullgraph=backend.compile_fullgraph, dynamic=backend.compile_dynamic
+    )
 
 
 class HydraliModule(L.LightningModule):
     """Trains `torch_task` (model + loss + metrics) with SGD/AdamW at the plan's effective lr."""
 
-    def __init__(self, torch_task: torch.nn.Module, optim: DictConfig, plan: Plan, steps_per_epoch: int,
-                 channels_last: bool = False, step_loss_in_bar: bool = False):
+    def __init__(
+        self,
+        torch_task: torch.nn.Module,
+        optim: DictConfig,
+        plan: Plan,
+        steps_per_epoch: int,
+        channels_last: bool = False,
+        step_loss_in_bar: bool = False,
+    ):
         super().__init__()
         self.torch_task = torch_task
         self.optim = optim

@@ -1,4 +1,5 @@
 """backend=lightning as core sees it before torch loads: its config schema and its entry in the registry."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -29,7 +30,11 @@ class LightningBackendConfig:
 
 
 SPEC = BackendSpec(
-    name="lightning", framework="torch", framework_label="torch",
+    name="lightning",
+    framework="torch",
+    framework_label="torch",
     summary="PyTorch Lightning: DDP across devices and nodes, fed by DALI's PyTorch plugin",
-    schema=LightningBackendConfig, checkpoint_suffix=".ckpt",
-    implementation="hydrali.backends.lightning.backend:LightningBackend")
+    schema=LightningBackendConfig,
+    checkpoint_suffix=".ckpt",
+    implementation="hydrali.backends.lightning.backend:LightningBackend",
+)

@@ -2,6 +2,7 @@
 hydrali.core.bench.sections measures, and one table (images/s, ratios against each baseline) is printed last;
 the JSON results go to bench.json. Exit codes: 0, 1 when a measurement failed (its row says why), 2 for a
 mistake in the command line or the data (one line naming it)."""
+
 from __future__ import annotations
 
 import datetime
@@ -18,13 +19,21 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from hydrali.core.bench.schema import register_bench_schema
-from hydrali.core.errors import HydraliError
 from hydrali.core.config.store import register_schemas
+from hydrali.core.errors import HydraliError
 
 log = logging.getLogger("hydrali")
-_started = {"yes": False}   # whether the benchmark itself started (past Hydra's composition)
-PACKAGES = ("nvidia-dali-cuda120", "nvidia-dali-cuda130", "torch", "lightning", "tensorflow", "keras",
-            "nvidia-dali-tf-plugin-cuda120", "hydra-core")
+_started = {"yes": False}  # whether the benchmark itself started (past Hydra's composition)
+PACKAGES = (
+    "nvidia-dali-cuda120",
+    "nvidia-dali-cuda130",
+    "torch",
+    "lightning",
+    "tensorflow",
+    "keras",
+    "nvidia-dali-tf-plugin-cuda120",
+    "hydra-core",
+)
 
 
 def versions() -> dict[str, str]:
@@ -48,19 +57,32 @@ def gpu_name() -> str | None:
 def commit() -> str | None:
     """The git commit of hydrali's source, when it runs from a checkout."""
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent,
-                              capture_output=True, text=True, timeout=10).stdout.strip() or None
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"],
+                cwd=Path(__file__).resolve().parent,
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         return None
 
 
 def meta(cfg: DictConfig, overrides: list[str], machine) -> dict:
     """What the JSON and BENCHMARKS.md need besides the figures: when, where, with what, how."""
-    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "host": socket.gethostname(), "gpu": gpu_name(), "cpu_cores": machine.cores,
-            "versions": versions(), "commit": commit(),
-            "command": " ".join(["hydrali-bench", *overrides]),
-            "bench": OmegaConf.to_container(cfg.bench, resolve=True, enum_to_str=True)}
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": socket.gethostname(),
+        "gpu": gpu_name(),
+        "cpu_cores": machine.cores,
+        "versions": versions(),
+        "commit": commit(),
+        "command": " ".join(["hydrali-bench", *overrides]),
+        "bench": OmegaConf.to_container(cfg.bench, resolve=True, enum_to_str=True),
+    }
 
 
 @hydra.main(config_path="pkg://hydrali.conf", config_name="bench", version_base="1.3")
@@ -82,8 +104,11 @@ def _entry(cfg: DictConfig) -> None:
     out = Path(cfg.bench.json)
     path = report.write_json(out if out.is_absolute() else run_dir / out, meta(cfg, overrides, machine))
     info = meta(cfg, overrides, machine)
-    print(f"\nhydrali-bench: {info['date']}, {info['gpu'] or 'no GPU'}, {machine.cores} CPU cores; "
-          f"median of {cfg.bench.repeats} interleaved repeats; JSON: {path}\n", flush=True)
+    print(
+        f"\nhydrali-bench: {info['date']}, {info['gpu'] or 'no GPU'}, {machine.cores} CPU cores; "
+        f"median of {cfg.bench.repeats} interleaved repeats; JSON: {path}\n",
+        flush=True,
+    )
     print(report.table([str(s) for s in cfg.bench.sections]), flush=True)
     if any(r.skipped and r.skipped.startswith("failed") for r in report.rows.values()):
         sys.exit(1)
@@ -93,7 +118,7 @@ def main() -> None:
     """Run the benchmark from the command line (the `hydrali-bench` console script)."""
     register_schemas()
     register_bench_schema()
-    os.environ["HYDRA_FULL_ERROR"] = "1"   # Hydra raises composition errors; they are printed in one line below
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises composition errors; they are printed in one line below
     try:
         _entry()
     except HydraliError as err:

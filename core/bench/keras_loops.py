@@ -7,11 +7,12 @@ tf.function on one batch already on the device (the shard's first batch of the b
 at every step): no input pipeline, no fit() loop.
 These run in the benchmark's worker process (hydrali.core.bench.worker), which never loads torch.
 """
+
 from __future__ import annotations
 
 from hydrali.backends.keras.quiet_start import import_tensorflow
 
-import_tensorflow()   # first, so that no other import starts TensorFlow with its chatter
+import_tensorflow()  # first, so that no other import starts TensorFlow with its chatter
 
 import keras  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
@@ -60,12 +61,19 @@ class KerasBound:
         self.devices = replica_devices(plan)
         strategy = make_strategy(self.devices)
         self.warmup, self.steps, self.batch = warmup, steps, plan.per_replica_batch
-        data = distribute(strategy, self.devices, plan.device, lambda replica: dali_dataset(
-            task=task, cfg=conf, dataset=dataset, plan=plan, replica=replica, is_training=True))
+        data = distribute(
+            strategy,
+            self.devices,
+            plan.device,
+            lambda replica: dali_dataset(
+                task=task, cfg=conf, dataset=dataset, plan=plan, replica=replica, is_training=True
+            ),
+        )
         with placement(self.devices):
-            self.model = compile_task_model(cfg=conf, side=build_keras_side(task, dataset), strategy=strategy,
-                                            dataset=dataset, plan=plan)
-            self.data = tf.nest.map_structure(tf.identity, next(iter(data)))   # kept where the model computes
+            self.model = compile_task_model(
+                cfg=conf, side=build_keras_side(task, dataset), strategy=strategy, dataset=dataset, plan=plan
+            )
+            self.data = tf.nest.map_structure(tf.identity, next(iter(data)))  # kept where the model computes
         self.step = tf.function(lambda data: self.model.train_step(data), jit_compile=bool(conf.backend.compile))
 
     def once(self) -> Timing:
@@ -74,8 +82,13 @@ class KerasBound:
         from hydrali.backends.keras.strategy import placement
 
         with placement(self.devices):
-            return time_steps(lambda: self.step(self.data), warmup=self.warmup, steps=self.steps,
-                              images_per_step=self.batch, sync=lambda logs: float(logs["loss"]))
+            return time_steps(
+                lambda: self.step(self.data),
+                warmup=self.warmup,
+                steps=self.steps,
+                images_per_step=self.batch,
+                sync=lambda logs: float(logs["loss"]),
+            )
 
 
 def keras_bound(cfg: dict, warmup: int, steps: int) -> KerasBound:
@@ -89,7 +102,7 @@ def hydrali_training(cfg: dict, name: str, run_dir: str, warmup: int, steps: int
     from hydrali.backends.keras.strategy import configure_devices
     from hydrali.core.bench.training import HydraliTraining
 
-    configure_devices(1, "gpu")   # GPU memory taken as needed (DALI shares the GPU), before the runtime starts
+    configure_devices(1, "gpu")  # GPU memory taken as needed (DALI shares the GPU), before the runtime starts
     return HydraliTraining(cfg, name, run_dir, warmup, steps)
 
 

@@ -6,6 +6,7 @@
 - KerasLayer: the Keras backend's DALIDataset, read by a tf.function as Keras' train step reads it;
 - PilLoader: a torch DataLoader whose worker processes do the recipe's work with PIL (the usual PyTorch loader).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,11 +22,24 @@ from hydrali.core.run.plan import Plan, make_plan
 
 def one_replica_plan(cfg: DictConfig, dataset, device: str) -> Plan:
     """The plan of one replica on this machine (no launcher), DALI on `device`, with its epoch contract."""
-    plan = make_plan(topology=detect_topology(1, 1, env={}), batch_size=cfg.data.batch_size, base_lr=cfg.optim.lr,
-                     ref_batch=cfg.optim.ref_batch, rule=str(cfg.optim.scale), warmup_epochs=cfg.optim.warmup_epochs,
-                     epochs=cfg.epochs, seed=cfg.seed if cfg.seed is not None else 0, device=device)
-    contract = make_contract(train_samples=dataset.num_train, val_samples=dataset.num_val, num_shards=1,
-                             batch=plan.per_replica_batch, last_batch=str(cfg.pipeline.train_last_batch))
+    plan = make_plan(
+        topology=detect_topology(1, 1, env={}),
+        batch_size=cfg.data.batch_size,
+        base_lr=cfg.optim.lr,
+        ref_batch=cfg.optim.ref_batch,
+        rule=str(cfg.optim.scale),
+        warmup_epochs=cfg.optim.warmup_epochs,
+        epochs=cfg.epochs,
+        seed=cfg.seed if cfg.seed is not None else 0,
+        device=device,
+    )
+    contract = make_contract(
+        train_samples=dataset.num_train,
+        val_samples=dataset.num_val,
+        num_shards=1,
+        batch=plan.per_replica_batch,
+        last_batch=str(cfg.pipeline.train_last_batch),
+    )
     return dataclasses.replace(plan, epoch=contract)
 
 
@@ -47,9 +61,16 @@ class RawDali:
     @cached_property
     def pipe(self):
         plan = one_replica_plan(self.cfg, self.dataset, self.device)
-        pipe = self.task.build_pipeline(pipeline=self.cfg.pipeline, data=self.cfg.data, model=self.cfg.model,
-                                        dataset=self.dataset, plan=plan, shard=plan.shard, layout=self.layout,
-                                        is_training=True)
+        pipe = self.task.build_pipeline(
+            pipeline=self.cfg.pipeline,
+            data=self.cfg.data,
+            model=self.cfg.model,
+            dataset=self.dataset,
+            plan=plan,
+            shard=plan.shard,
+            layout=self.layout,
+            is_training=True,
+        )
         pipe.build()
         return pipe
 
@@ -57,8 +78,9 @@ class RawDali:
         """The Timing (images/s) of pipe.run() (on the GPU: until the last batch's images are computed)."""
         pipe = self.pipe
         sync = (lambda out: out[0][0].as_cpu()) if self.device == "gpu" else (lambda out: None)
-        return time_steps(pipe.run, warmup=self.warmup, steps=self.batches, images_per_step=pipe.max_batch_size,
-                          sync=sync)
+        return time_steps(
+            pipe.run, warmup=self.warmup, steps=self.batches, images_per_step=pipe.max_batch_size, sync=sync
+        )
 
     def close(self) -> None:
         """Free the pipeline."""
@@ -86,11 +108,17 @@ class LightningLayer:
 
         if self._stream is None:
             plan = one_replica_plan(self.cfg, self.dataset, self.device)
-            self._stream = self._batches(dali_loader(task=self.task, cfg=self.cfg, dataset=self.dataset, plan=plan,
-                                                     is_training=True))
+            self._stream = self._batches(
+                dali_loader(task=self.task, cfg=self.cfg, dataset=self.dataset, plan=plan, is_training=True)
+            )
         sync = (lambda out: torch.cuda.synchronize()) if self.device == "gpu" else (lambda out: None)
-        return time_steps(lambda: next(self._stream), warmup=self.warmup, steps=self.batches,
-                          images_per_step=self.cfg.data.batch_size, sync=sync)
+        return time_steps(
+            lambda: next(self._stream),
+            warmup=self.warmup,
+            steps=self.batches,
+            images_per_step=self.cfg.data.batch_size,
+            sync=sync,
+        )
 
     def close(self) -> None:
         """Free the pipeline."""
@@ -118,9 +146,15 @@ class KerasLayer:
         if self._pull is None:
             plan = one_replica_plan(self.cfg, self.dataset, self.device)
             devices = replica_devices(plan)
-            data = distribute(make_strategy(devices), devices, plan.device, lambda replica: dali_dataset(
-                task=self.task, cfg=self.cfg, dataset=self.dataset, plan=plan, replica=replica, is_training=True))
-            with placement(devices):   # as Keras' fit iterates it
+            data = distribute(
+                make_strategy(devices),
+                devices,
+                plan.device,
+                lambda replica: dali_dataset(
+                    task=self.task, cfg=self.cfg, dataset=self.dataset, plan=plan, replica=replica, is_training=True
+                ),
+            )
+            with placement(devices):  # as Keras' fit iterates it
                 iterator = iter(data)
 
             @tf.function
@@ -131,8 +165,13 @@ class KerasLayer:
             self._pull = (pull, iterator, data, devices)
         pull, devices = self._pull[0], self._pull[3]
         with placement(devices):
-            return time_steps(pull, warmup=self.warmup, steps=self.batches, images_per_step=self.cfg.data.batch_size,
-                              sync=lambda out: out.numpy())
+            return time_steps(
+                pull,
+                warmup=self.warmup,
+                steps=self.batches,
+                images_per_step=self.cfg.data.batch_size,
+                sync=lambda out: out.numpy(),
+            )
 
     def close(self) -> None:
         """Free the dataset."""
@@ -160,8 +199,14 @@ class PilLoader:
 
         self._repeat += 1
         dataset = PilTrainingSet(self.files, self.size, seed=self._repeat, recipe=self.recipe, options=self.options)
-        loader = DataLoader(dataset, batch_size=self.batch, shuffle=True, num_workers=self.workers, drop_last=True,
-                            generator=torch.Generator().manual_seed(self._repeat))
+        loader = DataLoader(
+            dataset,
+            batch_size=self.batch,
+            shuffle=True,
+            num_workers=self.workers,
+            drop_last=True,
+            generator=torch.Generator().manual_seed(self._repeat),
+        )
 
         def batches_forever():
             while True:
@@ -169,7 +214,11 @@ class PilLoader:
 
         stream = batches_forever()
         try:
-            return time_steps(lambda: next(stream), warmup=max(self.warmup, self.workers),
-                              steps=max(self.batches, 2 * self.workers), images_per_step=self.batch)
+            return time_steps(
+                lambda: next(stream),
+                warmup=max(self.warmup, self.workers),
+                steps=max(self.batches, 2 * self.workers),
+                images_per_step=self.batch,
+            )
         finally:
-            stream.close()   # ends the workers now, not while the next loader is timed
+            stream.close()  # ends the workers now, not while the next loader is timed

@@ -6,6 +6,7 @@ had steps that waited, as for a batch that arrived late. A row may name baseline
 by key): its ratio against each is median / the baseline's median. A section that could not run on this machine
 is a row with no figures and a reason, so that an absence is always visible.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SECTION_TITLES = {
-    "loaders": "1 loaders", "cpu": "4 cpu-only", "lightning": "2 lightning", "keras": "3 keras",
+    "loaders": "1 loaders",
+    "cpu": "4 cpu-only",
+    "lightning": "2 lightning",
+    "keras": "3 keras",
     "detection": "5 detection",
 }
 COLUMNS = ("section", "measurement", "device", "images/s (median)", "at the median step", "ratio vs baselines")
@@ -23,16 +27,17 @@ COLUMNS = ("section", "measurement", "device", "images/s (median)", "at the medi
 @dataclass
 class Row:
     """One measurement of the run: `key` is unique, `baselines` are keys of other rows."""
+
     section: str
     key: str
     label: str
     device: str
     baselines: tuple[str, ...] = ()
     repeats: list[float] = field(default_factory=list)
-    step_repeats: list[float] = field(default_factory=list)   # each repeat's images/s at its median step, where timed
-    skipped: str | None = None     # why it did not run (no GPU, no TensorFlow, ...)
-    notes: dict = field(default_factory=dict)   # settings worth recording (threads, batch, precision, ...)
-    short: str = ""                # how ratios against this row name it (its label when empty)
+    step_repeats: list[float] = field(default_factory=list)  # each repeat's images/s at its median step, where timed
+    skipped: str | None = None  # why it did not run (no GPU, no TensorFlow, ...)
+    notes: dict = field(default_factory=dict)  # settings worth recording (threads, batch, precision, ...)
+    short: str = ""  # how ratios against this row name it (its label when empty)
 
     @property
     def name(self) -> str:
@@ -100,14 +105,24 @@ class Report:
         """Everything measured, with `meta` (date, machine, versions, command, config) at the top."""
         rows = []
         for row in self.rows.values():
-            rows.append({
-                "section": row.section, "key": row.key, "measurement": row.label, "device": row.device,
-                "images_per_s": row.median, "repeats": row.repeats, "skipped": row.skipped,
-                "median_step_images_per_s": row.median_step, "step_repeats": row.step_repeats,
-                "short": row.name, "ratios": self.ratios(row), "baselines": list(row.baselines),
-                "notes": {k: v for k, v in row.notes.items() if k != "also_in"},
-                "sections": [row.section, *row.notes.get("also_in", ())],
-            })
+            rows.append(
+                {
+                    "section": row.section,
+                    "key": row.key,
+                    "measurement": row.label,
+                    "device": row.device,
+                    "images_per_s": row.median,
+                    "repeats": row.repeats,
+                    "skipped": row.skipped,
+                    "median_step_images_per_s": row.median_step,
+                    "step_repeats": row.step_repeats,
+                    "short": row.name,
+                    "ratios": self.ratios(row),
+                    "baselines": list(row.baselines),
+                    "notes": {k: v for k, v in row.notes.items() if k != "also_in"},
+                    "sections": [row.section, *row.notes.get("also_in", ())],
+                }
+            )
         return {**meta, "rows": rows}
 
     def write_json(self, path: Path, meta: dict) -> Path:

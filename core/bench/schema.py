@@ -3,6 +3,7 @@
 Hydra checks every composed benchmark config against it: an unknown `bench.` key or a value of the
 wrong type fails at composition, naming the key (as hydrali.core.config.schema does for hydrali's own keys).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -17,22 +18,25 @@ SCHEMA_NAME = "hydrali_bench_schema"
 
 class Section(Choice):
     """The parts of the benchmark (issue 11), in the order they run."""
-    loaders = "loaders"        # 1: each recipe through hydrali's data layers, raw DALI, a PIL DataLoader
-    cpu = "cpu"                # 4: DALI's CPU operators against the PIL DataLoader on the same cores
-    lightning = "lightning"    # 2: ResNet-50 through the Lightning backend, its upper bound, a plain PyTorch loop
-    keras = "keras"            # 3: the same network through the Keras backend against Keras' own upper bound
-    detection = "detection"    # 5: the ssd recipe's images/s and the detector's training images/s on each backend
+
+    loaders = "loaders"  # 1: each recipe through hydrali's data layers, raw DALI, a PIL DataLoader
+    cpu = "cpu"  # 4: DALI's CPU operators against the PIL DataLoader on the same cores
+    lightning = "lightning"  # 2: ResNet-50 through the Lightning backend, its upper bound, a plain PyTorch loop
+    keras = "keras"  # 3: the same network through the Keras backend against Keras' own upper bound
+    detection = "detection"  # 5: the ssd recipe's images/s and the detector's training images/s on each backend
 
 
 class Layer(Choice):
     """hydrali's data layers: the iterator each backend trains from."""
-    lightning = "lightning"    # DaliDataModule's loader (DALIGenericIterator), torch tensors
-    keras = "keras"            # the backend's DALIDataset, read by a tf.function as Keras' train step reads it
+
+    lightning = "lightning"  # DaliDataModule's loader (DALIGenericIterator), torch tensors
+    keras = "keras"  # the backend's DALIDataset, read by a tf.function as Keras' train step reads it
 
 
 @dataclass
 class SyntheticConfig:
     """bench.synthetic: the ImageNet-like JPEG folder written once when no data.root is given."""
+
     classes: int = 8
     train_per_class: int = 1000
     val_per_class: int = 4
@@ -41,6 +45,7 @@ class SyntheticConfig:
 @dataclass
 class TrainBenchConfig:
     """bench.train: training throughput (sections 2, 3 and 5's training rows)."""
+
     overrides: List[str] = field(default_factory=list)
     lightning: List[str] = field(default_factory=list)
     keras: List[str] = field(default_factory=list)
@@ -51,12 +56,14 @@ class TrainBenchConfig:
 @dataclass
 class DetectionBenchConfig:
     """bench.detection: section 5's own hydrali overrides (its data, model, batch)."""
+
     overrides: List[str] = field(default_factory=list)
 
 
 @dataclass
 class BenchConfig:
     """bench: what `hydrali-bench` measures and how much (documented in conf/bench.yaml)."""
+
     sections: List[Section] = field(default_factory=lambda: list(Section))
     repeats: int = 3
     warmup: int = 5
@@ -75,6 +82,7 @@ class BenchConfig:
 @dataclass
 class BenchRoot(HydraliConfig):
     """conf/bench.yaml's top level: hydrali's keys (conf/config.yaml) and `bench`."""
+
     bench: BenchConfig = field(default_factory=BenchConfig)
 
 

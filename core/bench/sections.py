@@ -4,6 +4,7 @@ Every section composes hydrali's config the way `hydrali` would (conf/bench.yaml
 the command line's overrides, plus the section's own) and checks it as a run would. Rows that need what the
 machine lacks (a GPU, TensorFlow) are recorded as skipped, with the reason, never left out.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -19,17 +20,24 @@ from hydrali.core.bench.worker import Remote, Worker
 from hydrali.core.errors import HydraliError
 
 # the command line's keys that section 5 (task=detection) takes too; its classification keys it does not
-DETECTION_KEEPS = ("pipeline.num_threads", "pipeline.hw_decoder_load", "pipeline.device",
-                   "pipeline.prefetch_queue_depth", "seed", "paths.")
+DETECTION_KEEPS = (
+    "pipeline.num_threads",
+    "pipeline.hw_decoder_load",
+    "pipeline.device",
+    "pipeline.prefetch_queue_depth",
+    "seed",
+    "paths.",
+)
 
 
 @dataclass(frozen=True)
 class Machine:
     """What this machine offers the benchmark."""
+
     cores: int
-    gpus: int                 # CUDA devices DALI and torch can both use
-    no_gpu: str               # why there is none ("" when there is one)
-    tensorflow: bool          # TensorFlow and DALI's TensorFlow plugin installed
+    gpus: int  # CUDA devices DALI and torch can both use
+    no_gpu: str  # why there is none ("" when there is one)
+    tensorflow: bool  # TensorFlow and DALI's TensorFlow plugin installed
 
 
 def detect_machine() -> Machine:
@@ -42,8 +50,10 @@ def detect_machine() -> Machine:
     if dali and not torch.cuda.is_available():
         dali, why = 0, "torch sees no CUDA device"
     try:
-        tf = importlib.util.find_spec("tensorflow") is not None and \
-            importlib.util.find_spec("nvidia.dali.plugin.tf") is not None
+        tf = (
+            importlib.util.find_spec("tensorflow") is not None
+            and importlib.util.find_spec("nvidia.dali.plugin.tf") is not None
+        )
     except (ImportError, ValueError):
         tf = False
     return Machine(cores=os.cpu_count() or 1, gpus=dali, no_gpu=why, tensorflow=tf)
@@ -93,7 +103,9 @@ class Bench:
                 from hydrali.core.bench.synthetic import write_synthetic
 
                 s = self.bench.synthetic
-                root = Path(cfg.paths.data_dir) / f"synthetic-imagenet-{s.classes}x{s.train_per_class}x{s.val_per_class}"
+                root = (
+                    Path(cfg.paths.data_dir) / f"synthetic-imagenet-{s.classes}x{s.train_per_class}x{s.val_per_class}"
+                )
                 write_synthetic(root, s.classes, s.train_per_class, s.val_per_class)
                 self._data = ["data=imagefolder", f"data.root={root}"]
         return self.compose([*extra, *mine, *self._data])
@@ -111,8 +123,10 @@ class Bench:
         """Measure every configured section, in order (1 and 4 together: they share their baselines)."""
         sections = [str(s) for s in self.bench.sections]
         if self.bench.train.warmup < 1:
-            raise HydraliError(f"bench.train.warmup={self.bench.train.warmup}: a training run's timer starts after a "
-                               f"warm-up step, so it needs at least 1")
+            raise HydraliError(
+                f"bench.train.warmup={self.bench.train.warmup}: a training run's timer starts after a "
+                f"warm-up step, so it needs at least 1"
+            )
         try:
             if "loaders" in sections or "cpu" in sections:
                 self.loaders(sections)
@@ -145,35 +159,103 @@ class Bench:
             if "loaders" in sections:
                 device = resolve_device(str(cfg.pipeline.device), self.machine.gpus)
                 threads = cfg.pipeline.num_threads
-                pil = self._add(pairs, Row("loaders", f"pil/{recipe}/{workers}", f"PIL DataLoader ({recipe}), "
-                                           f"{workers} workers", "cpu", short="PIL"), PilLoader(files, cfg, recipe, workers, **loader))
-                raw = self._add(pairs, Row("loaders", f"raw/{recipe}/{device}/{threads}/CHW",
-                                           f"raw DALI {recipe} (CHW), {threads} threads", device, (pil.key,), short="raw DALI"),
-                                RawDali(task, cfg, dataset, device, "CHW", **loader))
+                pil = self._add(
+                    pairs,
+                    Row(
+                        "loaders",
+                        f"pil/{recipe}/{workers}",
+                        f"PIL DataLoader ({recipe}), {workers} workers",
+                        "cpu",
+                        short="PIL",
+                    ),
+                    PilLoader(files, cfg, recipe, workers, **loader),
+                )
+                raw = self._add(
+                    pairs,
+                    Row(
+                        "loaders",
+                        f"raw/{recipe}/{device}/{threads}/CHW",
+                        f"raw DALI {recipe} (CHW), {threads} threads",
+                        device,
+                        (pil.key,),
+                        short="raw DALI",
+                    ),
+                    RawDali(task, cfg, dataset, device, "CHW", **loader),
+                )
                 if "lightning" in b.layers:
-                    self._add(pairs, Row("loaders", f"layer/lightning/{recipe}/{device}",
-                                         f"hydrali data layer, Lightning ({recipe})", device, (raw.key, pil.key)),
-                              LightningLayer(task, cfg, dataset, device, **loader))
+                    self._add(
+                        pairs,
+                        Row(
+                            "loaders",
+                            f"layer/lightning/{recipe}/{device}",
+                            f"hydrali data layer, Lightning ({recipe})",
+                            device,
+                            (raw.key, pil.key),
+                        ),
+                        LightningLayer(task, cfg, dataset, device, **loader),
+                    )
                 if "keras" in b.layers:
                     if not self.machine.tensorflow:
-                        self.report.skip("loaders", f"hydrali data layer, Keras ({recipe})",
-                                         "needs TensorFlow and DALI's TF plugin (pip install -e '.[keras]')")
+                        self.report.skip(
+                            "loaders",
+                            f"hydrali data layer, Keras ({recipe})",
+                            "needs TensorFlow and DALI's TF plugin (pip install -e '.[keras]')",
+                        )
                     else:
-                        raw_hwc = self._add(pairs, Row("loaders", f"raw/{recipe}/{device}/{threads}/HWC",
-                                                       f"raw DALI {recipe} (HWC), {threads} threads", device,
-                                                       (pil.key,), short="raw DALI HWC"),
-                                            RawDali(task, cfg, dataset, device, "HWC", **loader))
-                        self._add(pairs, Row("loaders", f"layer/keras/{recipe}/{device}",
-                                             f"hydrali data layer, Keras ({recipe})", device, (raw_hwc.key, pil.key)),
-                                  Remote(self.worker, "hydrali.core.bench.keras_loops.keras_layer", cfg=plain(cfg),
-                                         device=device, **loader))
+                        raw_hwc = self._add(
+                            pairs,
+                            Row(
+                                "loaders",
+                                f"raw/{recipe}/{device}/{threads}/HWC",
+                                f"raw DALI {recipe} (HWC), {threads} threads",
+                                device,
+                                (pil.key,),
+                                short="raw DALI HWC",
+                            ),
+                            RawDali(task, cfg, dataset, device, "HWC", **loader),
+                        )
+                        self._add(
+                            pairs,
+                            Row(
+                                "loaders",
+                                f"layer/keras/{recipe}/{device}",
+                                f"hydrali data layer, Keras ({recipe})",
+                                device,
+                                (raw_hwc.key, pil.key),
+                            ),
+                            Remote(
+                                self.worker,
+                                "hydrali.core.bench.keras_loops.keras_layer",
+                                cfg=plain(cfg),
+                                device=device,
+                                **loader,
+                            ),
+                        )
             if "cpu" in sections:
                 cores = b.cpu_threads or self.machine.cores
-                pil = self._add(pairs, Row("cpu", f"pil/{recipe}/{cores}", f"PIL DataLoader ({recipe}), {cores} workers",
-                                           "cpu", short="PIL"), PilLoader(files, cfg, recipe, cores, **loader))
-                self._add(pairs, Row("cpu", f"raw/{recipe}/cpu/{cores}/CHW", f"raw DALI {recipe} (CHW), {cores} threads",
-                                     "cpu", (pil.key,), short="raw DALI"),
-                          RawDali(task, with_threads(cfg, cores), dataset, "cpu", "CHW", **loader))
+                pil = self._add(
+                    pairs,
+                    Row(
+                        "cpu",
+                        f"pil/{recipe}/{cores}",
+                        f"PIL DataLoader ({recipe}), {cores} workers",
+                        "cpu",
+                        short="PIL",
+                    ),
+                    PilLoader(files, cfg, recipe, cores, **loader),
+                )
+                self._add(
+                    pairs,
+                    Row(
+                        "cpu",
+                        f"raw/{recipe}/cpu/{cores}/CHW",
+                        f"raw DALI {recipe} (CHW), {cores} threads",
+                        "cpu",
+                        (pil.key,),
+                        short="raw DALI",
+                    ),
+                    RawDali(task, with_threads(cfg, cores), dataset, "cpu", "CHW", **loader),
+                )
         interleave(pairs, b.repeats)
 
     def _needs_gpu(self, section: str, label: str) -> bool:
@@ -188,9 +270,11 @@ class Bench:
         t = self.bench.train
         steps = one_replica_plan(cfg, dataset, "cpu").epoch.train_steps
         if steps < t.warmup + t.steps:
-            raise HydraliError(f"an epoch of {dataset.num_train} images at batch {cfg.data.batch_size} has {steps} "
-                               f"steps, fewer than bench.train.warmup + bench.train.steps = {t.warmup + t.steps}: "
-                               f"give it more images (bench.synthetic.train_per_class) or lower those")
+            raise HydraliError(
+                f"an epoch of {dataset.num_train} images at batch {cfg.data.batch_size} has {steps} "
+                f"steps, fewer than bench.train.warmup + bench.train.steps = {t.warmup + t.steps}: "
+                f"give it more images (bench.synthetic.train_per_class) or lower those"
+            )
 
     def lightning(self) -> None:
         """2: the network through the Lightning backend, against its upper bound (batches already on the GPU)
@@ -206,17 +290,40 @@ class Bench:
         task, dataset = self.task_and_data(cfg)
         self._check_steps(cfg, dataset)
         plan = one_replica_plan(cfg, dataset, "gpu")
-        what = (f"{cfg.model._target_.rpartition('.')[2]} {cfg.model.get('layers', '')} {cfg.backend.precision}"
-                f"{' compiled' if cfg.backend.compile else ''}, batch {cfg.data.batch_size}")
+        what = (
+            f"{cfg.model._target_.rpartition('.')[2]} {cfg.model.get('layers', '')} {cfg.backend.precision}"
+            f"{' compiled' if cfg.backend.compile else ''}, batch {cfg.data.batch_size}"
+        )
         steps = dict(warmup=t.warmup, steps=t.steps)
         pairs: list = []
-        bound = self._add(pairs, Row("lightning", "train/torch/bound", f"{what}: plain loop on GPU tensors (upper bound)",
-                                     "gpu", short="upper bound"), TorchLoop(task, cfg, dataset, plan, "tensors", **steps))
-        loop = self._add(pairs, Row("lightning", "train/torch/dali", f"{what}: plain PyTorch loop fed by DALI", "gpu",
-                                    (bound.key,), short="plain loop"), TorchLoop(task, cfg, dataset, plan, "dali", **steps))
-        self._add(pairs, Row("lightning", "train/lightning", f"{what}: hydrali, Lightning backend", "gpu",
-                             (bound.key, loop.key)),
-                  HydraliTraining(plain(cfg), "lightning", str(self.run_dir / "runs"), **steps))
+        bound = self._add(
+            pairs,
+            Row(
+                "lightning",
+                "train/torch/bound",
+                f"{what}: plain loop on GPU tensors (upper bound)",
+                "gpu",
+                short="upper bound",
+            ),
+            TorchLoop(task, cfg, dataset, plan, "tensors", **steps),
+        )
+        loop = self._add(
+            pairs,
+            Row(
+                "lightning",
+                "train/torch/dali",
+                f"{what}: plain PyTorch loop fed by DALI",
+                "gpu",
+                (bound.key,),
+                short="plain loop",
+            ),
+            TorchLoop(task, cfg, dataset, plan, "dali", **steps),
+        )
+        self._add(
+            pairs,
+            Row("lightning", "train/lightning", f"{what}: hydrali, Lightning backend", "gpu", (bound.key, loop.key)),
+            HydraliTraining(plain(cfg), "lightning", str(self.run_dir / "runs"), **steps),
+        )
         interleave(pairs, self.bench.repeats)
 
     def keras(self) -> None:
@@ -224,8 +331,11 @@ class Bench:
         if self._needs_gpu("keras", "training through the Keras backend, Keras' upper bound"):
             return
         if not self.machine.tensorflow:
-            self.report.skip("keras", "training through the Keras backend",
-                             "needs TensorFlow and DALI's TF plugin (pip install -e '.[keras]')")
+            self.report.skip(
+                "keras",
+                "training through the Keras backend",
+                "needs TensorFlow and DALI's TF plugin (pip install -e '.[keras]')",
+            )
             return
         t, pairs = self.bench.train, []
         for index, variant in enumerate(t.keras):
@@ -233,12 +343,29 @@ class Bench:
             self._check_steps(cfg, self.task_and_data(cfg)[1])
             what = f"{cfg.model._target_.rpartition('.')[2]} {variant}, batch {cfg.data.batch_size}"
             steps = dict(warmup=t.warmup, steps=t.steps)
-            bound = self._add(pairs, Row("keras", f"train/keras/bound/{variant}", f"{what}: Keras train_step on GPU "
-                                         f"tensors (upper bound)", "gpu", short="Keras bound"),
-                              Remote(self.worker, "hydrali.core.bench.keras_loops.keras_bound", cfg=plain(cfg), **steps))
-            self._add(pairs, Row("keras", f"train/keras/{variant}", f"{what}: hydrali, Keras backend", "gpu", (bound.key,)),
-                      Remote(self.worker, "hydrali.core.bench.keras_loops.hydrali_training", cfg=plain(cfg),
-                             name=f"keras{index}", run_dir=str(self.run_dir / "runs"), **steps))
+            bound = self._add(
+                pairs,
+                Row(
+                    "keras",
+                    f"train/keras/bound/{variant}",
+                    f"{what}: Keras train_step on GPU tensors (upper bound)",
+                    "gpu",
+                    short="Keras bound",
+                ),
+                Remote(self.worker, "hydrali.core.bench.keras_loops.keras_bound", cfg=plain(cfg), **steps),
+            )
+            self._add(
+                pairs,
+                Row("keras", f"train/keras/{variant}", f"{what}: hydrali, Keras backend", "gpu", (bound.key,)),
+                Remote(
+                    self.worker,
+                    "hydrali.core.bench.keras_loops.hydrali_training",
+                    cfg=plain(cfg),
+                    name=f"keras{index}",
+                    run_dir=str(self.run_dir / "runs"),
+                    **steps,
+                ),
+            )
         interleave(pairs, self.bench.repeats)
 
     def detection(self) -> None:
@@ -253,28 +380,61 @@ class Bench:
         b, t, pairs = self.bench, self.bench.train, []
         loader = dict(warmup=b.warmup, batches=b.batches)
         name, threads = cfg.pipeline.name, cfg.pipeline.num_threads
-        cpu = self._add(pairs, Row("detection", f"det/raw/{name}/cpu/{threads}", f"raw DALI {name}, CPU operators, "
-                                   f"{threads} threads, batch {cfg.data.batch_size}", "cpu", short="CPU recipe"),
-                        RawDali(task, cfg, dataset, "cpu", "CHW", **loader))
+        cpu = self._add(
+            pairs,
+            Row(
+                "detection",
+                f"det/raw/{name}/cpu/{threads}",
+                f"raw DALI {name}, CPU operators, {threads} threads, batch {cfg.data.batch_size}",
+                "cpu",
+                short="CPU recipe",
+            ),
+            RawDali(task, cfg, dataset, "cpu", "CHW", **loader),
+        )
         if self._needs_gpu("detection", f"raw DALI {name} mixed decode; detector training on both backends"):
             interleave(pairs, b.repeats)
             return
-        gpu = self._add(pairs, Row("detection", f"det/raw/{name}/gpu/{threads}", f"raw DALI {name}, mixed decode, "
-                                   f"{threads} threads, batch {cfg.data.batch_size}", "gpu", (cpu.key,),
-                                   short="GPU recipe"),
-                        RawDali(task, cfg, dataset, "gpu", "CHW", **loader))
+        gpu = self._add(
+            pairs,
+            Row(
+                "detection",
+                f"det/raw/{name}/gpu/{threads}",
+                f"raw DALI {name}, mixed decode, {threads} threads, batch {cfg.data.batch_size}",
+                "gpu",
+                (cpu.key,),
+                short="GPU recipe",
+            ),
+            RawDali(task, cfg, dataset, "gpu", "CHW", **loader),
+        )
         self._check_steps(cfg, dataset)
         steps = dict(warmup=t.warmup, steps=t.steps)
         model = cfg.model._target_.rpartition(".")[2]
-        light = self._add(pairs, Row("detection", "det/train/lightning", f"{model} training, hydrali, Lightning", "gpu",
-                                     (gpu.key,), short="Lightning"),
-                          HydraliTraining(plain(cfg), "detection-lightning", str(self.run_dir / "runs"), **steps))
+        light = self._add(
+            pairs,
+            Row(
+                "detection",
+                "det/train/lightning",
+                f"{model} training, hydrali, Lightning",
+                "gpu",
+                (gpu.key,),
+                short="Lightning",
+            ),
+            HydraliTraining(plain(cfg), "detection-lightning", str(self.run_dir / "runs"), **steps),
+        )
         if not self.machine.tensorflow:
             self.report.skip("detection", f"{model} training, hydrali, Keras", "needs TensorFlow and DALI's TF plugin")
         else:
             kcfg = self.compose([*base, "backend=keras"])
-            self._add(pairs, Row("detection", "det/train/keras", f"{model} training, hydrali, Keras", "gpu",
-                                 (gpu.key, light.key)),
-                      Remote(self.worker, "hydrali.core.bench.keras_loops.hydrali_training", cfg=plain(kcfg),
-                             name="detection-keras", run_dir=str(self.run_dir / "runs"), **steps))
+            self._add(
+                pairs,
+                Row("detection", "det/train/keras", f"{model} training, hydrali, Keras", "gpu", (gpu.key, light.key)),
+                Remote(
+                    self.worker,
+                    "hydrali.core.bench.keras_loops.hydrali_training",
+                    cfg=plain(kcfg),
+                    name="detection-keras",
+                    run_dir=str(self.run_dir / "runs"),
+                    **steps,
+                ),
+            )
         interleave(pairs, b.repeats)

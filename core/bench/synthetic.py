@@ -1,6 +1,7 @@
 """What hydrali-bench's classification sections read (core/bench/sections.py, bench_loaders.py): a synthetic
 ImageNet-like JPEG folder written once, and the PIL baseline's dataset doing a recipe's work with PIL.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,11 @@ def write_synthetic(root: Path, classes: int, train_per_class: int, val_per_clas
         return root
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = root.parent / f".{root.name}.tmp-{os.getpid()}"
-    jobs = [(tmp / split / f"class{c}", count, (seed, c)) for seed, (split, count) in
-            enumerate((("train", train_per_class), ("val", val_per_class))) for c in range(classes)]
+    jobs = [
+        (tmp / split / f"class{c}", count, (seed, c))
+        for seed, (split, count) in enumerate((("train", train_per_class), ("val", val_per_class)))
+        for c in range(classes)
+    ]
     with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
         list(pool.map(_write_class, *zip(*jobs)))
     tmp.rename(root)
@@ -44,7 +48,7 @@ class PilTrainingSet:
 
     def __init__(self, files: list[str], size: int, seed: int, recipe: str, options: dict):
         self.files, self.size, self.seed, self.recipe = files, size, seed, recipe
-        crops = recipe == "standard"   # `light` resizes the whole image: it declares no crop
+        crops = recipe == "standard"  # `light` resizes the whole image: it declares no crop
         self.area = tuple(options["random_area"]) if crops else None
         self.aspect = tuple(options["random_aspect_ratio"]) if crops else None
         self.flip = float(options["flip_probability"])

@@ -5,6 +5,7 @@ median step where its steps are timed one by one) and optionally `close()`. `int
 measurement, then repeat 2 of every one, and so on, so that a drift of the (shared, noisy) machine hits every
 measurement alike; each figure is then the median.
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,6 +24,7 @@ log = logging.getLogger("hydrali")
 class Timing:
     """One timed window: images/s over all its steps, and at its median step (None where the steps were not
     timed one by one). A window slower than its median step had steps that waited, e.g. for a late batch."""
+
     images_per_s: float
     median_step_images_per_s: float | None = None
 
@@ -52,9 +54,15 @@ def median_step_rate(stamps: list, images_per_step: int) -> float | None:
     return images_per_step / statistics.median(b.seconds_since(a) for a, b in zip(stamps, stamps[1:]))
 
 
-def time_steps(step: Callable[[], object], *, warmup: int, steps: int, images_per_step: int,
-               sync: Callable[[object], None] = lambda out: None,
-               stamp: Callable[[], Stamp] | None = None) -> Timing:
+def time_steps(
+    step: Callable[[], object],
+    *,
+    warmup: int,
+    steps: int,
+    images_per_step: int,
+    sync: Callable[[object], None] = lambda out: None,
+    stamp: Callable[[], Stamp] | None = None,
+) -> Timing:
     """The Timing of `steps` calls of `step` after `warmup` calls; `sync(last output)` waits for the device
     before each reading of the clock (CUDA synchronize, a value fetched from the GPU). With `stamp`, each
     step's end is marked too, for the images/s at the median step."""
@@ -84,7 +92,7 @@ def interleave(measurements: Iterable[tuple[Row, object]], repeats: int) -> None
                 continue
             try:
                 timing = measurement.once()
-            except Exception as err:   # noqa: BLE001 - one broken measurement must not lose the others
+            except Exception as err:  # noqa: BLE001 - one broken measurement must not lose the others
                 row.skipped = f"failed: {type(err).__name__}: {first_line(err)[:300]}"
                 row.repeats, row.step_repeats = [], []
                 failed.add(row.key)
@@ -94,8 +102,14 @@ def interleave(measurements: Iterable[tuple[Row, object]], repeats: int) -> None
             step = timing.median_step_images_per_s
             if step is not None:
                 row.step_repeats.append(step)
-            log.info("bench: repeat %d/%d  %-58s %10.1f images/s%s", repeat + 1, repeats, row.label,
-                     timing.images_per_s, f" ({step:.1f} at the median step)" if step is not None else "")
+            log.info(
+                "bench: repeat %d/%d  %-58s %10.1f images/s%s",
+                repeat + 1,
+                repeats,
+                row.label,
+                timing.images_per_s,
+                f" ({step:.1f} at the median step)" if step is not None else "",
+            )
     for _, measurement in pairs:
         close = getattr(measurement, "close", None)
         if close is not None:
@@ -132,6 +146,7 @@ class StepWindow:
                 sync()
                 STEP_WINDOWS[self.key] = Timing(
                     self.steps * self.images_per_step / (time.perf_counter() - self._start),
-                    median_step_rate(self._stamps, self.images_per_step))
+                    median_step_rate(self._stamps, self.images_per_step),
+                )
                 return True
         return False

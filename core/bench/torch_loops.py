@@ -7,6 +7,7 @@ the backend compiles it with `backend.compile=true` (the warm-up steps take the 
 per-step lr schedule, Lightning's precision plugin of `backend.precision`, and the backend's DALI loader of the
 shard. Only the loop around them is plain: no Trainer, no callbacks, no logging.
 """
+
 from __future__ import annotations
 
 from typing import Iterator, NamedTuple
@@ -56,10 +57,11 @@ class LightningStepTimer(L.Callback):
 
 class _Built(NamedTuple):
     """What a TorchLoop trains with, built once."""
+
     torch_task: torch.nn.Module
     optimizer: torch.optim.Optimizer
     schedule: torch.optim.lr_scheduler.LRScheduler
-    precision: object      # Lightning's precision plugin
+    precision: object  # Lightning's precision plugin
     batches: Iterator[dict]
 
 
@@ -83,14 +85,24 @@ class TorchLoop:
         )
 
         cfg, steps_per_epoch = self.cfg, max(1, self.plan.epoch.train_steps)
-        module = HydraliModule(build_torch_side(self.task, cfg, self.dataset), cfg.optim, self.plan, steps_per_epoch,
-                               channels_last=cfg.backend.channels_last)
-        if cfg.backend.compile:   # the compiled bound: before the module moves, as the backend compiles it
+        module = HydraliModule(
+            build_torch_side(self.task, cfg, self.dataset),
+            cfg.optim,
+            self.plan,
+            steps_per_epoch,
+            channels_last=cfg.backend.channels_last,
+        )
+        if cfg.backend.compile:  # the compiled bound: before the module moves, as the backend compiles it
             compile_torch_side(module.torch_task, cfg.backend)
         module.to(self.device)
         optimizers = module.configure_optimizers()
-        return _Built(module.torch_task, optimizers["optimizer"], optimizers["lr_scheduler"]["scheduler"],
-                      precision_plugin(str(cfg.backend.precision), self.device.type), self._batches())
+        return _Built(
+            module.torch_task,
+            optimizers["optimizer"],
+            optimizers["lr_scheduler"]["scheduler"],
+            precision_plugin(str(cfg.backend.precision), self.device.type),
+            self._batches(),
+        )
 
     def _batches(self):
         from hydrali.backends.lightning.data import dali_loader
@@ -98,7 +110,7 @@ class TorchLoop:
         loader = dali_loader(task=self.task, cfg=self.cfg, dataset=self.dataset, plan=self.plan, is_training=True)
         if self.feed == "tensors":
             first = {name: value.to(self.device).clone() for name, value in next(iter(loader)).items()}
-            del loader   # the pipeline is not read again
+            del loader  # the pipeline is not read again
             while True:
                 yield first
         while True:
@@ -128,9 +140,14 @@ class TorchLoop:
             schedule.step()
             return loss
 
-        return time_steps(step, warmup=self.warmup, steps=self.steps, images_per_step=self.plan.per_replica_batch,
-                          sync=lambda out: synchronize(self.device),
-                          stamp=step_stamp(self.device))
+        return time_steps(
+            step,
+            warmup=self.warmup,
+            steps=self.steps,
+            images_per_step=self.plan.per_replica_batch,
+            sync=lambda out: synchronize(self.device),
+            stamp=step_stamp(self.device),
+        )
 
     def close(self) -> None:
         """Free the network, its optimizer and the pipeline."""

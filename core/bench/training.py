@@ -5,6 +5,7 @@ Each repeat is one whole run, in a run dir of its own under the benchmark's, wit
 steps of the first epoch and then stops training, so that start-up, tracing, validation and checkpoints
 are outside the timed window; the run's own images/s (its summary.json) is not used.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,8 +15,10 @@ from omegaconf import OmegaConf, open_dict
 from hydrali.core.bench.timing import STEP_WINDOWS
 from hydrali.core.errors import HydraliError
 
-TIMERS = {"lightning": "hydrali.core.bench.torch_loops.LightningStepTimer",
-          "keras": "hydrali.core.bench.keras_loops.KerasStepTimer"}
+TIMERS = {
+    "lightning": "hydrali.core.bench.torch_loops.LightningStepTimer",
+    "keras": "hydrali.core.bench.keras_loops.KerasStepTimer",
+}
 
 
 class HydraliTraining:
@@ -33,9 +36,16 @@ class HydraliTraining:
         with open_dict(cfg):
             cfg.epochs = 1
             cfg.paths.output_dir = str(self.run_dir / key)
-            cfg.backend.callbacks = {**cfg.backend.callbacks, "bench_timer": {
-                "_target_": TIMERS[backend], "key": key, "warmup": self.warmup, "steps": self.steps,
-                "images_per_step": int(cfg.data.batch_size)}}
+            cfg.backend.callbacks = {
+                **cfg.backend.callbacks,
+                "bench_timer": {
+                    "_target_": TIMERS[backend],
+                    "key": key,
+                    "warmup": self.warmup,
+                    "steps": self.steps,
+                    "images_per_step": int(cfg.data.batch_size),
+                },
+            }
             if backend == "lightning":
                 cfg.backend.trainer.enable_progress_bar = False
                 cfg.backend.trainer.enable_model_summary = False
@@ -51,6 +61,8 @@ class HydraliTraining:
         key = f"{self.name}-r{self.repeat}"
         run(self.config(key))
         if key not in STEP_WINDOWS:
-            raise HydraliError(f"{self.name}: its epoch ended before {self.warmup} + {self.steps} steps: lower "
-                               f"bench.train.warmup / bench.train.steps or give it more training images")
+            raise HydraliError(
+                f"{self.name}: its epoch ended before {self.warmup} + {self.steps} steps: lower "
+                f"bench.train.warmup / bench.train.steps or give it more training images"
+            )
         return STEP_WINDOWS.pop(key)

@@ -9,6 +9,7 @@ repeats stay interleaved with the main process's measurements.
 A measurement is named by a factory (an import path) and plain keyword arguments; the worker builds it
 the first time it is asked for a repeat.
 """
+
 from __future__ import annotations
 
 import multiprocessing
@@ -39,7 +40,7 @@ def _serve(conn) -> None:
                 if measurement is not None and hasattr(measurement, "close"):
                     measurement.close()
                 conn.send(("ok", None))
-        except Exception as err:   # noqa: BLE001 - sent back, raised in the main process
+        except Exception as err:  # noqa: BLE001 - sent back, raised in the main process
             conn.send(("error", f"{type(err).__name__}: {err}", traceback.format_exc()))
 
 

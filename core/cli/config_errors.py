@@ -3,6 +3,7 @@
 Hydra reports them over several lines (search path, object types); hydrali prints one line and exits 2,
 as for its own config errors.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,10 +43,14 @@ def _parse_error(overrides: list[str]) -> str:
         return f"an override cannot be parsed: see {QUOTING}"
     key, _, value = bad.partition("=")
     if any(ord(ch) > 127 for ch in bad):
-        return (f"{bad}: Hydra reads non-ASCII characters only inside quotes: write {key}='{value}' "
-                f"(in a shell: \"{key}='{value}'\")")
-    return (f"{bad} cannot be parsed: quote a value holding spaces or special characters, e.g. "
-            f"\"{key}='{value}'\" (see {QUOTING})")
+        return (
+            f"{bad}: Hydra reads non-ASCII characters only inside quotes: write {key}='{value}' "
+            f"(in a shell: \"{key}='{value}'\")"
+        )
+    return (
+        f"{bad} cannot be parsed: quote a value holding spaces or special characters, e.g. "
+        f"\"{key}='{value}'\" (see {QUOTING})"
+    )
 
 
 def _unknown_key(err: OmegaConfBaseException) -> str:

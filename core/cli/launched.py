@@ -1,7 +1,8 @@
 """The entry point of each process that hydrali starts for a job (core/distributed/local_launch.py):
 
-    python -m hydrali.core.cli.launched <run dir>/.launch
+python -m hydrali.core.cli.launched <run dir>/.launch
 """
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """The `hydrali` command (also `python -m hydrali.core`): Hydra composes the config, hydrali.core.run.runner runs it."""
+
 from __future__ import annotations
 
 import logging
@@ -8,37 +9,41 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from hydrali.core.config.store import register_schemas
 from hydrali.core.errors import HydraliError
 from hydrali.core.tracking.run_files import remove_if_empty
-from hydrali.core.config.store import register_schemas
 
 log = logging.getLogger("hydrali")
-EXIT_USER_ERROR = 2      # a mistake the user can fix: the message names it
-EXIT_INTERRUPTED = 130   # Ctrl+C (128 + SIGINT), as shells report it
-EXIT_FAILED_SWEEP = 1    # -m: every job of the sweep failed
+EXIT_USER_ERROR = 2  # a mistake the user can fix: the message names it
+EXIT_INTERRUPTED = 130  # Ctrl+C (128 + SIGINT), as shells report it
+EXIT_FAILED_SWEEP = 1  # -m: every job of the sweep failed
 # Hydra re-raises composition errors (instead of printing them over many lines and exiting 1) when
 # HYDRA_FULL_ERROR=1; hydrali sets it to print them as one line, and marks that it did so.
 _FULL_ERROR, _SET_BY_HYDRALI = "HYDRA_FULL_ERROR", "HYDRALI_SET_HYDRA_FULL_ERROR"
-_job = {"started": False}   # whether a job started in this process
+_job = {"started": False}  # whether a job started in this process
 
 
 @hydra.main(config_path="pkg://hydrali.conf", config_name="config", version_base="1.3")
 def _hydra_entry(cfg: DictConfig) -> float | None:
-    from hydrali.core.tracking import sweep
     from hydrali.core.run.runner import run  # imported here so that `--help` and `--cfg` stay fast
+    from hydrali.core.tracking import sweep
 
     _job["started"] = True
     try:
-        if sweep.current_job() is not None:   # under -m a failed job is recorded and the sweep goes on
+        if sweep.current_job() is not None:  # under -m a failed job is recorded and the sweep goes on
             return sweep.run_job(cfg, run)
         return run(cfg)
     except HydraliError as err:
         print(f"hydrali: error: {err}", file=sys.stderr, flush=True)
-        remove_if_empty(cfg.paths.output_dir)   # a refused attempt leaves no trace
+        remove_if_empty(cfg.paths.output_dir)  # a refused attempt leaves no trace
         sys.exit(EXIT_USER_ERROR)
     except KeyboardInterrupt:
-        print(f"hydrali: interrupted: the run is marked KILLED; resume it with ckpt_path=last "
-              f"hydra.run.dir={cfg.paths.output_dir}", file=sys.stderr, flush=True)
+        print(
+            f"hydrali: interrupted: the run is marked KILLED; resume it with ckpt_path=last "
+            f"hydra.run.dir={cfg.paths.output_dir}",
+            file=sys.stderr,
+            flush=True,
+        )
         sys.exit(EXIT_INTERRUPTED)
 
 
@@ -54,7 +59,7 @@ def _close_stopped_sweep(status: str) -> None:
 
     try:
         close_sweep(store, status=status)
-    except Exception as err:   # noqa: BLE001 - the store's trouble must not hide why the sweep stopped
+    except Exception as err:  # noqa: BLE001 - the store's trouble must not hide why the sweep stopped
         print(f"hydrali: warning: the sweep's parent MLflow run could not be closed: {err}", file=sys.stderr)
 
 
@@ -63,8 +68,11 @@ def _exit_if_every_job_failed() -> None:
     from hydrali.core.tracking.sweep_callback import last_sweep_status
 
     if last_sweep_status() == "FAILED":
-        print("hydrali: error: every job of the sweep failed (the table above gives each job's error)",
-              file=sys.stderr, flush=True)
+        print(
+            "hydrali: error: every job of the sweep failed (the table above gives each job's error)",
+            file=sys.stderr,
+            flush=True,
+        )
         sys.exit(EXIT_FAILED_SWEEP)
 
 
@@ -77,7 +85,7 @@ def _serve_ui(overrides: list[str]) -> None:
     except HydraliError as err:
         print(f"hydrali: error: {err}", file=sys.stderr, flush=True)
         sys.exit(EXIT_USER_ERROR)
-    except Exception as err:   # a composition error (an unknown key, a bad value)
+    except Exception as err:  # a composition error (an unknown key, a bad value)
         from hydrali.core.cli.config_errors import composition_error_line
 
         print(f"hydrali: error: {composition_error_line(err, overrides)}", file=sys.stderr, flush=True)
@@ -106,8 +114,8 @@ def main() -> None:
         _close_stopped_sweep("FAILED")
         from hydrali.core.tracking.sweep_callback import sweep_started
 
-        if _job["started"] or sweep_started() or wants_trace:   # a failure while running, or a user asking
-            raise                                               #   for Hydra's trace
+        if _job["started"] or sweep_started() or wants_trace:  # a failure while running, or a user asking
+            raise  #   for Hydra's trace
         from hydrali.core.cli.config_errors import composition_error_line
 
         print(f"hydrali: error: {composition_error_line(err, sys.argv[1:])}", file=sys.stderr, flush=True)

@@ -8,6 +8,7 @@ The `Choice` enums below are the only list of each closed set of values: the cod
 scale rules, the schedules, the last-batch policies, the DALI devices, the precisions) keys its tables by them,
 and tests/test_choices.py checks that every table covers exactly its enum.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -42,12 +43,14 @@ class Choice(str, Enum):
 
 class Mode(Choice):
     """Whether a larger monitored metric is better."""
+
     max = "max"
     min = "min"
 
 
 class Device(Choice):
     """Where DALI runs: auto, cpu or gpu (resolved by hydrali.core.data.devices.resolve_device)."""
+
     auto = "auto"
     cpu = "cpu"
     gpu = "gpu"
@@ -55,6 +58,7 @@ class Device(Choice):
 
 class LastBatch(Choice):
     """What happens to an epoch's last, partial training batch (hydrali.core.run.epoch.TRAIN_STEPS)."""
+
     drop = "drop"
     fill = "fill"
 
@@ -66,12 +70,14 @@ Precision = Choice("Precision", {name: name for name in ("32-true", "bf16-mixed"
 
 class Dtype(Choice):
     """The type of the images a recipe outputs."""
+
     float = "float"
     float16 = "float16"
 
 
 class CompileMode(Choice):
     """torch.compile's modes (backend=lightning, backend.compile=true)."""
+
     default = "default"
     reduce_overhead = "reduce-overhead"
     max_autotune = "max-autotune"
@@ -79,12 +85,14 @@ class CompileMode(Choice):
 
 class Optimizer(Choice):
     """The optimizers both backends build."""
+
     sgd = "sgd"
     adamw = "adamw"
 
 
 class Scale(Choice):
     """How the lr follows the global batch (hydrali.core.run.plan.SCALE_RULES)."""
+
     linear = "linear"
     sqrt = "sqrt"
     none = "none"
@@ -92,6 +100,7 @@ class Scale(Choice):
 
 class Schedule(Choice):
     """The lr schedule after warmup (hydrali.core.optim.schedule.AFTER_WARMUP)."""
+
     cosine = "cosine"
     constant = "constant"
 
@@ -101,8 +110,8 @@ class TaskConfig:
     """What every task's `task` node holds (conf/task/*.yaml); a task's schema adds its own settings."""
 
     name: str = MISSING
-    _target_: str = MISSING                                  # the task object (framework-neutral)
-    sides: Dict[str, str] = field(default_factory=dict)      # framework -> the callable building that side
+    _target_: str = MISSING  # the task object (framework-neutral)
+    sides: Dict[str, str] = field(default_factory=dict)  # framework -> the callable building that side
     monitor: str = MISSING
     mode: Mode = Mode.max
 
@@ -121,11 +130,11 @@ class PipelineConfig:
     train_last_batch: LastBatch = LastBatch.drop
     dtype: Dtype = Dtype.float
     options: Dict[str, Any] = field(default_factory=dict)
-    autotune: bool = False                     # probe num_threads (and hw_decoder_load on a GPU) before training
-    autotune_threads: List[int] = field(default_factory=list)   # num_threads candidates; empty: automatic
-    autotune_loads: List[float] = field(default_factory=lambda: [0.5, 0.8, 1.0])   # hw_decoder_load candidates
-    autotune_warmup: int = 3                   # batches run before timing (at least prefetch_queue_depth + 1)
-    autotune_batches: int = 10                 # batches timed per candidate
+    autotune: bool = False  # probe num_threads (and hw_decoder_load on a GPU) before training
+    autotune_threads: List[int] = field(default_factory=list)  # num_threads candidates; empty: automatic
+    autotune_loads: List[float] = field(default_factory=lambda: [0.5, 0.8, 1.0])  # hw_decoder_load candidates
+    autotune_warmup: int = 3  # batches run before timing (at least prefetch_queue_depth + 1)
+    autotune_batches: int = 10  # batches timed per candidate
 
 
 @dataclass
@@ -173,6 +182,7 @@ class HydraliConfig:
 
     `model` has none on purpose: any `_target_` with any arguments may build the network.
     """
+
     task: Any = MISSING
     pipeline: Any = MISSING
     data: Any = MISSING
@@ -189,7 +199,7 @@ class HydraliConfig:
     optimized_metric: str = "val/acc"
 
 
-GROUP_SCHEMAS = {   # the groups whose every option has one schema (backends and tasks bring theirs: the registry)
+GROUP_SCHEMAS = {  # the groups whose every option has one schema (backends and tasks bring theirs: the registry)
     "pipeline": PipelineConfig,
     "optim": OptimConfig,
     "tracking": TrackingConfig,

@@ -1,5 +1,6 @@
 """Every schema in Hydra's ConfigStore (core's groups, each registered backend's and task's own), and the resolver
 `hydrali --help` lists the backends with."""
+
 from __future__ import annotations
 
 from importlib import resources
@@ -20,7 +21,7 @@ def register_schemas() -> None:
     """Register every schema (idempotent). A YAML option pulls its schema through its defaults list
     (`/<name>_backend_schema`, `/<task>_task_schema@task`, `/<task>_data_schema@data`); a registered backend
     without a YAML file is an option of the `backend` group by its schema alone."""
-    OmegaConf.register_new_resolver("hydrali_backends", backends_help, replace=True)   # conf/hydra/help
+    OmegaConf.register_new_resolver("hydrali_backends", backends_help, replace=True)  # conf/hydra/help
     cs = ConfigStore.instance()
     cs.store(name="hydrali_schema", node=HydraliConfig)
     for group, node in GROUP_SCHEMAS.items():

@@ -1,4 +1,5 @@
 """Checks across config groups that a per-group schema cannot make (run before any work)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -8,10 +9,10 @@ from importlib import resources
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from hydrali.core.errors import HydraliError
-from hydrali.core.data.pipelines import check_options
 from hydrali.core.config.schema import GROUP_SCHEMAS, HydraliConfig
 from hydrali.core.contracts.registry import backend_spec, backend_specs, task_specs
+from hydrali.core.data.pipelines import check_options
+from hydrali.core.errors import HydraliError
 
 _HINTS = {
     "data.root": "data.root=/path/to/dataset (a folder holding train/ and val/, one sub-folder per class)",
@@ -25,7 +26,7 @@ def pipelines_for(task_name: str) -> list[str]:
         if entry.name.endswith(".yaml"):
             declared = yaml.safe_load(entry.read_text()) or {}
             if declared.get("task") == task_name:
-                names.append(entry.name[:-len(".yaml")])
+                names.append(entry.name[: -len(".yaml")])
     return sorted(names)
 
 
@@ -45,7 +46,8 @@ def check_pipeline_fits_task(cfg: DictConfig) -> None:
         choices = ", ".join(pipelines_for(task)) or "(none)"
         raise HydraliError(
             f"pipeline={cfg.pipeline.name} is a {fed} recipe and cannot feed task={task}: "
-            f"choose pipeline= one of {choices}")
+            f"choose pipeline= one of {choices}"
+        )
 
 
 def closest_hint(key: str, choices) -> str:
@@ -62,25 +64,33 @@ def check_unknown_keys(cfg: DictConfig) -> None:
         if key not in top and key != "hydra":
             raise HydraliError(f"{key} is not a hydrali setting{closest_hint(str(key), top)}")
     task, backend = task_specs().get(str(cfg.task.get("name"))), backend_specs().get(str(cfg.backend.get("name")))
-    schemas = {**GROUP_SCHEMAS, "task": task and task.task_schema, "data": task and task.data_schema,
-               "backend": backend and backend.schema}
+    schemas = {
+        **GROUP_SCHEMAS,
+        "task": task and task.task_schema,
+        "data": task and task.data_schema,
+        "backend": backend and backend.schema,
+    }
     for group, schema in schemas.items():
         if schema is None or not isinstance(cfg.get(group), DictConfig):
             continue
         declared = {f.name for f in dataclasses.fields(schema)}
         for key in cfg[group]:
             if key not in declared:
-                raise HydraliError(f"{group}.{key} is not a setting of {group}"
-                                   f"{closest_hint(f'{group}.{key}', [f'{group}.{d}' for d in declared])}")
+                raise HydraliError(
+                    f"{group}.{key} is not a setting of {group}"
+                    f"{closest_hint(f'{group}.{key}', [f'{group}.{d}' for d in declared])}"
+                )
 
 
 def check_backend_trains_task(cfg: DictConfig) -> None:
     """Fail when the task has no side on the framework the backend trains (task.sides)."""
     framework = backend_spec(str(cfg.backend.name)).framework
     if framework not in cfg.task.sides:
-        raise HydraliError(f"backend={cfg.backend.name} trains {framework} models but task={cfg.task.name} has no "
-                           f"{framework} side (task.sides: {', '.join(cfg.task.sides) or 'none'}): choose backend= "
-                           f"one that trains {' or '.join(cfg.task.sides) or 'a side the task has'}")
+        raise HydraliError(
+            f"backend={cfg.backend.name} trains {framework} models but task={cfg.task.name} has no "
+            f"{framework} side (task.sides: {', '.join(cfg.task.sides) or 'none'}): choose backend= "
+            f"one that trains {' or '.join(cfg.task.sides) or 'a side the task has'}"
+        )
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -91,5 +101,6 @@ def check_config(cfg: DictConfig) -> None:
     check_backend_trains_task(cfg)
     check_options(cfg.pipeline.recipe, OmegaConf.to_container(cfg.pipeline.options, resolve=True))
     if cfg.throughput_warmup_steps < 0:
-        raise HydraliError(f"throughput_warmup_steps={cfg.throughput_warmup_steps}: it cannot be negative (0 times "
-                           f"every step)")
+        raise HydraliError(
+            f"throughput_warmup_steps={cfg.throughput_warmup_steps}: it cannot be negative (0 times every step)"
+        )

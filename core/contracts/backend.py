@@ -5,6 +5,7 @@ A backend registers a `BackendSpec` (core/contracts/registry.py). The spec is li
 schema and checkpoint resolution read it without importing torch or TensorFlow. Its `implementation` names the
 class that trains, imported only when a run uses the backend.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,13 +24,13 @@ if TYPE_CHECKING:
 class BackendSpec:
     """A backend as core sees it before loading it."""
 
-    name: str                 # its option of the `backend` config group (backend=<name>)
-    framework: str            # the side of a task it trains: a key of the task's `sides` (torch | keras)
-    framework_label: str      # how messages name that framework (torch, TensorFlow)
-    summary: str              # one line for `hydrali --help`
-    schema: type              # the dataclass of its `backend` config node
-    checkpoint_suffix: str    # how its checkpoint files end (checkpoints of another backend are refused)
-    implementation: str       # "module:Class" of its `Backend`, imported only to train
+    name: str  # its option of the `backend` config group (backend=<name>)
+    framework: str  # the side of a task it trains: a key of the task's `sides` (torch | keras)
+    framework_label: str  # how messages name that framework (torch, TensorFlow)
+    summary: str  # one line for `hydrali --help`
+    schema: type  # the dataclass of its `backend` config node
+    checkpoint_suffix: str  # how its checkpoint files end (checkpoints of another backend are refused)
+    implementation: str  # "module:Class" of its `Backend`, imported only to train
 
 
 @runtime_checkable
@@ -37,7 +38,7 @@ class Backend(Protocol):
     """How a run trains on one framework. Core calls these in this order: visible_gpus, replicas,
     (share_from_rank0), newest_checkpoint / checkpoint_epochs, processes_to_start, fit."""
 
-    layout: str   # the image layout its framework wants from DALI: NCHW | NHWC
+    layout: str  # the image layout its framework wants from DALI: NCHW | NHWC
 
     def visible_gpus(self) -> int:
         """The number of GPUs the framework can train on in this process."""
@@ -58,7 +59,16 @@ class Backend(Protocol):
     def checkpoint_epochs(self, path: Path) -> int:
         """How many whole epochs the checkpoint at `path` holds; a HydraliError if it is not one of this backend."""
 
-    def fit(self, *, cfg: DictConfig, task: Any, dataset: Any, plan: Plan, record: RunRecord,
-            resume_from: Path | None, output_dir: Path) -> FitResult:
+    def fit(
+        self,
+        *,
+        cfg: DictConfig,
+        task: Any,
+        dataset: Any,
+        plan: Plan,
+        record: RunRecord,
+        resume_from: Path | None,
+        output_dir: Path,
+    ) -> FitResult:
         """Train `task` on this process's shards as `plan` says, recording each epoch into `record` and saving
         checkpoints under `output_dir`; resume from `resume_from` when given."""

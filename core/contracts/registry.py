@@ -7,6 +7,7 @@ path; a backend with no YAML gets its schema's defaults). Reading the registry i
 never torch or TensorFlow: `hydrali --help`, the config schema and checkpoint resolution read it; a run loads its
 one backend's implementation.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -19,12 +20,12 @@ from hydrali.core.contracts.task import TaskSpec
 from hydrali.core.errors import HydraliError
 
 BACKEND_ENTRY_POINTS = "hydrali.backends"
-BUILTIN_BACKENDS = {   # name -> "module:object" of its BackendSpec
+BUILTIN_BACKENDS = {  # name -> "module:object" of its BackendSpec
     "lightning": "hydrali.backends.lightning.spec:SPEC",
     "keras": "hydrali.backends.keras.spec:SPEC",
 }
 TASK_ENTRY_POINTS = "hydrali.tasks"
-BUILTIN_TASKS = {   # name -> "module:object" of its TaskSpec
+BUILTIN_TASKS = {  # name -> "module:object" of its TaskSpec
     "classification": "hydrali.tasks.classification.spec:SPEC",
     "detection": "hydrali.tasks.detection.spec:SPEC",
 }

@@ -6,6 +6,7 @@ metrics, validation) lives in files named by framework (`torch_*.py`, `keras_*.p
 of its config, `task.sides`: framework -> "module.callable" building that side. A backend trains the side of its
 spec's `framework`; a new backend on an existing framework needs no change to any task.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -24,9 +25,9 @@ if TYPE_CHECKING:
 class TaskSpec:
     """A task as core sees it before building it: the schemas of its config nodes."""
 
-    name: str            # its option of the `task` config group (task=<name>)
-    task_schema: type    # the dataclass of its `task` node (a subclass of core.config.schema.TaskConfig)
-    data_schema: type    # the dataclass of the `data` node of every dataset it reads
+    name: str  # its option of the `task` config group (task=<name>)
+    task_schema: type  # the dataclass of its `task` node (a subclass of core.config.schema.TaskConfig)
+    data_schema: type  # the dataclass of the `data` node of every dataset it reads
 
 
 class Dataset(Protocol):
@@ -45,9 +46,9 @@ class Task(Protocol):
     """A task: its data, its DALI pipelines, the names and shapes of their outputs, and its framework sides."""
 
     name: str
-    monitor: str               # the metric that picks the best checkpoint (e.g. val/acc)
-    mode: str                  # max | min: whether a larger `monitor` is better
-    sides: Mapping[str, str]   # framework -> "module.callable" building the task's side on it
+    monitor: str  # the metric that picks the best checkpoint (e.g. val/acc)
+    mode: str  # max | min: whether a larger `monitor` is better
+    sides: Mapping[str, str]  # framework -> "module.callable" building the task's side on it
 
     def prepare_data(self, data: DictConfig, verify: str) -> Dataset:
         """The dataset on disk (written first when it is a bundled one), checked as `verify` says."""
@@ -55,12 +56,23 @@ class Task(Protocol):
     def output_names(self, is_training: bool) -> tuple[str, ...]:
         """What the task's DALI recipes return, in order."""
 
-    def output_specs(self, *, batch: int, image_size: int, image_dtype: str, is_training: bool, model: DictConfig
-                     ) -> tuple[tuple[tuple[int, ...], str], ...]:
+    def output_specs(
+        self, *, batch: int, image_size: int, image_dtype: str, is_training: bool, model: DictConfig
+    ) -> tuple[tuple[tuple[int, ...], str], ...]:
         """(shape, dtype) of each batched output in HWC layout, for frameworks that need them up front."""
 
-    def build_pipeline(self, *, pipeline: DictConfig, data: DictConfig, model: DictConfig, dataset: Dataset,
-                       plan: Plan, shard: Shard, layout: str, is_training: bool) -> Any:
+    def build_pipeline(
+        self,
+        *,
+        pipeline: DictConfig,
+        data: DictConfig,
+        model: DictConfig,
+        dataset: Dataset,
+        plan: Plan,
+        shard: Shard,
+        layout: str,
+        is_training: bool,
+    ) -> Any:
         """The DALI pipeline (not yet built) of one replica's shard of one split."""
 
     def artifacts(self) -> list[tuple[Any, str]]:
@@ -109,10 +121,13 @@ def side_builder(task: Task, framework: str, backend: str) -> Callable[..., Any]
     from hydra.utils import get_method
 
     if framework not in task.sides:
-        raise HydraliError(f"task={task.name} has no side on {framework}, the framework of backend={backend}: its "
-                           f"sides are {', '.join(sorted(task.sides)) or 'none'} (task.sides.<framework>=module.callable)")
+        raise HydraliError(
+            f"task={task.name} has no side on {framework}, the framework of backend={backend}: its "
+            f"sides are {', '.join(sorted(task.sides)) or 'none'} (task.sides.<framework>=module.callable)"
+        )
     try:
         return get_method(task.sides[framework])
     except Exception as err:
-        raise HydraliError(f"task.sides.{framework}={task.sides[framework]} cannot be imported: "
-                           f"{first_line(err.__cause__ or err)}") from err
+        raise HydraliError(
+            f"task.sides.{framework}={task.sides[framework]} cannot be imported: {first_line(err.__cause__ or err)}"
+        ) from err

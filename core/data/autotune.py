@@ -17,6 +17,7 @@ timed batches took longer than the best one's whole window (it cannot win). The 
 separate objects, torn down (and DALI's unused memory released) before training: the run's own pipelines,
 seeds and data order are those it would have had without the probe.
 """
+
 from __future__ import annotations
 
 import gc
@@ -38,6 +39,7 @@ log = logging.getLogger("hydrali")
 @dataclass(frozen=True)
 class Setting:
     """One candidate: DALI worker threads per pipeline, and the hardware decoder's share (None on the CPU)."""
+
     num_threads: int
     hw_decoder_load: float | None = None
 
@@ -49,6 +51,7 @@ class Setting:
 @dataclass
 class Trial:
     """A setting's measurement: images per second over its timed batches (0 when cut short: it lost)."""
+
     setting: Setting
     images_per_s: float
     complete: bool = True
@@ -57,6 +60,7 @@ class Trial:
 @dataclass
 class AutotuneResult:
     """The probe's result: the chosen setting, the configured one, and every trial in the order run."""
+
     chosen: Setting
     configured: Setting
     trials: list[Trial] = field(default_factory=list)
@@ -74,12 +78,12 @@ class AutotuneResult:
         if self.chosen == self.configured:
             return f"autotune: keeps {self.chosen} ({chosen or 0:,.0f} images/s, the fastest); {probed}"
         was = f"{configured:,.0f} images/s, {chosen / configured:.2f}x" if chosen and configured else "slower"
-        return (f"autotune: {self.chosen} ({chosen or 0:,.0f} images/s; configured {self.configured}: {was}); "
-                f"{probed}")
+        return f"autotune: {self.chosen} ({chosen or 0:,.0f} images/s; configured {self.configured}: {was}); {probed}"
 
 
-def core_budget(pipelines_on_node: int, pipelines_in_process: int, cores: int | None = None,
-                machine_cores: int | None = None) -> int:
+def core_budget(
+    pipelines_on_node: int, pipelines_in_process: int, cores: int | None = None, machine_cores: int | None = None
+) -> int:
     """The DALI threads one pipeline of this process may use: this process's cores (its affinity) split between
     the pipelines that share them. A launcher that bound the process to some cores (affinity smaller than the
     machine) gave it those for its own pipelines; otherwise the node's pipelines share the whole machine."""
@@ -95,8 +99,7 @@ def thread_candidates(configured: int, budget: int, explicit: Sequence[int] = ()
     list is kept within the budget."""
     if any(int(t) < 1 for t in explicit):
         raise HydraliError(f"pipeline.autotune_threads={list(explicit)}: thread counts must be at least 1")
-    values = [int(t) for t in explicit if int(t) <= budget] if explicit else \
-        [max(1, budget // d) for d in (1, 2, 4, 8)]
+    values = [int(t) for t in explicit if int(t) <= budget] if explicit else [max(1, budget // d) for d in (1, 2, 4, 8)]
     return sorted({*values, int(configured)})
 
 
@@ -147,8 +150,16 @@ def _wait_for(outputs) -> None:
         min(on_gpu, key=lambda out: sum(math.prod(int(e) for e in s) for s in out.shape())).as_cpu()
 
 
-def probe(settings: Sequence[Setting], build: Callable[[Setting], object], *, batch_size: int, warmup: int,
-          batches: int, timed_whole: Setting | None = None, trials: Sequence[Trial] = ()) -> list[Trial]:
+def probe(
+    settings: Sequence[Setting],
+    build: Callable[[Setting], object],
+    *,
+    batch_size: int,
+    warmup: int,
+    batches: int,
+    timed_whole: Setting | None = None,
+    trials: Sequence[Trial] = (),
+) -> list[Trial]:
     """Build, time and tear down one pipeline per setting, in order; `build(setting)` returns a built pipeline.
     A setting whose timed batches pass the best one's whole window (of these or the earlier `trials`) is cut
     short (incomplete), except `timed_whole` (the configured setting: its rate is the baseline of the log line)."""
@@ -163,7 +174,7 @@ def probe(settings: Sequence[Setting], build: Callable[[Setting], object], *, ba
             del pipe
             release_memory()
         done.append(Trial(setting, rate, complete))
-    return done[len(trials):]
+    return done[len(trials) :]
 
 
 def release_memory() -> None:
@@ -171,13 +182,22 @@ def release_memory() -> None:
     gc.collect()
     try:
         from nvidia.dali.backend import ReleaseUnusedMemory
+
         ReleaseUnusedMemory()
-    except (ImportError, RuntimeError):   # an old DALI, or no CUDA to release
+    except (ImportError, RuntimeError):  # an old DALI, or no CUDA to release
         pass
 
 
-def search(configured: Setting, threads: Sequence[int], loads: Sequence[float] | None,
-           build: Callable[[Setting], object], *, batch_size: int, warmup: int, batches: int) -> list[Trial]:
+def search(
+    configured: Setting,
+    threads: Sequence[int],
+    loads: Sequence[float] | None,
+    build: Callable[[Setting], object],
+    *,
+    batch_size: int,
+    warmup: int,
+    batches: int,
+) -> list[Trial]:
     """Coordinate search: with `loads` (GPU), each load at the most threads, then each thread count at the best
     load; without (CPU), each thread count. Every setting is probed once; returns all trials."""
     run = dict(batch_size=batch_size, warmup=warmup, batches=batches, timed_whole=configured)
@@ -186,7 +206,7 @@ def search(configured: Setting, threads: Sequence[int], loads: Sequence[float] |
     trials = probe([Setting(max(threads), load) for load in loads], build, **run)
     best_load = pick(trials, prefer=Setting(max(threads), configured.hw_decoder_load)).hw_decoder_load
     rest = [Setting(t, best_load) for t in threads if t != max(threads)]
-    if configured not in {*rest, *(t.setting for t in trials)}:   # measured too: the baseline of the log line
+    if configured not in {*rest, *(t.setting for t in trials)}:  # measured too: the baseline of the log line
         rest.append(configured)
     return trials + probe(rest, build, trials=trials, **run)
 
@@ -197,9 +217,11 @@ def tune(cfg: DictConfig, task, dataset, plan, backend) -> AutotuneResult:
     p = cfg.pipeline
     warmup, batches = int(p.autotune_warmup), int(p.autotune_batches)
     if warmup < 0 or batches < 1:
-        raise HydraliError(f"pipeline.autotune_warmup={warmup}, autotune_batches={batches}: "
-                           f"the warm-up cannot be negative and at least one batch is timed")
-    warmup = max(warmup, int(p.prefetch_queue_depth) + 1)   # batches DALI prepared ahead are never timed
+        raise HydraliError(
+            f"pipeline.autotune_warmup={warmup}, autotune_batches={batches}: "
+            f"the warm-up cannot be negative and at least one batch is timed"
+        )
+    warmup = max(warmup, int(p.prefetch_queue_depth) + 1)  # batches DALI prepared ahead are never timed
     per_node, _, _ = backend.replicas(cfg.backend, plan.device)
     budget = core_budget(per_node, len(plan.shards))
     threads = thread_candidates(int(p.num_threads), budget, list(p.autotune_threads or ()))
@@ -213,19 +235,32 @@ def tune(cfg: DictConfig, task, dataset, plan, backend) -> AutotuneResult:
         override = {"num_threads": setting.num_threads}
         if setting.hw_decoder_load is not None:
             override["hw_decoder_load"] = setting.hw_decoder_load
-        pipe = task.build_pipeline(pipeline=OmegaConf.merge(p, override), data=cfg.data, model=cfg.model,
-                                   dataset=dataset, plan=plan, shard=shard, layout=layout, is_training=True)
+        pipe = task.build_pipeline(
+            pipeline=OmegaConf.merge(p, override),
+            data=cfg.data,
+            model=cfg.model,
+            dataset=dataset,
+            plan=plan,
+            shard=shard,
+            layout=layout,
+            is_training=True,
+        )
         pipe.build()
         return pipe
 
     started = time.perf_counter()
     try:
-        trials = search(configured, threads, loads, build, batch_size=plan.per_replica_batch, warmup=warmup,
-                        batches=batches)
+        trials = search(
+            configured, threads, loads, build, batch_size=plan.per_replica_batch, warmup=warmup, batches=batches
+        )
     except RuntimeError as err:
         raise explain_dali_error(err, lambda: task.explain_decode_error(dataset)) from err
-    return AutotuneResult(chosen=pick(trials, prefer=configured), configured=configured, trials=trials,
-                  seconds=time.perf_counter() - started)
+    return AutotuneResult(
+        chosen=pick(trials, prefer=configured),
+        configured=configured,
+        trials=trials,
+        seconds=time.perf_counter() - started,
+    )
 
 
 def apply(cfg: DictConfig, task, dataset, plan, backend) -> AutotuneResult:

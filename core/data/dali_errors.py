@@ -4,6 +4,7 @@ Only a decoder's failure starts a search for the files that cannot be decoded (i
 first few); any other failure (memory, a pipeline that cannot build, ...) is reported as it is,
 with the setting most likely to fix it.
 """
+
 from __future__ import annotations
 
 import re
@@ -30,10 +31,13 @@ def dali_operator(message: str) -> str | None:
 def dali_reason(message: str) -> str:
     """DALI's own description of the failure, on one line."""
     match = _ENCOUNTERED.search(message)
-    text = (match.group(1) if match else message).split("Stacktrace (")[0]   # C++ frames follow
+    text = (match.group(1) if match else message).split("Stacktrace (")[0]  # C++ frames follow
     lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("[frame")]
-    lines = [line for line in lines if "pipeline object is no longer valid" not in line
-             and not line.startswith("Critical error in pipeline")]
+    lines = [
+        line
+        for line in lines
+        if "pipeline object is no longer valid" not in line and not line.startswith("Critical error in pipeline")
+    ]
     return re.sub(r"\[/[^\]]*\]\s*", "", " ".join(lines[:3]))[:400] or "unknown error"
 
 
@@ -56,8 +60,10 @@ def explain_dali_error(err: Exception, find_bad_files: Callable[[], str | None])
         named = find_bad_files()
         if named:
             return HydraliError(named)
-        return HydraliError(f"DALI's {operator} failed ({reason}) but every file decodes with PIL: "
-                            f"try pipeline.device=cpu, or report the file set")
+        return HydraliError(
+            f"DALI's {operator} failed ({reason}) but every file decodes with PIL: "
+            f"try pipeline.device=cpu, or report the file set"
+        )
     hint = next((text for needle, text in _HINTS if needle in message.lower()), None)
     where = f"DALI's {operator}" if operator else "DALI"
     return HydraliError(f"{where} failed: {reason}" + (f"; {hint}" if hint else ""))

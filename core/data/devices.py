@@ -4,6 +4,7 @@ The training device is the backend's (Lightning's accelerator, the GPUs TensorFl
 pipeline on the CPU may feed a model on a GPU. `auto` puts DALI on the GPU when DALI sees one;
 when the framework sees a GPU that DALI does not (a driver or CUDA library mismatch), it says so.
 """
+
 from __future__ import annotations
 
 import logging
@@ -18,6 +19,7 @@ def dali_cuda_devices() -> tuple[int, str]:
     """The number of CUDA devices DALI can see, and why it sees none (empty when it sees some)."""
     try:
         from nvidia.dali.backend import GetCUDADeviceCount
+
         count = int(GetCUDADeviceCount())
     except Exception as err:  # no driver, no libcuda, a CUDA version DALI was not built for
         return 0, f"DALI cannot use CUDA: {err}".strip()
@@ -36,16 +38,27 @@ def resolve_device(requested: str, framework_gpus: int = 0, framework: str = "th
         return Device.cpu.value
     count, why_none = dali_cuda_devices()
     if count > 0 and device is Device.auto and framework_gpus == 0:
-        log.warning("pipeline.device=auto: DALI sees %d GPU(s) but %s sees none, so DALI runs on the CPU; "
-                    "install %s with CUDA to train on the GPU", count, framework, framework)
+        log.warning(
+            "pipeline.device=auto: DALI sees %d GPU(s) but %s sees none, so DALI runs on the CPU; "
+            "install %s with CUDA to train on the GPU",
+            count,
+            framework,
+            framework,
+        )
         return Device.cpu.value
     if count > 0:
         return Device.gpu.value
     if device is Device.gpu:
-        raise HydraliError(f"pipeline.device=gpu but {why_none}: use pipeline.device=cpu, or install the "
-                           f"nvidia-dali-cudaXXX package that matches the driver")
+        raise HydraliError(
+            f"pipeline.device=gpu but {why_none}: use pipeline.device=cpu, or install the "
+            f"nvidia-dali-cudaXXX package that matches the driver"
+        )
     if framework_gpus > 0:
-        log.warning("pipeline.device=auto: %s sees %d GPU(s) but %s, so DALI runs on the CPU (training stays on "
-                    "the GPU); install the nvidia-dali-cudaXXX package that matches the driver to decode on the GPU",
-                    framework, framework_gpus, why_none)
+        log.warning(
+            "pipeline.device=auto: %s sees %d GPU(s) but %s, so DALI runs on the CPU (training stays on "
+            "the GPU); install the nvidia-dali-cudaXXX package that matches the driver to decode on the GPU",
+            framework,
+            framework_gpus,
+            why_none,
+        )
     return Device.cpu.value

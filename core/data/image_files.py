@@ -6,6 +6,7 @@ a JPEG or PNG), `full` also decodes each file: JPEG files with libjpeg-turbo (si
 warnings count as errors, so that a JPEG damaged in its middle, which DALI decodes into wrong pixels
 with at most an unnamed warning, is named; other formats with Pillow.
 """
+
 from __future__ import annotations
 
 import io
@@ -19,17 +20,18 @@ from typing import Callable, Iterable
 
 log = logging.getLogger("hydrali")
 
-TAIL_BYTES = 4096          # an end marker may be followed by padding: look for it this far back
+TAIL_BYTES = 4096  # an end marker may be followed by padding: look for it this far back
 HEAD_BYTES = 16
-READ_WORKERS = 8           # threads reading heads and tails (I/O bound)
-CHUNK = 512                # files checked between two looks at how many bad ones were found
+READ_WORKERS = 8  # threads reading heads and tails (I/O bound)
+CHUNK = 512  # files checked between two looks at how many bad ones were found
 
 
 class Verify(str, Enum):
     """How much of every image file is checked before training (`data.verify`; its schema type)."""
-    off = "off"        # nothing: a bad file surfaces as a decoder error while training (then it is named)
-    quick = "quick"    # signature and end marker: a few KiB per file
-    full = "full"      # quick, then a full decode of every file (libjpeg-turbo's warnings count as errors)
+
+    off = "off"  # nothing: a bad file surfaces as a decoder error while training (then it is named)
+    quick = "quick"  # signature and end marker: a few KiB per file
+    full = "full"  # quick, then a full decode of every file (libjpeg-turbo's warnings count as errors)
 
     def __str__(self) -> str:
         return self.value
@@ -80,9 +82,11 @@ def decode_problem(path: Path) -> str | None:
     try:
         if image_format(data[:HEAD_BYTES]) == "JPEG":
             import simplejpeg
-            simplejpeg.decode_jpeg(data, strict=True)   # strict: libjpeg's "Corrupt JPEG data" warnings raise
+
+            simplejpeg.decode_jpeg(data, strict=True)  # strict: libjpeg's "Corrupt JPEG data" warnings raise
         else:
             from PIL import Image
+
             with Image.open(io.BytesIO(data)) as img:
                 img.load()
     except Exception as err:  # decoders raise many types for a damaged file; every one means "bad file"
@@ -100,7 +104,7 @@ def find_bad_files(paths: list[Path], level: Verify | str, limit: int = 3) -> li
     bad: list[tuple[Path, str]] = []
     with ThreadPoolExecutor(workers) as pool:
         for i in range(0, len(paths), CHUNK):
-            part = paths[i:i + CHUNK]
+            part = paths[i : i + CHUNK]
             bad += [(p, why) for p, why in zip(part, pool.map(check, part)) if why]
             if len(bad) >= limit:
                 break
@@ -115,8 +119,12 @@ def verify_files(paths: list[Path], level: Verify | str, limit: int = 3) -> list
     started = time.perf_counter()
     log.info("checking %d image files (data.verify=%s)", len(paths), level.value)
     bad = find_bad_files(paths, level, limit)
-    log.info("checked %d image files in %.1f s: %s", len(paths), time.perf_counter() - started,
-             f"{len(bad)} bad file(s) found" if bad else "all whole")
+    log.info(
+        "checked %d image files in %.1f s: %s",
+        len(paths),
+        time.perf_counter() - started,
+        f"{len(bad)} bad file(s) found" if bad else "all whole",
+    )
     return bad
 
 

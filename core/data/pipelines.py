@@ -5,6 +5,7 @@ and how the split is read), the device, the layout its backend wants, the image 
 type, and, as keyword-only parameters, its own options: the keys of `pipeline.options`. An option
 the recipe does not declare, or a declared one left unset, is an error naming it.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -14,7 +15,7 @@ from typing import Any, Mapping
 
 from hydrali.core.errors import HydraliError
 
-READER_NAME = "Reader"      # every recipe names its reader so, for iterators and the epoch contract
+READER_NAME = "Reader"  # every recipe names its reader so, for iterators and the epoch contract
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class Source:
     replicas read some of the same images in the same epoch (seen with fn.readers.coco). Validation reads
     its own shard in order, padded to whole batches (the padding is masked by the epoch contract).
     """
+
     root: str
     shard_id: int
     num_shards: int
@@ -34,9 +36,14 @@ class Source:
 
     def reader_args(self) -> dict:
         """The sharding arguments every DALI reader of a recipe takes (fn.readers.file, fn.readers.coco, ...)."""
-        return {"shard_id": self.shard_id, "num_shards": self.num_shards, "random_shuffle": self.is_training,
-                "pad_last_batch": not self.is_training, "stick_to_shard": True,
-                "name": READER_NAME}
+        return {
+            "shard_id": self.shard_id,
+            "num_shards": self.num_shards,
+            "random_shuffle": self.is_training,
+            "pad_last_batch": not self.is_training,
+            "stick_to_shard": True,
+            "name": READER_NAME,
+        }
 
 
 def decoder_args(device: str, hw_decoder_load: float) -> dict:
@@ -68,23 +75,44 @@ def check_options(recipe_path: str, options: Mapping[str, Any]) -> None:
     name = recipe_path.rpartition(".")[2]
     unknown = sorted(set(options) - set(declared))
     if unknown:
-        raise HydraliError(f"pipeline.options.{unknown[0]} is not an option of recipe {name}: "
-                           f"its options are {', '.join(sorted(declared)) or '(none)'}")
+        raise HydraliError(
+            f"pipeline.options.{unknown[0]} is not an option of recipe {name}: "
+            f"its options are {', '.join(sorted(declared)) or '(none)'}"
+        )
     missing = sorted(k for k, default in declared.items() if default is inspect.Parameter.empty and k not in options)
     if missing:
-        raise HydraliError(f"recipe {name} needs pipeline.options.{missing[0]}: set it in the pipeline config "
-                           f"or on the command line (+pipeline.options.{missing[0]}=...)")
+        raise HydraliError(
+            f"recipe {name} needs pipeline.options.{missing[0]}: set it in the pipeline config "
+            f"or on the command line (+pipeline.options.{missing[0]}=...)"
+        )
 
 
-def make_pipeline(recipe_path: str, options: Mapping[str, Any], *, batch_size: int, num_threads: int,
-                  device_id: int | None, seed: int, prefetch_queue_depth: int, **inputs):
+def make_pipeline(
+    recipe_path: str,
+    options: Mapping[str, Any],
+    *,
+    batch_size: int,
+    num_threads: int,
+    device_id: int | None,
+    seed: int,
+    prefetch_queue_depth: int,
+    **inputs,
+):
     """An unbuilt DALI Pipeline from the recipe, given core's `inputs` and the recipe's `options`."""
     check_options(recipe_path, options)
     recipe = load_recipe(recipe_path)
     try:
-        return recipe(batch_size=batch_size, num_threads=num_threads, device_id=device_id, seed=seed,
-                      prefetch_queue_depth=prefetch_queue_depth, **inputs, **dict(options))
+        return recipe(
+            batch_size=batch_size,
+            num_threads=num_threads,
+            device_id=device_id,
+            seed=seed,
+            prefetch_queue_depth=prefetch_queue_depth,
+            **inputs,
+            **dict(options),
+        )
     except (TypeError, ValueError) as err:
         name = recipe_path.rpartition(".")[2]
-        raise HydraliError(f"recipe {name} cannot be defined with pipeline.options="
-                           f"{dict(options)}: {str(err).splitlines()[0]}") from err
+        raise HydraliError(
+            f"recipe {name} cannot be defined with pipeline.options={dict(options)}: {str(err).splitlines()[0]}"
+        ) from err

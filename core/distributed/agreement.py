@@ -8,6 +8,7 @@ remove the empty run dir Hydra made for them, and log into rank 0's dir (<job na
 The processes hydrali starts itself (hydrali.core.distributed.local_launch) read the job's resolved config: they agree
 already.
 """
+
 from __future__ import annotations
 
 import logging
@@ -15,8 +16,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from hydrali.core.errors import HydraliError, first_line
 from hydrali.core.distributed.launchers import LAUNCHED_BY_HYDRALI, SLURM, TF_CONFIG, TORCHRUN
+from hydrali.core.errors import HydraliError, first_line
 from hydrali.core.tracking.run_files import DeferredFileHandler, remove_if_empty
 
 log = logging.getLogger("hydrali")
@@ -25,6 +26,7 @@ log = logging.getLogger("hydrali")
 @dataclass(frozen=True)
 class StartValues:
     """What a run resolves at its start and its ranks must share."""
+
     output_dir: str
     seed: int
 
@@ -47,9 +49,11 @@ def agree(share_from_rank0, own: StartValues, plan) -> StartValues:
         shared = share_from_rank0({"output_dir": own.output_dir, "seed": own.seed}, plan)
     except HydraliError:
         raise
-    except Exception as err:   # a rank that cannot reach rank 0: one line, naming what to check
-        raise HydraliError(f"rank {plan.global_rank} could not share the run dir and seed with the job's other ranks "
-                           f"({first_line(err)}): check the launcher's settings, the same for every process") from err
+    except Exception as err:  # a rank that cannot reach rank 0: one line, naming what to check
+        raise HydraliError(
+            f"rank {plan.global_rank} could not share the run dir and seed with the job's other ranks "
+            f"({first_line(err)}): check the launcher's settings, the same for every process"
+        ) from err
     return StartValues(output_dir=str(shared["output_dir"]), seed=int(shared["seed"]))
 
 
@@ -58,7 +62,7 @@ def move_to_run_dir(own_dir: Path, agreed_dir: Path, rank: int) -> None:
     <agreed dir>/<name>_rank<rank>.log, and the empty dir Hydra made for it, if another, goes."""
     if rank == 0:
         return
-    agreed_dir.mkdir(parents=True, exist_ok=True)   # a node that does not share rank 0's file system
+    agreed_dir.mkdir(parents=True, exist_ok=True)  # a node that does not share rank 0's file system
     for handler in logging.getLogger().handlers:
         if isinstance(handler, DeferredFileHandler):
             stem, suffix = os.path.splitext(os.path.basename(handler.baseFilename))

@@ -6,6 +6,7 @@ all_gather_object; TensorFlow's all-reduce through `all_gather_through_sum`). `g
 gather of Python objects. A backend whose processes form one job installs its collective once (`install`), so that
 code which does not know its backend (a task's validation) gathers with `gather_objects(obj)` alone.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -17,7 +18,7 @@ import numpy as np
 AllGatherBytes = Callable[[bytes], list[bytes]]
 AllReduceSum = Callable[[np.ndarray], np.ndarray]
 
-WORD = np.dtype(np.int32)   # the unit that a summing collective carries; bytes travel packed into these words
+WORD = np.dtype(np.int32)  # the unit that a summing collective carries; bytes travel packed into these words
 
 _installed: AllGatherBytes | None = None
 
@@ -47,6 +48,7 @@ def all_gather_through_sum(all_reduce_sum: AllReduceSum, rank: int, count: int) 
     """An `AllGatherBytes` for process `rank` of `count`, built on a collective that only sums int32 arrays of one
     shape on every process: each process writes its bytes at its own offset in a buffer of zeros, so that the sum
     holds every process's bytes (one sum for the lengths, one for the bytes)."""
+
     def gather(data: bytes) -> list[bytes]:
         own = np.zeros(count, WORD)
         own[rank] = len(data)
@@ -55,8 +57,8 @@ def all_gather_through_sum(all_reduce_sum: AllReduceSum, rank: int, count: int) 
         starts = np.concatenate([[0], np.cumsum(words)]).astype(int)
         buffer = np.zeros(int(starts[-1]), WORD)
         padded = data + bytes(words[rank] * WORD.itemsize - len(data))
-        buffer[starts[rank]:starts[rank + 1]] = np.frombuffer(padded, WORD)
+        buffer[starts[rank] : starts[rank + 1]] = np.frombuffer(padded, WORD)
         total = all_reduce_sum(buffer)
-        return [total[starts[r]:starts[r + 1]].tobytes()[:lengths[r]] for r in range(count)]
+        return [total[starts[r] : starts[r + 1]].tobytes()[: lengths[r]] for r in range(count)]
 
     return gather

@@ -10,6 +10,7 @@ MLflow run per job, whatever the number of processes.
 
     python -m hydrali.core.cli.launched <run dir>/.launch      # what each process runs
 """
+
 from __future__ import annotations
 
 import json
@@ -31,16 +32,16 @@ from hydrali.core.distributed.launchers import (
     TORCHRUN,
     TORCHRUN_GROUP_RANK,
 )
-from hydrali.core.run import job_context
 from hydrali.core.errors import HydraliError
+from hydrali.core.run import job_context
 
 log = logging.getLogger("hydrali")
 
-LOOPBACK = "127.0.0.1"             # one node: the processes meet here
-LAUNCH_DIR = ".launch"          # in the run dir: the resolved config the processes read, and each rank's error
+LOOPBACK = "127.0.0.1"  # one node: the processes meet here
+LAUNCH_DIR = ".launch"  # in the run dir: the resolved config the processes read, and each rank's error
 CONFIG_FILE, CONTEXT_FILE, LOGGING_FILE = "config.yaml", "job.json", "logging.json"
-_POLL_S = 0.2                   # how often the job's process looks at its processes
-_GRACE_S = 30                   # how long the other processes get to end after one failed
+_POLL_S = 0.2  # how often the job's process looks at its processes
+_GRACE_S = 30  # how long the other processes get to end after one failed
 
 
 def _free_port() -> int:
@@ -74,29 +75,44 @@ def run_processes(cfg: DictConfig, processes: int, num_nodes: int, seed: int) ->
     come from the environment; one node: node 0 on 127.0.0.1 and a free port."""
     node_rank = int(os.environ.get(TORCHRUN.node_rank, "0"))
     if num_nodes > 1 and not all(os.environ.get(k) for k in (TORCHRUN.node_rank, MASTER_ADDR, MASTER_PORT)):
-        raise HydraliError(f"backend.num_nodes={num_nodes} without a launcher: set NODE_RANK, MASTER_ADDR and "
-                           f"MASTER_PORT on every node, or start the processes with torchrun or srun")
+        raise HydraliError(
+            f"backend.num_nodes={num_nodes} without a launcher: set NODE_RANK, MASTER_ADDR and "
+            f"MASTER_PORT on every node, or start the processes with torchrun or srun"
+        )
     address = os.environ.get(MASTER_ADDR, LOOPBACK) if num_nodes > 1 else LOOPBACK
     port = os.environ.get(MASTER_PORT, "") if num_nodes > 1 else str(_free_port())
     folder = save_launch(cfg, seed)
-    log.info("starting %d process(es) on node %d from the resolved config %s (seed %d)", processes, node_rank,
-             folder / CONFIG_FILE, seed)
+    log.info(
+        "starting %d process(es) on node %d from the resolved config %s (seed %d)",
+        processes,
+        node_rank,
+        folder / CONFIG_FILE,
+        seed,
+    )
     procs = []
     for local in range(processes):
         rank = node_rank * processes + local
-        env = {**os.environ, TORCHRUN.rank: str(rank), TORCHRUN.local_rank: str(local),
-               TORCHRUN.node_rank: str(node_rank), TORCHRUN_GROUP_RANK: str(node_rank),
-               TORCHRUN.world_size: str(processes * num_nodes), TORCHRUN.local_world_size: str(processes),
-               MASTER_ADDR: address, MASTER_PORT: port, LAUNCHED_BY_HYDRALI: "1"}
+        env = {
+            **os.environ,
+            TORCHRUN.rank: str(rank),
+            TORCHRUN.local_rank: str(local),
+            TORCHRUN.node_rank: str(node_rank),
+            TORCHRUN_GROUP_RANK: str(node_rank),
+            TORCHRUN.world_size: str(processes * num_nodes),
+            TORCHRUN.local_world_size: str(processes),
+            MASTER_ADDR: address,
+            MASTER_PORT: port,
+            LAUNCHED_BY_HYDRALI: "1",
+        }
         procs.append(subprocess.Popen([sys.executable, "-m", "hydrali.core.cli.launched", str(folder)], env=env))
     try:
         failed = _wait(procs)
-    except KeyboardInterrupt:   # a Ctrl+C reaches the processes too: let them end their run (KILLED) first
+    except KeyboardInterrupt:  # a Ctrl+C reaches the processes too: let them end their run (KILLED) first
         _end(procs, signal.SIGINT, wait_first=True)
         raise
     if failed is not None:
         rank, code = failed
-        _end(procs, signal.SIGINT)   # as Ctrl+C: each ends its run cleanly
+        _end(procs, signal.SIGINT)  # as Ctrl+C: each ends its run cleanly
         if code == 130:
             raise KeyboardInterrupt
         error = folder / f"rank{rank}.error"

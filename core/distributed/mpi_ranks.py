@@ -7,6 +7,7 @@ processes laid out node by node (mpirun's default, `--map-by slot`); the address
 the user's, as with torchrun: MASTER_ADDR and MASTER_PORT, passed to every process (`mpirun -x`).
 Where the ranks cannot be known, one error names what is missing, instead of every process training alone.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,27 +25,40 @@ from hydrali.core.errors import HydraliError
 
 def torchrun_variables(env: dict) -> dict[str, str]:
     """torchrun's variables for a process an MPI launcher started with more than one process (empty otherwise)."""
-    if any(env.get(name) for name in FRAMEWORK_RANKS):   # a framework reads those already: MPI's are left alone
+    if any(env.get(name) for name in FRAMEWORK_RANKS):  # a framework reads those already: MPI's are left alone
         return {}
     for launcher in MPI_LAUNCHERS:
         size = int(env.get(launcher.world_size) or 1)
         if size <= 1 or not env.get(launcher.rank):
             continue
-        missing = [name for name in (launcher.local_rank, launcher.local_world_size, MASTER_ADDR, MASTER_PORT)
-                   if not env.get(name)]
+        missing = [
+            name
+            for name in (launcher.local_rank, launcher.local_world_size, MASTER_ADDR, MASTER_PORT)
+            if not env.get(name)
+        ]
         if missing:
-            raise HydraliError(f"{size} processes were started by {launcher.launcher} but {', '.join(missing)} "
-                               f"{'is' if len(missing) == 1 else 'are'} not set in them: pass MASTER_ADDR and "
-                               f"MASTER_PORT to every process (mpirun -x MASTER_ADDR -x MASTER_PORT), or start "
-                               f"them with torchrun or srun")
-        rank, local_rank, local_size = (int(env[name]) for name in (launcher.rank, launcher.local_rank,
-                                                                     launcher.local_world_size))
+            raise HydraliError(
+                f"{size} processes were started by {launcher.launcher} but {', '.join(missing)} "
+                f"{'is' if len(missing) == 1 else 'are'} not set in them: pass MASTER_ADDR and "
+                f"MASTER_PORT to every process (mpirun -x MASTER_ADDR -x MASTER_PORT), or start "
+                f"them with torchrun or srun"
+            )
+        rank, local_rank, local_size = (
+            int(env[name]) for name in (launcher.rank, launcher.local_rank, launcher.local_world_size)
+        )
         if rank % local_size != local_rank:
-            raise HydraliError(f"{launcher.launcher} placed rank {rank} as local rank {local_rank} of {local_size}: "
-                               f"hydrali needs the processes laid out node by node (mpirun --map-by slot)")
-        return {TORCHRUN.rank: str(rank), TORCHRUN.world_size: str(size), TORCHRUN.local_rank: str(local_rank),
-                TORCHRUN.local_world_size: str(local_size), TORCHRUN.node_rank: str(rank // local_size),
-                TORCHRUN_GROUP_RANK: str(rank // local_size)}
+            raise HydraliError(
+                f"{launcher.launcher} placed rank {rank} as local rank {local_rank} of {local_size}: "
+                f"hydrali needs the processes laid out node by node (mpirun --map-by slot)"
+            )
+        return {
+            TORCHRUN.rank: str(rank),
+            TORCHRUN.world_size: str(size),
+            TORCHRUN.local_rank: str(local_rank),
+            TORCHRUN.local_world_size: str(local_size),
+            TORCHRUN.node_rank: str(rank // local_size),
+            TORCHRUN_GROUP_RANK: str(rank // local_size),
+        }
     return {}
 
 

@@ -10,6 +10,7 @@ TF_CONFIG (Keras' MultiWorkerMirroredStrategy): every worker is a "node" of its 
 cluster names one, is rank 0 and the workers follow it ({"worker": [a, b]} -> ranks 0, 1;
 {"chief": [a], "worker": [b, c]} -> chief 0, worker 0 -> 1, worker 1 -> 2).
 """
+
 from __future__ import annotations
 
 import json
@@ -32,6 +33,7 @@ from hydrali.core.errors import HydraliError
 @dataclass(frozen=True)
 class Topology:
     """One process's place in the job. Ranks count processes; world_size counts replicas."""
+
     world_size: int
     global_rank: int
     local_rank: int
@@ -76,14 +78,17 @@ def _env_int(env: dict, *names: str) -> int | None:
 
 # Variables that give a rank to a process started by torchrun, SLURM or Lightning: they take precedence over TF_CONFIG
 _TORCH_OR_SLURM_RANKS = (*FRAMEWORK_RANKS, TORCHRUN.local_rank)
-TRAINING_TASKS = ("chief", "worker")   # TF_CONFIG task types that train (rank order: chief first)
-EXAMPLE_TF_CONFIG = ("""'{"cluster": {"worker": ["host1:12345", "host2:12345"]}, """
-                     """"task": {"type": "worker", "index": 0}}'""")
+TRAINING_TASKS = ("chief", "worker")  # TF_CONFIG task types that train (rank order: chief first)
+EXAMPLE_TF_CONFIG = (
+    """'{"cluster": {"worker": ["host1:12345", "host2:12345"]}, """
+    """"task": {"type": "worker", "index": 0}}'"""
+)
 
 
 @dataclass(frozen=True)
 class TFWorkers:
     """TensorFlow's multi-worker cluster as TF_CONFIG describes it: how many workers train, and this one's rank."""
+
     count: int
     rank: int
 
@@ -101,11 +106,14 @@ def tf_config_workers(env: dict | None = None) -> TFWorkers | None:
         kind, index = str(task.get("type", "")), int(task.get("index", 0))
         sizes = {name: len(cluster.get(name) or ()) for name in TRAINING_TASKS}
     except (ValueError, TypeError, AttributeError) as err:
-        raise HydraliError(f"TF_CONFIG is not TensorFlow's cluster JSON ({err}): export e.g. TF_CONFIG="
-                           + EXAMPLE_TF_CONFIG) from err
+        raise HydraliError(
+            f"TF_CONFIG is not TensorFlow's cluster JSON ({err}): export e.g. TF_CONFIG=" + EXAMPLE_TF_CONFIG
+        ) from err
     if kind not in TRAINING_TASKS:
-        raise HydraliError(f"TF_CONFIG's task type is {kind!r}: hydrali trains with MultiWorkerMirroredStrategy, "
-                           f"whose tasks are 'chief' or 'worker' (no 'ps' or 'evaluator')")
+        raise HydraliError(
+            f"TF_CONFIG's task type is {kind!r}: hydrali trains with MultiWorkerMirroredStrategy, "
+            f"whose tasks are 'chief' or 'worker' (no 'ps' or 'evaluator')"
+        )
     if sizes["chief"] > 1:
         raise HydraliError(f"TF_CONFIG names {sizes['chief']} chiefs: a cluster has at most one")
     if not 0 <= index < sizes[kind]:
@@ -131,8 +139,9 @@ def is_first_process(env: dict | None = None) -> bool:
     return all((_env_int(env, name) or 0) == 0 for name in PLACEMENT)
 
 
-def detect_topology(replicas_per_node: int, num_nodes: int, env: dict | None = None,
-                    replicas_per_process: int = 1) -> Topology:
+def detect_topology(
+    replicas_per_node: int, num_nodes: int, env: dict | None = None, replicas_per_process: int = 1
+) -> Topology:
     """The topology of this process for a backend running `replicas_per_node` x `num_nodes` replicas,
     `replicas_per_process` of them in each process.
 
@@ -147,11 +156,12 @@ def detect_topology(replicas_per_node: int, num_nodes: int, env: dict | None = N
     if num_nodes < 1:
         raise HydraliError(f"backend.num_nodes={num_nodes}: it needs at least 1")
     if replicas_per_node % replicas_per_process:
-        raise HydraliError(f"{replicas_per_node} replicas per node cannot be split into processes of "
-                           f"{replicas_per_process}")
+        raise HydraliError(
+            f"{replicas_per_node} replicas per node cannot be split into processes of {replicas_per_process}"
+        )
     processes_per_node = replicas_per_node // replicas_per_process
     expected_world = processes_per_node * num_nodes  # processes, checked against the launcher
-    env.update(torchrun_variables(env))   # mpirun's or PMI's ranks; one error where they cannot be known
+    env.update(torchrun_variables(env))  # mpirun's or PMI's ranks; one error where they cannot be known
 
     local_rank = _env_int(env, TORCHRUN.local_rank, SLURM.local_rank) or 0
     node_rank = _env_int(env, TORCHRUN.node_rank, TORCHRUN_GROUP_RANK, SLURM.node_rank) or 0
@@ -168,8 +178,10 @@ def detect_topology(replicas_per_node: int, num_nodes: int, env: dict | None = N
         raise HydraliError(
             f"the launcher started {world} processes but the backend asks for {expected_world} "
             f"({processes_per_node} per node x {num_nodes} nodes): set backend.devices and "
-            f"backend.num_nodes to match the launcher")
+            f"backend.num_nodes to match the launcher"
+        )
     if not 0 <= global_rank < expected_world:
         raise HydraliError(f"global rank {global_rank} is outside a world of {expected_world} processes")
-    return Topology(replicas_per_node * num_nodes, global_rank, local_rank, node_rank, replicas_per_node,
-                    replicas_per_process)
+    return Topology(
+        replicas_per_node * num_nodes, global_rank, local_rank, node_rank, replicas_per_node, replicas_per_process
+    )

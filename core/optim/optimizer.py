@@ -14,6 +14,7 @@
   both backends (Lightning's names; Keras uses the mixed_bfloat16 / mixed_float16 dtype policies, 16-mixed
   with loss scaling).
 """
+
 from __future__ import annotations
 
 from typing import Sequence

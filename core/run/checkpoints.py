@@ -7,6 +7,7 @@ backend cannot read, a checkpoint that already holds every epoch asked for (a fi
 written by a run of another task, model, number of classes or optimizer (`trained_with.json`, which
 every run writes beside its checkpoints).
 """
+
 from __future__ import annotations
 
 import json
@@ -17,12 +18,18 @@ from hydrali.core.contracts.registry import backend_of_checkpoint, backend_spec
 from hydrali.core.errors import HydraliError
 
 CHECKPOINT_DIR = "checkpoints"
-TRAINED_WITH = "trained_with.json"   # beside the checkpoints: what decides the shapes of the weights they hold
+TRAINED_WITH = "trained_with.json"  # beside the checkpoints: what decides the shapes of the weights they hold
 
 
-def resolve_checkpoint(ckpt_path: str | None, output_dir: Path, backend: str,
-                       newest: Callable[[Path], Path | None], epochs_in: Callable[[Path], int],
-                       epochs: int, trained_with: dict) -> Path | None:
+def resolve_checkpoint(
+    ckpt_path: str | None,
+    output_dir: Path,
+    backend: str,
+    newest: Callable[[Path], Path | None],
+    epochs_in: Callable[[Path], int],
+    epochs: int,
+    trained_with: dict,
+) -> Path | None:
     """The checkpoint to resume from, or None. `newest(dir)` is the backend's newest checkpoint in a dir;
     `epochs_in(path)` the epochs a file of the backend's format holds (a HydraliError if it cannot be read);
     `trained_with` what this run would write to trained_with.json."""
@@ -31,9 +38,11 @@ def resolve_checkpoint(ckpt_path: str | None, output_dir: Path, backend: str,
     path = _find(ckpt_path, Path(output_dir) / CHECKPOINT_DIR, backend, newest)
     done = epochs_in(path)
     if done >= epochs:
-        raise HydraliError(f"ckpt_path={ckpt_path}: {path} holds {done} trained epochs and the run asks for "
-                           f"epochs={epochs}, so there is nothing left to train: pass epochs=<more than {done}> "
-                           f"to train on, or leave ckpt_path unset for a new run")
+        raise HydraliError(
+            f"ckpt_path={ckpt_path}: {path} holds {done} trained epochs and the run asks for "
+            f"epochs={epochs}, so there is nothing left to train: pass epochs=<more than {done}> "
+            f"to train on, or leave ckpt_path unset for a new run"
+        )
     _check_trained_with(ckpt_path, path.parent / TRAINED_WITH, trained_with)
     return path
 
@@ -53,13 +62,15 @@ def _flat(node, prefix: str = "") -> dict:
 
 def _check_trained_with(ckpt_path: str, recorded: Path, trained_with: dict) -> None:
     if not recorded.is_file():
-        return   # a checkpoint from elsewhere: the backend's loader is the judge
+        return  # a checkpoint from elsewhere: the backend's loader is the judge
     then, now = _flat(json.loads(recorded.read_text())), _flat(json.loads(json.dumps(trained_with)))
     differ = [key for key in sorted(set(then) | set(now)) if then.get(key) != now.get(key)]
     if differ:
         what = "; ".join(f"{key} is {then.get(key)!r} there, {now.get(key)!r} here" for key in differ[:3])
-        raise HydraliError(f"ckpt_path={ckpt_path} was trained with other settings ({what}): resume with the "
-                           f"settings of that run (its .hydra/config.yaml), or leave ckpt_path unset for a new run")
+        raise HydraliError(
+            f"ckpt_path={ckpt_path} was trained with other settings ({what}): resume with the "
+            f"settings of that run (its .hydra/config.yaml), or leave ckpt_path unset for a new run"
+        )
 
 
 def _find(ckpt_path: str, checkpoint_dir: Path, backend: str, newest: Callable[[Path], Path | None]) -> Path:
@@ -67,15 +78,21 @@ def _find(ckpt_path: str, checkpoint_dir: Path, backend: str, newest: Callable[[
     if ckpt_path == "last":
         found = newest(checkpoint_dir)
         if found is None:
-            raise HydraliError(f"ckpt_path=last but {checkpoint_dir} holds no {backend} checkpoint: pass "
-                               f"hydra.run.dir=<the interrupted run's output dir> or ckpt_path=<a {suffix} file>")
+            raise HydraliError(
+                f"ckpt_path=last but {checkpoint_dir} holds no {backend} checkpoint: pass "
+                f"hydra.run.dir=<the interrupted run's output dir> or ckpt_path=<a {suffix} file>"
+            )
         return found
     path = Path(ckpt_path)
     if not path.is_file():
         raise HydraliError(f"ckpt_path={ckpt_path} is not a file: pass an existing {suffix} file or ckpt_path=last")
     owner = backend_of_checkpoint(path)
     if owner != backend:
-        what = (f"a checkpoint of backend={owner}: a checkpoint of another backend cannot be resumed here; "
-                f"resume it with backend={owner}" if owner else f"not a {backend} checkpoint ({suffix})")
+        what = (
+            f"a checkpoint of backend={owner}: a checkpoint of another backend cannot be resumed here; "
+            f"resume it with backend={owner}"
+            if owner
+            else f"not a {backend} checkpoint ({suffix})"
+        )
         raise HydraliError(f"ckpt_path={ckpt_path} is {what}")
     return path

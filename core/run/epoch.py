@@ -15,6 +15,7 @@ of shards (one per replica) and the per-replica batch:
   repeated) to `val_steps` = ceil(max/B) whole batches on every replica; the padded samples are
   masked: `val_valid(shard, step)` samples of a batch count. Each image is scored exactly once.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from hydrali.core.config.schema import LastBatch
 from hydrali.core.errors import HydraliError
 
-TRAIN_STEPS = {   # pipeline.train_last_batch -> training steps per epoch from the shards' sizes and the batch
+TRAIN_STEPS = {  # pipeline.train_last_batch -> training steps per epoch from the shards' sizes and the batch
     LastBatch.drop: lambda sizes, batch: min(sizes) // batch,
     LastBatch.fill: lambda sizes, batch: math.ceil(max(sizes) / batch),
 }
@@ -42,11 +43,12 @@ def shard_sizes(num_samples: int, num_shards: int) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class EpochContract:
     """Steps and counted samples of one epoch, the same on every backend and every replica."""
-    train_samples: int     # images in the training split
-    val_samples: int       # images in the validation split
-    num_shards: int        # replicas in the whole job
-    batch: int             # per replica
-    last_batch: str        # a LastBatch value: the policy of the training epoch's last batch
+
+    train_samples: int  # images in the training split
+    val_samples: int  # images in the validation split
+    num_shards: int  # replicas in the whole job
+    batch: int  # per replica
+    last_batch: str  # a LastBatch value: the policy of the training epoch's last batch
 
     @property
     def train_steps(self) -> int:
@@ -74,12 +76,17 @@ class EpochContract:
 
     def params(self) -> dict:
         """What is logged to MLflow about the epoch."""
-        return {"epoch/steps_per_epoch": self.train_steps, "epoch/train_images_per_epoch": self.train_images_per_epoch,
-                "epoch/val_steps": self.val_steps, "epoch/last_batch": self.last_batch}
+        return {
+            "epoch/steps_per_epoch": self.train_steps,
+            "epoch/train_images_per_epoch": self.train_images_per_epoch,
+            "epoch/val_steps": self.val_steps,
+            "epoch/last_batch": self.last_batch,
+        }
 
 
-def make_contract(*, train_samples: int, val_samples: int, num_shards: int, batch: int,
-                  last_batch: str) -> EpochContract:
+def make_contract(
+    *, train_samples: int, val_samples: int, num_shards: int, batch: int, last_batch: str
+) -> EpochContract:
     """The epoch contract of a run; a split too small for its shards and batch is an error saying what to change."""
     last_batch = LastBatch.of(last_batch, "pipeline.train_last_batch").value
     contract = EpochContract(train_samples, val_samples, num_shards, batch, last_batch)
@@ -89,8 +96,11 @@ def make_contract(*, train_samples: int, val_samples: int, num_shards: int, batc
         raise HydraliError(
             f"data.batch_size={batch} is larger than a shard: the train split has {train_samples} images,"
             f"{over} fewer than one batch: lower data.batch_size to at most {max(1, smallest)}"
-            + (" or use fewer replicas" if num_shards > 1 else ""))
+            + (" or use fewer replicas" if num_shards > 1 else "")
+        )
     if min(shard_sizes(val_samples, num_shards)) == 0:
-        raise HydraliError(f"the val split has {val_samples} images, fewer than the {num_shards} replicas: "
-                           f"use fewer replicas or a larger val split")
+        raise HydraliError(
+            f"the val split has {val_samples} images, fewer than the {num_shards} replicas: "
+            f"use fewer replicas or a larger val split"
+        )
     return contract

@@ -3,6 +3,7 @@
 Read from Hydra in the process Hydra started; in the processes hydrali starts for a job
 (hydrali.core.distributed.local_launch) it is the job's, saved by the job's process and set with `adopt`.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -11,9 +12,10 @@ from dataclasses import asdict, dataclass, field
 @dataclass(frozen=True)
 class JobContext:
     """The job as Hydra launched it."""
+
     overrides: list[str] = field(default_factory=list)
-    num: str | None = None          # the job's number under -m (hydra.job.num), else None
-    sweep_dir: str | None = None    # the sweep's dir under -m (hydra.sweep.dir), else None
+    num: str | None = None  # the job's number under -m (hydra.job.num), else None
+    sweep_dir: str | None = None  # the sweep's dir under -m (hydra.sweep.dir), else None
 
     @property
     def in_sweep(self) -> bool:

@@ -6,6 +6,7 @@ So the two backends agree by construction on what an epoch's row holds (train/ m
 epoch validated, train/images = steps x the plan's global batch, lr/first and lr/last: the lr of the epoch's first
 and last training steps) and on how throughput is timed (core/run/throughput.py).
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -22,9 +23,9 @@ class TrainingObserver:
         self.global_batch = global_batch
         self.steps_per_epoch = steps_per_epoch
         self.clock = StepClock(warmup_steps)
-        self.first_epoch: int | None = None   # the first epoch this invocation trained (0-based)
-        self.last_epoch: int | None = None    # the last epoch it recorded
-        self._epoch: int | None = None        # the epoch whose start it saw
+        self.first_epoch: int | None = None  # the first epoch this invocation trained (0-based)
+        self.last_epoch: int | None = None  # the last epoch it recorded
+        self._epoch: int | None = None  # the epoch whose start it saw
         self._steps = 0
         self._lrs: dict[str, float] = {}
 

@@ -3,6 +3,7 @@
 global batch = per-replica batch x world size
 effective lr = optim.lr x rule(global batch / optim.ref_batch), rule: SCALE_RULES[optim.scale]
 """
+
 from __future__ import annotations
 
 import math
@@ -14,7 +15,7 @@ from hydrali.core.errors import HydraliError
 from hydrali.core.run.epoch import EpochContract
 from hydrali.core.run.seeding import pipeline_seed
 
-SCALE_RULES = {   # optim.scale -> the lr's factor as a function of global batch / ref_batch; one rule per Scale
+SCALE_RULES = {  # optim.scale -> the lr's factor as a function of global batch / ref_batch; one rule per Scale
     Scale.linear: lambda ratio: ratio,
     Scale.sqrt: math.sqrt,
     Scale.none: lambda ratio: 1.0,
@@ -32,6 +33,7 @@ def scaled_lr(base_lr: float, global_batch: int, ref_batch: int, rule: str) -> f
 @dataclass(frozen=True)
 class Shard:
     """One replica's input: which DALI shard it reads, on which device, with which seed."""
+
     shard_id: int
     device_id: int | None  # the node-local GPU; None on the CPU
     pipeline_seed: int
@@ -40,8 +42,9 @@ class Shard:
 @dataclass(frozen=True)
 class Plan:
     """What a backend receives: ranks, shard, batch sizes, learning rate, seeds, device."""
-    world_size: int        # replicas in the whole job
-    global_rank: int       # this process's rank (0 tracks and writes the summary)
+
+    world_size: int  # replicas in the whole job
+    global_rank: int  # this process's rank (0 tracks and writes the summary)
     local_rank: int
     node_rank: int
     shards: tuple[Shard, ...]  # one per replica this process drives
@@ -54,8 +57,8 @@ class Plan:
     warmup_epochs: float
     epochs: int
     seed: int
-    device: str            # "cpu" or "gpu": where DALI runs (the backend decides where the model trains)
-    epoch: EpochContract | None = None   # steps and counted samples per epoch (core.run.epoch), set by the runner
+    device: str  # "cpu" or "gpu": where DALI runs (the backend decides where the model trains)
+    epoch: EpochContract | None = None  # steps and counted samples per epoch (core.run.epoch), set by the runner
 
     @property
     def shard(self) -> Shard:
@@ -66,14 +69,34 @@ class Plan:
 
     def params(self) -> dict:
         """The values logged to MLflow, under `plan/`."""
-        keep = ("world_size", "per_replica_batch", "global_batch", "base_lr", "effective_lr",
-                "lr_scale_rule", "warmup_epochs", "epochs", "seed", "device")
+        keep = (
+            "world_size",
+            "per_replica_batch",
+            "global_batch",
+            "base_lr",
+            "effective_lr",
+            "lr_scale_rule",
+            "warmup_epochs",
+            "epochs",
+            "seed",
+            "device",
+        )
         params = {f"plan/{k}": v for k, v in asdict(self).items() if k in keep}
         return {**params, **(self.epoch.params() if self.epoch else {})}
 
 
-def make_plan(*, topology: Topology, batch_size: int, base_lr: float, ref_batch: int, rule: str,
-              warmup_epochs: float, epochs: int, seed: int, device: str) -> Plan:
+def make_plan(
+    *,
+    topology: Topology,
+    batch_size: int,
+    base_lr: float,
+    ref_batch: int,
+    rule: str,
+    warmup_epochs: float,
+    epochs: int,
+    seed: int,
+    device: str,
+) -> Plan:
     """Build the plan for this process from its topology and the user's settings."""
     if batch_size < 1:
         raise HydraliError(f"data.batch_size={batch_size}: it must be at least 1")
@@ -87,8 +110,10 @@ def make_plan(*, topology: Topology, batch_size: int, base_lr: float, ref_batch:
         global_rank=topology.global_rank,
         local_rank=topology.local_rank,
         node_rank=topology.node_rank,
-        shards=tuple(Shard(shard_id, None if device == "cpu" else local, pipeline_seed(seed, shard_id))
-                     for shard_id, local in zip(topology.shard_ids, topology.local_replicas)),
+        shards=tuple(
+            Shard(shard_id, None if device == "cpu" else local, pipeline_seed(seed, shard_id))
+            for shard_id, local in zip(topology.shard_ids, topology.local_replicas)
+        ),
         num_shards=topology.num_shards,
         per_replica_batch=batch_size,
         global_batch=global_batch,

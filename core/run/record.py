@@ -9,6 +9,7 @@ Row keys (the same on every backend): epoch (0-based), train/loss, train/images 
 in the epoch, all replicas), lr/first and lr/last (the lr of the epoch's first and last optimizer
 step), and, only in epochs that validated, val/loss, val/<task metrics>, val/images (images scored).
 """
+
 from __future__ import annotations
 
 import json
@@ -33,14 +34,16 @@ def best_row(rows: list[dict], metric: str, mode: str) -> dict | None:
     return max(scored, key=lambda row: (sign * row[metric], -row["epoch"]))
 
 
-LINE_GROUPS = ("train", "val", "lr")   # the order of an epoch line's metrics (then by name), the same on every backend
+LINE_GROUPS = ("train", "val", "lr")  # the order of an epoch line's metrics (then by name), the same on every backend
 
 
 def epoch_line(row: dict, epochs: int | None = None) -> str:
     """One epoch's row as a line a user reads, epochs counted from 1: `epoch 3/10: train/loss 0.41, val/acc 0.9`."""
     rank = {group: i for i, group in enumerate(LINE_GROUPS)}
-    keys = sorted((key for key in row if key != "epoch" and not key.endswith("/images") and key != "lr/first"),
-                  key=lambda key: (rank.get(key.split("/")[0], len(rank)), key))
+    keys = sorted(
+        (key for key in row if key != "epoch" and not key.endswith("/images") and key != "lr/first"),
+        key=lambda key: (rank.get(key.split("/")[0], len(rank)), key),
+    )
     shown = ", ".join(f"{key} {row[key]:.4g}" for key in keys)
     return f"epoch {row['epoch'] + 1}{f'/{epochs}' if epochs else ''}: {shown}"
 
@@ -54,24 +57,28 @@ def check_finite_loss(row: dict) -> None:
     at the end of the epoch in which it happened)."""
     loss = row.get("train/loss")
     if loss is not None and not math.isfinite(loss):
-        raise TrainingDiverged(f"train/loss became {loss} in epoch {row['epoch'] + 1}: training diverged; "
-                               f"lower optim.lr (or raise optim.warmup_epochs) and run again")
+        raise TrainingDiverged(
+            f"train/loss became {loss} in epoch {row['epoch'] + 1}: training diverged; "
+            f"lower optim.lr (or raise optim.warmup_epochs) and run again"
+        )
 
 
 class RunRecord:
     """The per-epoch history of a run, saved after every epoch by the tracking process."""
 
-    def __init__(self, output_dir: Path, tracker, rows: list[dict] | None = None, writer: bool = True,
-                 epochs: int | None = None):
+    def __init__(
+        self, output_dir: Path, tracker, rows: list[dict] | None = None, writer: bool = True, epochs: int | None = None
+    ):
         self.path = Path(output_dir) / HISTORY_FILE
         self.tracker = tracker
         self.rows: list[dict] = list(rows or [])
-        self.writer = writer            # only global rank 0 writes the file and logs
-        self.epochs = epochs            # the run's planned number of epochs (for the log line)
+        self.writer = writer  # only global rank 0 writes the file and logs
+        self.epochs = epochs  # the run's planned number of epochs (for the log line)
 
     @classmethod
-    def open(cls, output_dir: Path, tracker, resume: bool, writer: bool = True,
-             epochs: int | None = None) -> "RunRecord":
+    def open(
+        cls, output_dir: Path, tracker, resume: bool, writer: bool = True, epochs: int | None = None
+    ) -> "RunRecord":
         """The record of the run in `output_dir`: reloaded when resuming, otherwise empty."""
         path = Path(output_dir) / HISTORY_FILE
         rows = json.loads(path.read_text())["history"] if resume and path.exists() else []

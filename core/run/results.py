@@ -1,4 +1,5 @@
 """What a backend hands back to core after training: the contract of `backend.fit`."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,10 +8,11 @@ from dataclasses import dataclass
 @dataclass
 class FitResult:
     """The outcome of one backend's fit (its per-epoch metrics went to the run record): best checkpoint, throughput."""
+
     best_checkpoint: str | None = None
-    first_epoch: int = 0            # 0-based index of the first epoch this invocation trained (>0 when resumed)
-    epochs_completed: int = 0       # epochs done in total, resumed ones included
-    train_seconds: float = 0.0      # time spent in training steps (validation excluded), this invocation
-    steady_images_per_second: float | None = None   # the same without each epoch's first steps (core/run/throughput.py)
-    first_step_seconds: float | None = None   # the first epoch's start to the end of its first step (compile warm-up)
-    compiled: bool = False          # the model ran compiled (backend.compile: torch.compile or XLA)
+    first_epoch: int = 0  # 0-based index of the first epoch this invocation trained (>0 when resumed)
+    epochs_completed: int = 0  # epochs done in total, resumed ones included
+    train_seconds: float = 0.0  # time spent in training steps (validation excluded), this invocation
+    steady_images_per_second: float | None = None  # the same without each epoch's first steps (core/run/throughput.py)
+    first_step_seconds: float | None = None  # the first epoch's start to the end of its first step (compile warm-up)
+    compiled: bool = False  # the model ran compiled (backend.compile: torch.compile or XLA)

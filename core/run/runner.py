@@ -1,4 +1,5 @@
 """One run, start to end: validate -> topology -> plan -> checkpoint -> tracking -> backend.fit -> summary."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -9,95 +10,131 @@ from pathlib import Path
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from hydrali.core.distributed import agreement
-from hydrali.core.data import autotune
-from hydrali.core.data import devices
-from hydrali.core.run import job_context
-from hydrali.core.distributed import local_launch
-from hydrali.core.run import seeding
-from hydrali.core.tracking import sweep
-from hydrali.core.distributed import gather, topology
-from hydrali.core.tracking import mlflow_runs as tracking
-from hydrali.core.distributed.mpi_ranks import adopt_mpi_ranks
-from hydrali.core.run.checkpoints import resolve_checkpoint, write_trained_with
-from hydrali.core.run.epoch import make_contract
+from hydrali.core.config.validate import check_config
 from hydrali.core.contracts.backend import Backend
 from hydrali.core.contracts.registry import backend_spec, load_backend
+from hydrali.core.data import autotune, devices
+from hydrali.core.distributed import agreement, gather, local_launch, topology
+from hydrali.core.distributed.mpi_ranks import adopt_mpi_ranks
+from hydrali.core.run import job_context, seeding
+from hydrali.core.run.checkpoints import resolve_checkpoint, write_trained_with
+from hydrali.core.run.epoch import make_contract
 from hydrali.core.run.plan import Plan, make_plan
 from hydrali.core.run.record import RunRecord
-from hydrali.core.tracking.run_files import accept_run
 from hydrali.core.run.summary import build_summary, format_table, read_summary, write_summary
-from hydrali.core.config.validate import check_config
+from hydrali.core.tracking import mlflow_runs as tracking
+from hydrali.core.tracking import sweep
+from hydrali.core.tracking.run_files import accept_run
 
 log = logging.getLogger("hydrali")
 
 
 def build_plan(cfg: DictConfig, backend: Backend, dataset, seed: int) -> Plan:
     """The plan of this process: topology from the environment, batch and lr rules, seeds, epoch contract."""
-    device = devices.resolve_device(str(cfg.pipeline.device), backend.visible_gpus(),
-                                    backend_spec(cfg.backend.name).framework_label)
+    device = devices.resolve_device(
+        str(cfg.pipeline.device), backend.visible_gpus(), backend_spec(cfg.backend.name).framework_label
+    )
     per_node, nodes, per_process = backend.replicas(cfg.backend, device)
     topo = topology.detect_topology(per_node, nodes, replicas_per_process=per_process)
     plan = make_plan(
-        topology=topo, batch_size=cfg.data.batch_size, base_lr=cfg.optim.lr, ref_batch=cfg.optim.ref_batch,
-        rule=str(cfg.optim.scale), warmup_epochs=cfg.optim.warmup_epochs, epochs=cfg.epochs,
-        seed=seed, device=device)
-    contract = make_contract(train_samples=dataset.num_train, val_samples=dataset.num_val,
-                             num_shards=plan.num_shards, batch=plan.per_replica_batch,
-                             last_batch=str(cfg.pipeline.train_last_batch))
+        topology=topo,
+        batch_size=cfg.data.batch_size,
+        base_lr=cfg.optim.lr,
+        ref_batch=cfg.optim.ref_batch,
+        rule=str(cfg.optim.scale),
+        warmup_epochs=cfg.optim.warmup_epochs,
+        epochs=cfg.epochs,
+        seed=seed,
+        device=device,
+    )
+    contract = make_contract(
+        train_samples=dataset.num_train,
+        val_samples=dataset.num_val,
+        num_shards=plan.num_shards,
+        batch=plan.per_replica_batch,
+        last_batch=str(cfg.pipeline.train_last_batch),
+    )
     return dataclasses.replace(plan, epoch=contract)
 
 
 def run(cfg: DictConfig) -> float | None:
     """Train and evaluate as `cfg` says; return the value of `optimized_metric` (for sweepers)."""
     started = time.perf_counter()
-    adopt_mpi_ranks()   # mpirun's ranks, as torchrun's variables (the frameworks read those), before anything can fail:
-                        # a failed job is then recorded by rank 0 alone (sweep.run_job asks is_first_process)
+    adopt_mpi_ranks()  # mpirun's ranks, as torchrun's variables (the frameworks read those), before anything can fail:
+    # a failed job is then recorded by rank 0 alone (sweep.run_job asks is_first_process)
     check_config(cfg)
-    gather.install(None)   # the collective of an earlier job of this process goes; this run's backend installs its own
+    gather.install(None)  # the collective of an earlier job of this process goes; this run's backend installs its own
     if cfg.tracking.enabled and cfg.tracking.uri and topology.is_first_process():
-        tracking.check_reachable(cfg.tracking.uri)   # in seconds, before anything heavy is loaded
+        tracking.check_reachable(cfg.tracking.uri)  # in seconds, before anything heavy is loaded
     output_dir = Path(cfg.paths.output_dir)
     task = instantiate(cfg.task)
     # before the backend loads, so that bad data fails in a second; files are checked by one process only
     dataset = task.prepare_data(cfg.data, verify=cfg.data.verify if topology.is_first_process() else "off")
     backend = load_backend(cfg.backend.name)
     plan = build_plan(cfg, backend, dataset, seeding.resolve_seed(cfg.seed))
-    if agreement.needed(plan.world_size // len(plan.shards)):   # torchrun, srun, TF_CONFIG: rank 0 decides
+    if agreement.needed(plan.world_size // len(plan.shards)):  # torchrun, srun, TF_CONFIG: rank 0 decides
         agreed = agreement.agree(backend.share_from_rank0, agreement.StartValues(str(output_dir), plan.seed), plan)
         agreement.move_to_run_dir(output_dir, Path(agreed.output_dir), plan.global_rank)
         output_dir = Path(agreed.output_dir)
         cfg.paths.output_dir = agreed.output_dir
-        task = instantiate(cfg.task)   # its paths (e.g. detection's pictures_dir) in the agreed run dir
-        if agreed.seed != plan.seed:   # a seed drawn by this rank (seed=null): rank 0's instead
+        task = instantiate(cfg.task)  # its paths (e.g. detection's pictures_dir) in the agreed run dir
+        if agreed.seed != plan.seed:  # a seed drawn by this rank (seed=null): rank 0's instead
             plan = build_plan(cfg, backend, dataset, agreed.seed)
     if cfg.seed is None and plan.global_rank == 0:
         seeding.announce_drawn(plan.seed)
     trained_with = _trained_with(cfg, dataset)
-    resume_from = resolve_checkpoint(cfg.ckpt_path, output_dir, cfg.backend.name, backend.newest_checkpoint,
-                                     backend.checkpoint_epochs, cfg.epochs, trained_with)
+    resume_from = resolve_checkpoint(
+        cfg.ckpt_path,
+        output_dir,
+        cfg.backend.name,
+        backend.newest_checkpoint,
+        backend.checkpoint_epochs,
+        cfg.epochs,
+        trained_with,
+    )
     processes = backend.processes_to_start(cfg.backend)
-    if processes > 1:   # the job's processes, started from its resolved config (one seed, one run dir)
+    if processes > 1:  # the job's processes, started from its resolved config (one seed, one run dir)
         local_launch.run_processes(cfg, processes, int(cfg.backend.get("num_nodes", 1)), plan.seed)
         return _optimized_value(read_summary(output_dir), cfg.optimized_metric)
-    if cfg.pipeline.autotune:   # every process probes its own DALI pipeline; the choice goes into cfg (and MLflow)
+    if cfg.pipeline.autotune:  # every process probes its own DALI pipeline; the choice goes into cfg (and MLflow)
         autotune.apply(cfg, task, dataset, plan, backend)
     seeding.seed_everything(plan.seed, cfg.deterministic)
-    log.info("plan: %d replica(s) x batch %d = global batch %d; lr %g x %s(%d/%d) = %g; seed %d; "
-             "rank %d reads shard %s/%d, DALI on %s; %d steps per epoch", plan.world_size, plan.per_replica_batch,
-             plan.global_batch, plan.base_lr, plan.lr_scale_rule, plan.global_batch, cfg.optim.ref_batch,
-             plan.effective_lr, plan.seed, plan.global_rank, ",".join(str(s.shard_id) for s in plan.shards),
-             plan.num_shards, plan.device, plan.epoch.train_steps)
+    log.info(
+        "plan: %d replica(s) x batch %d = global batch %d; lr %g x %s(%d/%d) = %g; seed %d; "
+        "rank %d reads shard %s/%d, DALI on %s; %d steps per epoch",
+        plan.world_size,
+        plan.per_replica_batch,
+        plan.global_batch,
+        plan.base_lr,
+        plan.lr_scale_rule,
+        plan.global_batch,
+        cfg.optim.ref_batch,
+        plan.effective_lr,
+        plan.seed,
+        plan.global_rank,
+        ",".join(str(s.shard_id) for s in plan.shards),
+        plan.num_shards,
+        plan.device,
+        plan.epoch.train_steps,
+    )
 
-    accept_run(cfg, output_dir, write_config=plan.global_rank == 0)   # checks passed: now the run dir may change
+    accept_run(cfg, output_dir, write_config=plan.global_rank == 0)  # checks passed: now the run dir may change
     job = job_context.current()
     tracker = tracking.start_tracking(
-        enabled=cfg.tracking.enabled, is_global_zero=plan.global_rank == 0, uri=cfg.tracking.uri,
-        experiment=cfg.tracking.experiment, artifact_location=cfg.tracking.artifact_location,
-        output_dir=output_dir, run_name=f"{cfg.task.name}-{cfg.backend.name} {output_dir.name}",
-        sweep_dir=job.sweep_dir, resume=resume_from is not None, tags=sweep.job_tags())
-    record = RunRecord.open(output_dir, tracker, resume=resume_from is not None, writer=plan.global_rank == 0,
-                            epochs=cfg.epochs)
+        enabled=cfg.tracking.enabled,
+        is_global_zero=plan.global_rank == 0,
+        uri=cfg.tracking.uri,
+        experiment=cfg.tracking.experiment,
+        artifact_location=cfg.tracking.artifact_location,
+        output_dir=output_dir,
+        run_name=f"{cfg.task.name}-{cfg.backend.name} {output_dir.name}",
+        sweep_dir=job.sweep_dir,
+        resume=resume_from is not None,
+        tags=sweep.job_tags(),
+    )
+    record = RunRecord.open(
+        output_dir, tracker, resume=resume_from is not None, writer=plan.global_rank == 0, epochs=cfg.epochs
+    )
     status = "FAILED"
     try:
         resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
@@ -106,8 +143,15 @@ def run(cfg: DictConfig) -> float | None:
         tracker.log_text("\n".join(job.overrides) + "\n", "config/overrides.txt")
         if plan.global_rank == 0 and resume_from is None:
             write_trained_with(output_dir, trained_with)
-        result = backend.fit(cfg=cfg, task=task, dataset=dataset, plan=plan, record=record,
-                             resume_from=resume_from, output_dir=output_dir)
+        result = backend.fit(
+            cfg=cfg,
+            task=task,
+            dataset=dataset,
+            plan=plan,
+            record=record,
+            resume_from=resume_from,
+            output_dir=output_dir,
+        )
         if cfg.tracking.log_checkpoint and result.best_checkpoint:
             tracker.log_artifact(result.best_checkpoint, "checkpoints")
         for path, folder in task.artifacts():
@@ -122,22 +166,40 @@ def run(cfg: DictConfig) -> float | None:
     if plan.global_rank != 0:
         return None
     summary = build_summary(
-        result=result, record=record, plan=plan, monitor=cfg.task.monitor, mode=str(cfg.task.mode),
-        wall_seconds=time.perf_counter() - started, run_id=tracker.run_id, tracking_uri=tracker.uri,
-        output_dir=output_dir, task=cfg.task.name, backend=cfg.backend.name)
+        result=result,
+        record=record,
+        plan=plan,
+        monitor=cfg.task.monitor,
+        mode=str(cfg.task.mode),
+        wall_seconds=time.perf_counter() - started,
+        run_id=tracker.run_id,
+        tracking_uri=tracker.uri,
+        output_dir=output_dir,
+        task=cfg.task.name,
+        backend=cfg.backend.name,
+    )
     write_summary(summary, output_dir)
     print(format_table(summary), flush=True)
     value = _optimized_value(summary, cfg.optimized_metric)
-    if value is not None:   # for the sweep's summary (hydrali.core.tracking.sweep_report)
-        tracker.set_tags({sweep.OBJECTIVE_TAG: value, sweep.OBJECTIVE_NAME_TAG: cfg.optimized_metric,
-                          sweep.OBJECTIVE_MODE_TAG: str(cfg.task.mode)})
+    if value is not None:  # for the sweep's summary (hydrali.core.tracking.sweep_report)
+        tracker.set_tags(
+            {
+                sweep.OBJECTIVE_TAG: value,
+                sweep.OBJECTIVE_NAME_TAG: cfg.optimized_metric,
+                sweep.OBJECTIVE_MODE_TAG: str(cfg.task.mode),
+            }
+        )
     return value
 
 
 def _trained_with(cfg: DictConfig, dataset) -> dict:
     """What decides the shapes of a run's weights and optimizer state: a checkpoint resumes only under the same."""
-    return {"task": cfg.task.name, "model": OmegaConf.to_container(cfg.model, resolve=True),
-            "num_classes": dataset.num_classes, "optim": str(cfg.optim.name)}
+    return {
+        "task": cfg.task.name,
+        "model": OmegaConf.to_container(cfg.model, resolve=True),
+        "num_classes": dataset.num_classes,
+        "optim": str(cfg.optim.name),
+    }
 
 
 def _optimized_value(summary: dict, metric: str) -> float | None:

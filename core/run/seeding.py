@@ -3,6 +3,7 @@
 DALI pipeline seed = (seed * 1_000_003 + shard_id) mod 2**31: every shard gets its own stream of
 random crops and flips, and the same (seed, shard) always gets the same stream.
 """
+
 from __future__ import annotations
 
 import logging

@@ -1,4 +1,5 @@
 """The end of a run: summary.json in the output dir and a table on the console."""
+
 from __future__ import annotations
 
 import json
@@ -9,9 +10,20 @@ from hydrali.core.run.record import RunRecord
 from hydrali.core.run.results import FitResult
 
 
-def build_summary(*, result: FitResult, record: RunRecord, plan: Plan, monitor: str, mode: str,
-                  wall_seconds: float, run_id: str | None, tracking_uri: str | None, output_dir: Path, task: str,
-                  backend: str) -> dict:
+def build_summary(
+    *,
+    result: FitResult,
+    record: RunRecord,
+    plan: Plan,
+    monitor: str,
+    mode: str,
+    wall_seconds: float,
+    run_id: str | None,
+    tracking_uri: str | None,
+    output_dir: Path,
+    task: str,
+    backend: str,
+) -> dict:
     """The summary of a finished run, as written to summary.json, from the whole run record (resumed epochs too)."""
     rows = record.rows
     final = {k: v for k, v in (rows[-1] if rows else {}).items() if k != "epoch"}  # the last epoch's own metrics
@@ -32,14 +44,14 @@ def build_summary(*, result: FitResult, record: RunRecord, plan: Plan, monitor: 
         "history": rows,
         "steps_per_epoch": plan.epoch.train_steps,
         "train_images": int(sum(row.get("train/images", 0) for row in rows)),
-        "val_images": int(val_images) if val_images is not None else 0,   # scored by the last validation
+        "val_images": int(val_images) if val_images is not None else 0,  # scored by the last validation
         "wall_seconds": round(wall_seconds, 3),
         "train_seconds": round(result.train_seconds, 3),
         "images_per_second": round(images_per_second, 1),
-        "steady_images_per_second": (round(result.steady_images_per_second, 1)
-                                     if result.steady_images_per_second is not None else None),
-        "first_step_seconds": (round(result.first_step_seconds, 3)
-                               if result.first_step_seconds is not None else None),
+        "steady_images_per_second": (
+            round(result.steady_images_per_second, 1) if result.steady_images_per_second is not None else None
+        ),
+        "first_step_seconds": (round(result.first_step_seconds, 3) if result.first_step_seconds is not None else None),
         "compiled": result.compiled,
         "world_size": plan.world_size,
         "per_replica_batch": plan.per_replica_batch,
@@ -70,15 +82,33 @@ def format_table(summary: dict) -> str:
         ("epochs", str(summary["epochs"])),
         (f"best {summary['monitor']}", "n/a" if best is None else f"{best:.4f}"),
         *((f"final {k}", f"{v:.4g}") for k, v in summary["final"].items() if not k.endswith("/images")),
-        ("images per epoch", f"{summary['history'][-1].get('train/images', 0):.0f} trained, "
-                             f"{summary['val_images']} scored" if summary["history"] else "n/a"),
+        (
+            "images per epoch",
+            f"{summary['history'][-1].get('train/images', 0):.0f} trained, {summary['val_images']} scored"
+            if summary["history"]
+            else "n/a",
+        ),
         ("wall time", f"{summary['wall_seconds']:.1f} s"),
-        ("images/s (train)", f"{summary['images_per_second']:.1f} whole run, "
-                             + (f"{summary['steady_images_per_second']:.1f} steady state"
-                                if summary["steady_images_per_second"] is not None else "steady state n/a")),
-        *([("first step", f"{summary['first_step_seconds']:.2f} s"
-                           + (" (compile warm-up included)" if summary.get("compiled") else ""))]
-          if summary.get("first_step_seconds") is not None else []),
+        (
+            "images/s (train)",
+            f"{summary['images_per_second']:.1f} whole run, "
+            + (
+                f"{summary['steady_images_per_second']:.1f} steady state"
+                if summary["steady_images_per_second"] is not None
+                else "steady state n/a"
+            ),
+        ),
+        *(
+            [
+                (
+                    "first step",
+                    f"{summary['first_step_seconds']:.2f} s"
+                    + (" (compile warm-up included)" if summary.get("compiled") else ""),
+                )
+            ]
+            if summary.get("first_step_seconds") is not None
+            else []
+        ),
         ("steps per epoch", str(summary["steps_per_epoch"])),
         ("replicas x batch", f"{summary['world_size']} x {summary['per_replica_batch']} = {summary['global_batch']}"),
         ("effective lr", f"{summary['effective_lr']:.6g}"),

@@ -9,6 +9,7 @@ backend.compile the compile warm-up), reported on its own. Backends call the clo
 callbacks, each step counting the plan's global batch; timestamps are taken at step ends without a
 device sync.
 """
+
 from __future__ import annotations
 
 import time
@@ -18,11 +19,12 @@ from dataclasses import dataclass, field
 @dataclass
 class StepClock:
     """Counts training steps and images and times them, whole and in steady state."""
+
     warmup_steps: int
-    seconds: float = 0.0               # training time, every step included
+    seconds: float = 0.0  # training time, every step included
     steady_seconds: float = 0.0
     steady_images: int = 0
-    first_step_seconds: float | None = None   # the first epoch's start to the end of its first step
+    first_step_seconds: float | None = None  # the first epoch's start to the end of its first step
     _epoch_start: float | None = field(default=None, repr=False)
     _steps: int = field(default=0, repr=False)
     _steady_start: float | None = field(default=None, repr=False)
@@ -66,5 +68,8 @@ class StepClock:
     def fit_fields(self) -> dict:
         """What a backend's FitResult takes from this clock: train_seconds, steady_images_per_second and
         first_step_seconds."""
-        return {"train_seconds": self.seconds, "steady_images_per_second": self.steady_images_per_second,
-                "first_step_seconds": self.first_step_seconds}
+        return {
+            "train_seconds": self.seconds,
+            "steady_images_per_second": self.steady_images_per_second,
+            "first_step_seconds": self.first_step_seconds,
+        }

@@ -3,6 +3,7 @@
 Only global rank 0 tracks; other ranks get a NullTracker. Under `-m` each job's run is a child of
 one parent run per sweep directory. A resumed job (same output dir) continues its own run.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -18,11 +19,11 @@ from hydrali.core.errors import HydraliError, first_line
 
 log = logging.getLogger(__name__)
 
-RUN_ID_FILE = "mlflow_run_id"       # in the run's output dir: lets a resumed job continue its MLflow run
-_PARAM_VALUE_LIMIT = 6000            # MLflow's limit on a param value's length
-SWEEP_TAG = "hydrali.sweep_dir"   # on a sweep's parent run: the sweep dir it stands for
+RUN_ID_FILE = "mlflow_run_id"  # in the run's output dir: lets a resumed job continue its MLflow run
+_PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value's length
+SWEEP_TAG = "hydrali.sweep_dir"  # on a sweep's parent run: the sweep dir it stands for
 _EXPECTED_ON_RESUME = {"ckpt_path"}  # changes on every resume: logged, not announced
-_CONNECT_TIMEOUT_S = 5             # how long a tracking server may take to accept a connection
+_CONNECT_TIMEOUT_S = 5  # how long a tracking server may take to accept a connection
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, str]:
@@ -45,6 +46,7 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, str]:
 
 class NullTracker:
     """Tracking turned off (tracking=none, or a rank other than 0): every call does nothing."""
+
     run_id: str | None = None
     uri: str | None = None
 
@@ -92,12 +94,15 @@ class MlflowTracker(NullTracker):
             fresh.update({prefix + k: v for k, v in changed.items()})
             shown = {k: v for k, v in changed.items() if k not in _EXPECTED_ON_RESUME}
             if shown:
-                log.warning("resumed with changed settings (MLflow params %s*): %s", prefix,
-                            "; ".join(f"{k} {existing[k]} -> {v}" for k, v in sorted(shown.items())))
+                log.warning(
+                    "resumed with changed settings (MLflow params %s*): %s",
+                    prefix,
+                    "; ".join(f"{k} {existing[k]} -> {v}" for k, v in sorted(shown.items())),
+                )
         batch = [Param(k, v) for k, v in fresh.items()]
         with store_lock(self.uri):
             for i in range(0, len(batch), 100):
-                self.client.log_batch(self.run_id, params=batch[i:i + 100])
+                self.client.log_batch(self.run_id, params=batch[i : i + 100])
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         """Log one value per metric at `step` (the epoch index)."""
@@ -148,8 +153,11 @@ def _experiment_id(client, name: str, artifact_location: str | None) -> str:
 def find_sweep_parent(client, experiment_id: str, sweep_dir: str) -> str | None:
     """The id of the running parent run of the sweep in `sweep_dir`, or None (a sweep dir used again starts
     a parent of its own)."""
-    found = client.search_runs([experiment_id], max_results=1,
-                               filter_string=f"tags.`{SWEEP_TAG}` = '{sweep_dir}' and attributes.status = 'RUNNING'")
+    found = client.search_runs(
+        [experiment_id],
+        max_results=1,
+        filter_string=f"tags.`{SWEEP_TAG}` = '{sweep_dir}' and attributes.status = 'RUNNING'",
+    )
     return found[0].info.run_id if found else None
 
 
@@ -158,8 +166,9 @@ def sweep_parent_unlocked(client, experiment_id: str, sweep_dir: str) -> str:
     found = find_sweep_parent(client, experiment_id, sweep_dir)
     if found:
         return found
-    return client.create_run(experiment_id, run_name=f"sweep {Path(sweep_dir).name}",
-                             tags={SWEEP_TAG: sweep_dir}).info.run_id
+    return client.create_run(
+        experiment_id, run_name=f"sweep {Path(sweep_dir).name}", tags={SWEEP_TAG: sweep_dir}
+    ).info.run_id
 
 
 def sweep_parent(client, experiment_id: str, sweep_dir: str) -> str:
@@ -180,8 +189,9 @@ def open_store(uri: str, experiment: str, artifact_location: str | None):
             client = MlflowClient(tracking_uri=uri)
             return client, _experiment_id(client, experiment, artifact_location)
     except Exception as err:  # a bad URI or an unreadable store
-        raise HydraliError(f"cannot open the MLflow store tracking.uri={uri}: {first_line(err)}: "
-                           f"fix tracking.uri or use tracking=none") from err
+        raise HydraliError(
+            f"cannot open the MLflow store tracking.uri={uri}: {first_line(err)}: fix tracking.uri or use tracking=none"
+        ) from err
 
 
 def check_reachable(uri: str) -> None:
@@ -189,19 +199,23 @@ def check_reachable(uri: str) -> None:
     server cannot be reached (nothing listening), instead of MLflow's minutes of retries."""
     parsed = urlparse(uri)
     if parsed.scheme == "sqlite":
-        folder = Path(uri[len("sqlite:///"):]).parent
+        folder = Path(uri[len("sqlite:///") :]).parent
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as err:
-            raise HydraliError(f"cannot create the MLflow store's folder {folder} (tracking.uri={uri}): "
-                               f"{err.strerror}: set tracking.uri=sqlite:///<a writable path> or use tracking=none") from err
+            raise HydraliError(
+                f"cannot create the MLflow store's folder {folder} (tracking.uri={uri}): "
+                f"{err.strerror}: set tracking.uri=sqlite:///<a writable path> or use tracking=none"
+            ) from err
     elif parsed.scheme in ("http", "https"):
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
         try:
             socket.create_connection((parsed.hostname, port), timeout=_CONNECT_TIMEOUT_S).close()
         except OSError as err:
-            raise HydraliError(f"cannot reach the MLflow server at tracking.uri={uri} ({err.strerror or err}): "
-                               f"start the server or use tracking.uri=sqlite:///<path> or tracking=none") from err
+            raise HydraliError(
+                f"cannot reach the MLflow server at tracking.uri={uri} ({err.strerror or err}): "
+                f"start the server or use tracking.uri=sqlite:///<path> or tracking=none"
+            ) from err
 
 
 @contextlib.contextmanager
@@ -212,7 +226,7 @@ def store_lock(uri: str):
         return
     import fcntl
 
-    with open(uri[len("sqlite:///"):] + ".lock", "a") as fh:
+    with open(uri[len("sqlite:///") :] + ".lock", "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -220,9 +234,19 @@ def store_lock(uri: str):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def start_tracking(*, enabled: bool, is_global_zero: bool, uri: str | None, experiment: str,
-                   artifact_location: str | None, output_dir: Path, run_name: str,
-                   sweep_dir: str | None, resume: bool, tags: Mapping[str, str] | None = None) -> NullTracker:
+def start_tracking(
+    *,
+    enabled: bool,
+    is_global_zero: bool,
+    uri: str | None,
+    experiment: str,
+    artifact_location: str | None,
+    output_dir: Path,
+    run_name: str,
+    sweep_dir: str | None,
+    resume: bool,
+    tags: Mapping[str, str] | None = None,
+) -> NullTracker:
     """Open this job's MLflow run (or continue it when resuming in the same output dir), with `tags`; under -m
     (`sweep_dir` set) a child of the sweep's parent run. The runner has already checked the store with
     `check_reachable`."""

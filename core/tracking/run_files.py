@@ -5,6 +5,7 @@ it found it. Hydra would write `.hydra/` and open the log file before hydrali's 
 turns Hydra's own saving off (`hydra.output_subdir: null`) and logs through `DeferredFileHandler`; the
 runner calls `accept_run` when the checks have passed.
 """
+
 from __future__ import annotations
 
 import logging
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-HYDRA_SUBDIR = ".hydra"   # where Hydra keeps a run's config, its own config and the command-line overrides
+HYDRA_SUBDIR = ".hydra"  # where Hydra keeps a run's config, its own config and the command-line overrides
 
 
 class DeferredFileHandler(logging.FileHandler):

@@ -5,6 +5,7 @@ summary: a table printed and logged, and two pictures (see hydrali.core.tracking
 Every child run carries the tags below, so that the summary is read from the store alone, whichever launcher
 (in-process, joblib's worker processes, SLURM) ran the jobs.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,25 +16,26 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from hydrali.core.run import job_context
 from hydrali.core.distributed import topology
 from hydrali.core.errors import HydraliError, SweepRefused, first_line
+from hydrali.core.run import job_context
 
 log = logging.getLogger("hydrali")
 
-FAILED_VALUE = None                  # what a failed job returns to the sweeper: Optuna records a trial with no value
-                                     #   as FAILED (a NaN would end hydra-optuna-sweeper's whole search)
-JOB_TAG = "hydrali.job"              # the job's number in the sweep (hydra.job.num)
+FAILED_VALUE = None  # what a failed job returns to the sweeper: Optuna records a trial with no value
+#   as FAILED (a NaN would end hydra-optuna-sweeper's whole search)
+JOB_TAG = "hydrali.job"  # the job's number in the sweep (hydra.job.num)
 OVERRIDES_TAG = "hydrali.overrides"  # the job's command-line overrides, a JSON list
-ERROR_TAG = "hydrali.error"          # a failed job's one-line message (its traceback: artifact error/traceback.txt)
+ERROR_TAG = "hydrali.error"  # a failed job's one-line message (its traceback: artifact error/traceback.txt)
 OBJECTIVE_TAG = "hydrali.objective"  # the value the job returned to the sweeper
-OBJECTIVE_NAME_TAG = "hydrali.objective_name"   # optimized_metric
-OBJECTIVE_MODE_TAG = "hydrali.objective_mode"   # max | min: which way is better
+OBJECTIVE_NAME_TAG = "hydrali.objective_name"  # optimized_metric
+OBJECTIVE_MODE_TAG = "hydrali.objective_mode"  # max | min: which way is better
 
 
 @dataclass(frozen=True)
 class SweepStore:
     """Where a sweep's runs are tracked: the MLflow store, the experiment and the sweep dir (the parent's key)."""
+
     uri: str
     experiment: str
     sweep_dir: str
@@ -45,8 +47,9 @@ class SweepStore:
         if not tracking_cfg.enabled or not tracking_cfg.uri:
             return None
         location = tracking_cfg.artifact_location
-        return cls(str(tracking_cfg.uri), str(tracking_cfg.experiment), str(sweep_dir),
-                   str(location) if location else None)
+        return cls(
+            str(tracking_cfg.uri), str(tracking_cfg.experiment), str(sweep_dir), str(location) if location else None
+        )
 
 
 def current_job() -> tuple[str, list[str]] | None:
@@ -93,7 +96,7 @@ def run_job(cfg, run) -> float | None:
         value = run(cfg)
     except SweepRefused:
         raise
-    except Exception as err:   # noqa: BLE001 - every failure of a job is the sweep's to record, not to die of
+    except Exception as err:  # noqa: BLE001 - every failure of a job is the sweep's to record, not to die of
         message = failure_line(err)
         num = current_job()[0]
         print(f"hydrali: job {num} failed: {message}", file=sys.stderr, flush=True)
@@ -102,12 +105,13 @@ def run_job(cfg, run) -> float | None:
             store = sweep_store(cfg) if topology.is_first_process() else None
             if store is not None:
                 record_failed_job(store, Path(cfg.paths.output_dir), message, trace)
-        except Exception as record_err:   # noqa: BLE001 - the store's own trouble must not end the sweep either
+        except Exception as record_err:  # noqa: BLE001 - the store's own trouble must not end the sweep either
             log.warning("job %s: its failure could not be recorded in MLflow: %s", num, failure_line(record_err))
         return FAILED_VALUE
     if value is not None and not math.isfinite(value):
-        log.warning("job %s returned %s for %s: the sweeper counts it as failed", current_job()[0], value,
-                    cfg.optimized_metric)
+        log.warning(
+            "job %s returned %s for %s: the sweeper counts it as failed", current_job()[0], value, cfg.optimized_metric
+        )
         return FAILED_VALUE
     return value
 

@@ -1,4 +1,5 @@
 """A Hydra callback that closes a sweep's parent MLflow run, with the sweep's summary, when `-m` ends."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -7,9 +8,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-
-_sweep: dict = {"started": False, "store": None, "status": None}   # the sweep this process launches, where it
-                                                                  #   is tracked, how its parent closed
+_sweep: dict = {"started": False, "store": None, "status": None}  # the sweep this process launches, where it
+#   is tracked, how its parent closed
 
 
 def sweep_started() -> bool:

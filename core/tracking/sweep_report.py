@@ -6,6 +6,7 @@ job's overrides); artifacts `sweep/summary.txt`, `sweep/summary.json` (an MLflow
 `sweep/metric_per_epoch.png` (the optimized metric per epoch, one line per job) and
 `sweep/params_vs_metric.png` (each swept parameter against the job's value).
 """
+
 from __future__ import annotations
 
 import math
@@ -13,24 +14,26 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from hydrali.core.tracking import sweep
 from hydrali.core.tracking import mlflow_runs as tracking
+from hydrali.core.tracking import sweep
 
 
 @dataclass(frozen=True)
 class JobRow:
     """One job of the sweep as its child run records it."""
+
     job: str
     run_id: str
     status: str
     overrides: list[str]
-    value: float | None      # what it returned to the sweeper (None: failed or nothing to return)
+    value: float | None  # what it returned to the sweeper (None: failed or nothing to return)
     error: str | None
 
 
 @dataclass(frozen=True)
 class SweepSummary:
     """What the sweep came to: its jobs, how many failed, the best job, the parent's final status."""
+
     rows: list[JobRow]
     metric: str
     mode: str
@@ -48,10 +51,16 @@ def _job_rows(client, children) -> list[JobRow]:
     for run in children:
         tags = run.data.tags
         value = float(tags[sweep.OBJECTIVE_TAG]) if sweep.OBJECTIVE_TAG in tags else None
-        rows.append(JobRow(job=tags.get(sweep.JOB_TAG, "?"), run_id=run.info.run_id, status=run.info.status,
-                           overrides=sweep.job_overrides(tags),
-                           value=value if value is not None and math.isfinite(value) else None,
-                           error=tags.get(sweep.ERROR_TAG)))
+        rows.append(
+            JobRow(
+                job=tags.get(sweep.JOB_TAG, "?"),
+                run_id=run.info.run_id,
+                status=run.info.status,
+                overrides=sweep.job_overrides(tags),
+                value=value if value is not None and math.isfinite(value) else None,
+                error=tags.get(sweep.ERROR_TAG),
+            )
+        )
     return sorted(rows, key=lambda row: (int(row.job) if row.job.isdigit() else math.inf, row.run_id))
 
 
@@ -87,17 +96,19 @@ def format_sweep_table(summary: SweepSummary) -> str:
     """The summary as the text table printed at the end of a sweep: a head line, then one line per job with
     its status, value, swept settings and error."""
     keys = swept_keys(summary.rows)
-    head = (f"hydrali sweep summary: {len(summary.rows)} job(s), {summary.failed} failed; parent run "
-            f"{summary.status}")
+    head = f"hydrali sweep summary: {len(summary.rows)} job(s), {summary.failed} failed; parent run {summary.status}"
     if summary.best is not None:
-        head += (f"; best {summary.metric} {summary.best.value:.4g} ({summary.mode}), job {summary.best.job}: "
-                 f"{_settings(summary.best, keys) or '(no overrides)'}")
+        head += (
+            f"; best {summary.metric} {summary.best.value:.4g} ({summary.mode}), job {summary.best.job}: "
+            f"{_settings(summary.best, keys) or '(no overrides)'}"
+        )
     header = ("job", "status", summary.metric, "settings" if keys else "overrides", "error")
-    lines = [header] + [(row.job, row.status, "-" if row.value is None else f"{row.value:.4g}",
-                         _settings(row, keys), row.error or "") for row in summary.rows]
+    lines = [header] + [
+        (row.job, row.status, "-" if row.value is None else f"{row.value:.4g}", _settings(row, keys), row.error or "")
+        for row in summary.rows
+    ]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
-    body = ["  ".join(cell.ljust(width) for cell, width in zip(line[:-1], widths)) + "  " + line[-1]
-            for line in lines]
+    body = ["  ".join(cell.ljust(width) for cell, width in zip(line[:-1], widths)) + "  " + line[-1] for line in lines]
     rule = "-" * min(100, max(len(line.rstrip()) for line in body + [head]))
     return "\n".join([rule, head, rule, *(line.rstrip() for line in body), rule])
 
@@ -126,6 +137,7 @@ def _as_float(value: str) -> float | None:
 def plot_metric_per_epoch(histories: dict[str, list[tuple[int, float]]], metric: str, path: Path) -> None:
     """One line per job: `metric` against the epoch (counted from 1)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -143,6 +155,7 @@ def plot_metric_per_epoch(histories: dict[str, list[tuple[int, float]]], metric:
 def plot_params_vs_metric(rows: list[JobRow], keys: list[str], metric: str, path: Path) -> None:
     """One panel per swept key: each finished job's value of `metric` against that key's value."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -179,9 +192,10 @@ def close_sweep(store: sweep.SweepStore, status: str | None = None) -> SweepSumm
     parent = experiment and tracking.find_sweep_parent(client, experiment.experiment_id, store.sweep_dir)
     if not parent:
         return None
-    children = client.search_runs([experiment.experiment_id], max_results=10000,
-                                  filter_string=f"tags.`mlflow.parentRunId` = '{parent}'")
-    if status in ("KILLED", "FAILED"):   # the sweep was stopped: so were the jobs still running
+    children = client.search_runs(
+        [experiment.experiment_id], max_results=10000, filter_string=f"tags.`mlflow.parentRunId` = '{parent}'"
+    )
+    if status in ("KILLED", "FAILED"):  # the sweep was stopped: so were the jobs still running
         with tracking.store_lock(store.uri):
             for run in children:
                 if run.info.status == "RUNNING":
@@ -190,7 +204,7 @@ def close_sweep(store: sweep.SweepStore, status: str | None = None) -> SweepSumm
     summary = summarize(client, children, status)
     try:
         _report(client, parent, summary)
-    finally:   # whatever the report meets, the parent does not stay RUNNING
+    finally:  # whatever the report meets, the parent does not stay RUNNING
         with tracking.store_lock(store.uri):
             client.set_terminated(parent, summary.status)
     return summary
@@ -202,21 +216,34 @@ def _report(client, parent: str, summary: SweepSummary) -> None:
     print(table, flush=True)
 
     with tempfile.TemporaryDirectory() as tmp:
-        histories = {f"job {row.job}: {_settings(row, swept_keys(summary.rows))}"[:60]: [(m.step, m.value) for m in sorted(
-                        client.get_metric_history(row.run_id, summary.metric), key=lambda m: m.step)]
-                     for row in summary.rows}
-        plot_metric_per_epoch({k: v for k, v in histories.items() if v}, summary.metric,
-                              Path(tmp) / "metric_per_epoch.png")
-        plot_params_vs_metric(summary.rows, swept_keys(summary.rows), summary.metric,
-                              Path(tmp) / "params_vs_metric.png")
+        histories = {
+            f"job {row.job}: {_settings(row, swept_keys(summary.rows))}"[:60]: [
+                (m.step, m.value)
+                for m in sorted(client.get_metric_history(row.run_id, summary.metric), key=lambda m: m.step)
+            ]
+            for row in summary.rows
+        }
+        plot_metric_per_epoch(
+            {k: v for k, v in histories.items() if v}, summary.metric, Path(tmp) / "metric_per_epoch.png"
+        )
+        plot_params_vs_metric(
+            summary.rows, swept_keys(summary.rows), summary.metric, Path(tmp) / "params_vs_metric.png"
+        )
         for name in ("metric_per_epoch.png", "params_vs_metric.png"):
             client.log_artifact(parent, str(Path(tmp) / name), "sweep")
     client.log_text(parent, table + "\n", "sweep/summary.txt")
-    client.log_table(parent, data={
-        "job": [row.job for row in summary.rows], "status": [row.status for row in summary.rows],
-        summary.metric: [row.value for row in summary.rows], "overrides": [" ".join(row.overrides) for row in summary.rows],
-        "error": [row.error or "" for row in summary.rows], "run_id": [row.run_id for row in summary.rows]},
-        artifact_file="sweep/summary.json")
+    client.log_table(
+        parent,
+        data={
+            "job": [row.job for row in summary.rows],
+            "status": [row.status for row in summary.rows],
+            summary.metric: [row.value for row in summary.rows],
+            "overrides": [" ".join(row.overrides) for row in summary.rows],
+            "error": [row.error or "" for row in summary.rows],
+            "run_id": [row.run_id for row in summary.rows],
+        },
+        artifact_file="sweep/summary.json",
+    )
     with tracking.store_lock(client.tracking_uri):
         client.log_metric(parent, "sweep/jobs", len(summary.rows))
         client.log_metric(parent, "sweep/failed", summary.failed)

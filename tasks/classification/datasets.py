@@ -3,6 +3,7 @@
 Both end in ImageNet's layout, <root>/train/<class>/*.jpg and <root>/val/<class>/*.jpg, which is
 what DALI's file reader reads (labels are the class folders in sorted order).
 """
+
 from __future__ import annotations
 
 import json
@@ -14,17 +15,17 @@ from pathlib import Path
 from hydrali.core.errors import HydraliError
 
 # What DALI's file reader picks up by default (lower case).
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".pnm", ".ppm", ".pgm", ".pbm",
-                    ".jp2", ".webp")
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".pnm", ".ppm", ".pgm", ".pbm", ".jp2", ".webp")
 SPLITS = ("train", "val")
 DIGITS_MARKER = "hydrali-digits.json"
-DIGITS_SPLIT_SEED = 0      # the train/val split of digits is fixed: the same files on every machine
+DIGITS_SPLIT_SEED = 0  # the train/val split of digits is fixed: the same files on every machine
 DIGITS_JPEG_QUALITY = 95
 
 
 @dataclass(frozen=True)
 class ImageFolderInfo:
     """A scanned dataset: its split folders, class names and sizes."""
+
     root: Path
     classes: tuple[str, ...]
     num_train: int
@@ -47,8 +48,11 @@ class ImageFolderInfo:
 
     def params(self) -> dict:
         """What is logged to MLflow about the data."""
-        return {"dataset/num_classes": self.num_classes, "dataset/num_train": self.num_train,
-                "dataset/num_val": self.num_val}
+        return {
+            "dataset/num_classes": self.num_classes,
+            "dataset/num_train": self.num_train,
+            "dataset/num_val": self.num_val,
+        }
 
 
 def _images_in(folder: Path) -> list[Path]:
@@ -76,8 +80,10 @@ def scan_image_folder(root: str | os.PathLike) -> ImageFolderInfo:
         classes_of[split], counts[split] = classes, sum(len(_images_in(split_dir / c)) for c in classes)
     if classes_of["train"] != classes_of["val"]:
         only = sorted(set(classes_of["train"]) ^ set(classes_of["val"]))
-        raise HydraliError(f"train/ and val/ of {root} have different class folders ({', '.join(only[:5])}): "
-                           f"give both the same classes")
+        raise HydraliError(
+            f"train/ and val/ of {root} have different class folders ({', '.join(only[:5])}): "
+            f"give both the same classes"
+        )
     return ImageFolderInfo(root, classes_of["train"], counts["train"], counts["val"])
 
 
@@ -98,8 +104,10 @@ def write_digits(root: str | os.PathLike, size: int, val_fraction: float) -> Pat
     if marker.exists():
         written = json.loads(marker.read_text())
         if written != settings:
-            raise HydraliError(f"{root} holds digits written with {written}, not {settings}: "
-                               f"delete {root} or set data.root to another folder")
+            raise HydraliError(
+                f"{root} holds digits written with {written}, not {settings}: "
+                f"delete {root} or set data.root to another folder"
+            )
         return root
     if not 0.0 < val_fraction < 1.0:
         raise HydraliError(f"data.val_fraction={val_fraction}: it must be between 0 and 1")
@@ -113,8 +121,9 @@ def write_digits(root: str | os.PathLike, size: int, val_fraction: float) -> Pat
 
     digits = load_digits()
     indices = np.arange(len(digits.target))
-    train_idx, val_idx = train_test_split(indices, test_size=val_fraction, stratify=digits.target,
-                                          random_state=DIGITS_SPLIT_SEED)
+    train_idx, val_idx = train_test_split(
+        indices, test_size=val_fraction, stratify=digits.target, random_state=DIGITS_SPLIT_SEED
+    )
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = root.parent / f".{root.name}.tmp-{os.getpid()}"
     for split, idx in (("train", train_idx), ("val", val_idx)):
@@ -127,8 +136,10 @@ def write_digits(root: str | os.PathLike, size: int, val_fraction: float) -> Pat
     (tmp / DIGITS_MARKER).write_text(json.dumps(settings))
     try:
         os.rename(tmp, root)
-    except OSError:  # another process finished first (or root exists): keep theirs
+    except OSError as err:  # another process finished first (or root exists): keep theirs
         shutil.rmtree(tmp, ignore_errors=True)
         if not marker.exists():
-            raise HydraliError(f"{root} exists but is not a digits dataset: delete it or set data.root elsewhere")
+            raise HydraliError(
+                f"{root} exists but is not a digits dataset: delete it or set data.root elsewhere"
+            ) from err
     return root

@@ -1,4 +1,5 @@
 """ResNets in Keras 3: the same architectures as torch_model.py, and keras.applications' ResNet50."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -10,8 +11,9 @@ BN = {"momentum": 0.9, "epsilon": 1e-5}  # torch's BatchNorm2d defaults, in Kera
 
 
 def _conv_bn(x, filters: int, kernel: int, stride: int = 1, zero_gamma: bool = False):
-    x = kl.Conv2D(filters, kernel, stride, padding="same", use_bias=False,
-                      kernel_initializer=keras.initializers.HeNormal())(x)
+    x = kl.Conv2D(
+        filters, kernel, stride, padding="same", use_bias=False, kernel_initializer=keras.initializers.HeNormal()
+    )(x)
     return kl.BatchNormalization(gamma_initializer="zeros" if zero_gamma else "ones", **BN)(x)
 
 
@@ -38,8 +40,13 @@ def _check_architecture(block: str, depths: Sequence[int], widths: Sequence[int]
         raise ValueError(f"model.stem={stem!r}: choose imagenet or small")
 
 
-def resnet_features(inputs, block: str = "basic", layers: Sequence[int] = (2, 2, 2, 2),
-                    widths: Sequence[int] = (64, 128, 256, 512), stem: str = "imagenet") -> list:
+def resnet_features(
+    inputs,
+    block: str = "basic",
+    layers: Sequence[int] = (2, 2, 2, 2),
+    widths: Sequence[int] = (64, 128, 256, 512),
+    stem: str = "imagenet",
+) -> list:
     """The output of each stage of the ResNet's backbone (stem and residual stages, no head) applied to the
     NHWC tensor `inputs`, first stage first: stage i has stride 4 * 2**i with stem "imagenet", 2**i with
     stem "small". The layers are those `ResNet` builds, in the same order (same names and weights).
@@ -59,8 +66,14 @@ def resnet_features(inputs, block: str = "basic", layers: Sequence[int] = (2, 2,
     return features
 
 
-def ResNet(num_classes: int, image_size: int, block: str = "basic", layers: Sequence[int] = (2, 2, 2, 2),
-           widths: Sequence[int] = (64, 128, 256, 512), stem: str = "imagenet") -> keras.Model:
+def ResNet(
+    num_classes: int,
+    image_size: int,
+    block: str = "basic",
+    layers: Sequence[int] = (2, 2, 2, 2),
+    widths: Sequence[int] = (64, 128, 256, 512),
+    stem: str = "imagenet",
+) -> keras.Model:
     """A ResNet as a functional Keras model, taking NHWC images of image_size x image_size.
 
     Same arguments as hydrali.tasks.classification.torch_model.ResNet.
@@ -79,5 +92,6 @@ def ResNet50(num_classes: int, image_size: int, **architecture) -> keras.Model:
     `architecture` (block, layers, widths, stem from conf/model/resnet50.yaml) describes this same
     network for the torch side and is not needed here.
     """
-    return keras.applications.ResNet50(weights=None, input_shape=(image_size, image_size, 3),
-                                       classes=num_classes, classifier_activation=None)
+    return keras.applications.ResNet50(
+        weights=None, input_shape=(image_size, image_size, 3), classes=num_classes, classifier_activation=None
+    )

@@ -1,4 +1,5 @@
 """The classification task on Keras: model, loss and metrics, used by the Keras backend (task.keras_target)."""
+
 from __future__ import annotations
 
 import keras
@@ -19,8 +20,9 @@ class CrossEntropy(keras.losses.Loss):
     def call(self, y_true, y_pred):
         labels = ops.reshape(ops.cast(y_true, "int32"), (-1,))
         onehot = ops.one_hot(labels, ops.shape(y_pred)[-1], dtype=y_pred.dtype)
-        return keras.losses.categorical_crossentropy(onehot, y_pred, from_logits=True,
-                                                     label_smoothing=self.label_smoothing)
+        return keras.losses.categorical_crossentropy(
+            onehot, y_pred, from_logits=True, label_smoothing=self.label_smoothing
+        )
 
     def get_config(self) -> dict:
         return {**super().get_config(), "label_smoothing": self.label_smoothing}
@@ -33,7 +35,7 @@ class KerasClassification:
         self.task = task
 
     def build_model(self, model_cfg: DictConfig, num_classes: int, image_size: int) -> keras.Model:
-        """The network described by `model_cfg`, built through its `keras_target` (any callable returning a keras.Model)."""
+        """The network of `model_cfg`, built through its `keras_target` (a callable returning a keras.Model)."""
         spec = model_cfg.copy()
         if "keras_target" not in spec:
             raise ValueError(f"model={spec.get('_target_')} has no keras_target: it cannot be built on Keras")
@@ -52,7 +54,7 @@ class KerasClassification:
         """Top-1 accuracy, logged as `acc` (val/acc once mapped)."""
         return [keras.metrics.SparseCategoricalAccuracy(name="acc")]
 
-    on_val_batch = None   # Keras' metrics see every validation batch: nothing more to look at
+    on_val_batch = None  # Keras' metrics see every validation batch: nothing more to look at
 
     def callbacks(self) -> list:
         """Callbacks that add metrics to each epoch's logs: none (accuracy is a Keras metric)."""

@@ -6,6 +6,7 @@ images normalised, in `layout` (CHW for torch, HWC for Keras); labels int32. `de
 CPU operators only; `device="gpu"` decodes with the mixed (nvJPEG / hardware) decoder and works on
 the GPU. A recipe's own options are its keyword-only parameters, set in `pipeline.options`.
 """
+
 from __future__ import annotations
 
 import nvidia.dali.fn as fn
@@ -27,15 +28,27 @@ def _decode(jpegs, device, hw_decoder_load, random_area=None, random_aspect_rati
     gpu = decoder_args(device, hw_decoder_load)
     if random_area is None:
         return fn.decoders.image(jpegs, output_type=types.RGB, **gpu)
-    return fn.decoders.image_random_crop(jpegs, output_type=types.RGB, random_area=random_area,
-                                         random_aspect_ratio=random_aspect_ratio, num_attempts=100, **gpu)
+    return fn.decoders.image_random_crop(
+        jpegs,
+        output_type=types.RGB,
+        random_area=random_area,
+        random_aspect_ratio=random_aspect_ratio,
+        num_attempts=100,
+        **gpu,
+    )
 
 
 def _normalize(images, image_size, layout, mean, std, dtype, mirror=None):
     flip = {} if mirror is None else {"mirror": mirror}
     return fn.crop_mirror_normalize(
-        images, dtype=_DTYPES[dtype], output_layout=layout, crop=(image_size, image_size),
-        mean=[m * 255 for m in mean], std=[s * 255 for s in std], **flip)
+        images,
+        dtype=_DTYPES[dtype],
+        output_layout=layout,
+        crop=(image_size, image_size),
+        mean=[m * 255 for m in mean],
+        std=[s * 255 for s in std],
+        **flip,
+    )
 
 
 def _labels(labels, device):
@@ -43,8 +56,22 @@ def _labels(labels, device):
 
 
 @pipeline_def
-def standard(source, device, layout, image_size, dtype, hw_decoder_load, *, random_area, random_aspect_ratio,
-             flip_probability, mean, std, val_crop_fraction, initial_fill):
+def standard(
+    source,
+    device,
+    layout,
+    image_size,
+    dtype,
+    hw_decoder_load,
+    *,
+    random_area,
+    random_aspect_ratio,
+    flip_probability,
+    mean,
+    std,
+    val_crop_fraction,
+    initial_fill,
+):
     """Training: random-resized-crop decode, resize, random flip, normalize.
     Validation: decode, resize the shorter side to image_size / val_crop_fraction, center crop."""
     jpegs, labels = read_files(source, initial_fill)
@@ -60,8 +87,7 @@ def standard(source, device, layout, image_size, dtype, hw_decoder_load, *, rand
 
 
 @pipeline_def
-def light(source, device, layout, image_size, dtype, hw_decoder_load, *, mean, std, initial_fill,
-          flip_probability=0.0):
+def light(source, device, layout, image_size, dtype, hw_decoder_load, *, mean, std, initial_fill, flip_probability=0.0):
     """Decode, resize to image_size x image_size, normalize; in training, a random flip if flip_probability > 0."""
     jpegs, labels = read_files(source, initial_fill)
     images = _decode(jpegs, device, hw_decoder_load)

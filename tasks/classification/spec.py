@@ -1,4 +1,5 @@
 """task=classification as core sees it: the schemas of its `task` and `data` config nodes, and its registry entry."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -3,6 +3,7 @@
 Framework code lives beside it in torch_*.py and keras_*.py, named by the task's config (`task.sides`) and
 imported only by the backend that uses it, so that choosing a backend decides which framework is loaded.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,14 +22,16 @@ from hydrali.tasks.classification.datasets import ImageFolderInfo, image_files, 
 class ClassificationTask(DaliTask):
     """Image classification over a folder-per-class dataset; top-1 accuracy, cross-entropy loss. Its settings come
     from the config (conf/task/classification.yaml, its schema: tasks/classification/spec.py)."""
+
     label_smoothing: float
 
     def output_names(self, is_training: bool) -> tuple[str, ...]:
         """What the recipes return, in order (the same for both splits)."""
         return ("images", "labels")
 
-    def output_specs(self, *, batch: int, image_size: int, image_dtype: str, is_training: bool, model: DictConfig
-                     ) -> tuple[tuple[tuple[int, ...], str], ...]:
+    def output_specs(
+        self, *, batch: int, image_size: int, image_dtype: str, is_training: bool, model: DictConfig
+    ) -> tuple[tuple[tuple[int, ...], str], ...]:
         """(shape, dtype) of each batched output in HWC layout, for frameworks that need them up front (Keras)."""
         return ((batch, image_size, image_size, 3), image_dtype), ((batch, 1), "int32")
 
@@ -47,8 +50,9 @@ class ClassificationTask(DaliTask):
 
     def source(self, dataset: ImageFolderInfo, shard: Shard, plan: Plan, is_training: bool) -> Source:
         """The split's class folders, this replica's shard of them."""
-        return Source(str(dataset.train_dir if is_training else dataset.val_dir), shard.shard_id, plan.num_shards,
-                      is_training)
+        return Source(
+            str(dataset.train_dir if is_training else dataset.val_dir), shard.shard_id, plan.num_shards, is_training
+        )
 
     def artifacts(self) -> list:
         """Files the task wrote for the run's tracker: none."""

@@ -2,6 +2,7 @@
 
 Written here rather than taken from torchvision, which does not load with every torch build.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -19,14 +20,14 @@ def _conv_bn(cin: int, cout: int, kernel: int, stride: int = 1) -> list[nn.Modul
 
 class BasicBlock(nn.Module):
     """Two 3x3 convolutions with a shortcut (ResNet-18/34)."""
+
     expansion = 1
 
     def __init__(self, cin: int, width: int, stride: int):
         super().__init__()
         cout = width * self.expansion
         self.body = nn.Sequential(*_conv_bn(cin, width, 3, stride), nn.ReLU(inplace=True), *_conv_bn(width, cout, 3))
-        self.shortcut = (nn.Sequential(*_conv_bn(cin, cout, 1, stride)) if stride != 1 or cin != cout
-                         else nn.Identity())
+        self.shortcut = nn.Sequential(*_conv_bn(cin, cout, 1, stride)) if stride != 1 or cin != cout else nn.Identity()
         nn.init.zeros_(self.body[-1].weight)  # start each block as the identity
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -35,16 +36,20 @@ class BasicBlock(nn.Module):
 
 class Bottleneck(BasicBlock):
     """1x1 -> 3x3 -> 1x1 convolutions with a shortcut, 4x expansion (ResNet-50/101/152)."""
+
     expansion = 4
 
     def __init__(self, cin: int, width: int, stride: int):
         nn.Module.__init__(self)
         cout = width * self.expansion
-        self.body = nn.Sequential(*_conv_bn(cin, width, 1), nn.ReLU(inplace=True),
-                                  *_conv_bn(width, width, 3, stride), nn.ReLU(inplace=True),
-                                  *_conv_bn(width, cout, 1))
-        self.shortcut = (nn.Sequential(*_conv_bn(cin, cout, 1, stride)) if stride != 1 or cin != cout
-                         else nn.Identity())
+        self.body = nn.Sequential(
+            *_conv_bn(cin, width, 1),
+            nn.ReLU(inplace=True),
+            *_conv_bn(width, width, 3, stride),
+            nn.ReLU(inplace=True),
+            *_conv_bn(width, cout, 1),
+        )
+        self.shortcut = nn.Sequential(*_conv_bn(cin, cout, 1, stride)) if stride != 1 or cin != cout else nn.Identity()
         nn.init.zeros_(self.body[-1].weight)
 
 
@@ -56,7 +61,7 @@ def stage_strides(stem: str, num_stages: int) -> tuple[int, ...]:
     4, 8, 16, 32 ... for stem "imagenet"; 1, 2, 4, 8 ... for stem "small"."""
     if stem not in STEM_STRIDES:
         raise ValueError(f"model.stem={stem!r}: choose imagenet or small")
-    return tuple(STEM_STRIDES[stem] * STAGE_STRIDE ** i for i in range(num_stages))
+    return tuple(STEM_STRIDES[stem] * STAGE_STRIDE**i for i in range(num_stages))
 
 
 class ResNet(nn.Module):
@@ -66,16 +71,24 @@ class ResNet(nn.Module):
     `stage_strides()` / `stage_channels()` their strides and channel counts.
     """
 
-    def __init__(self, num_classes: int, block: str = "basic", layers: Sequence[int] = (2, 2, 2, 2),
-                 widths: Sequence[int] = (64, 128, 256, 512), stem: str = "imagenet", in_channels: int = 3):
+    def __init__(
+        self,
+        num_classes: int,
+        block: str = "basic",
+        layers: Sequence[int] = (2, 2, 2, 2),
+        widths: Sequence[int] = (64, 128, 256, 512),
+        stem: str = "imagenet",
+        in_channels: int = 3,
+    ):
         super().__init__()
         if block not in BLOCKS:
             raise ValueError(f"model.block={block!r}: choose one of {', '.join(BLOCKS)}")
         if len(layers) != len(widths):
             raise ValueError(f"model.layers ({len(layers)} stages) and model.widths ({len(widths)}) differ in length")
         if stem == "imagenet":
-            self.stem = nn.Sequential(*_conv_bn(in_channels, widths[0], 7, 2), nn.ReLU(inplace=True),
-                                      nn.MaxPool2d(3, 2, 1))
+            self.stem = nn.Sequential(
+                *_conv_bn(in_channels, widths[0], 7, 2), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)
+            )
         elif stem == "small":
             self.stem = nn.Sequential(*_conv_bn(in_channels, widths[0], 3), nn.ReLU(inplace=True))
         else:
@@ -114,4 +127,4 @@ class ResNet(nn.Module):
 
     def stage_channels(self) -> tuple[int, ...]:
         """The channel count of each stage's output (width times the block's expansion)."""
-        return self._channels[:len(self.stages)]
+        return self._channels[: len(self.stages)]

@@ -1,4 +1,5 @@
 """The classification task on torch: model, loss and metrics, used by the Lightning backend."""
+
 from __future__ import annotations
 
 import torch
@@ -16,8 +17,7 @@ class TorchClassification(nn.Module):
         super().__init__()
         self.model = model
         self.loss_fn = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
-        self.val_metrics = MetricCollection({"acc": MulticlassAccuracy(num_classes, average="micro")},
-                                            prefix="val/")
+        self.val_metrics = MetricCollection({"acc": MulticlassAccuracy(num_classes, average="micro")}, prefix="val/")
 
     @staticmethod
     def unpack(batch: dict) -> tuple[torch.Tensor, torch.Tensor]:

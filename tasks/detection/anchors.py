@@ -43,6 +43,7 @@ against DALI's output in tests/test_detection_anchors.py:
   box listed before it). Drop such boxes before the encoder, and pad ground truth (fn.pad) only
   after it: zero padding boxes would do the same.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -101,31 +102,45 @@ class AnchorSpec:
 def _check_spec(spec: AnchorSpec) -> None:
     levels = len(spec.feature_sizes)
     if spec.image_size <= 0 or levels == 0 or min(spec.feature_sizes) <= 0:
-        raise ValueError(f"AnchorSpec: image_size ({spec.image_size}) and feature_sizes {spec.feature_sizes} "
-                         "must be positive, with at least one level")
+        raise ValueError(
+            f"AnchorSpec: image_size ({spec.image_size}) and feature_sizes {spec.feature_sizes} "
+            "must be positive, with at least one level"
+        )
     if len(spec.scales) != levels + 1:
-        raise ValueError(f"AnchorSpec: scales needs {levels + 1} values (one per level, plus one for the last "
-                         f"level's extra anchor), got {len(spec.scales)}: {spec.scales}")
+        raise ValueError(
+            f"AnchorSpec: scales needs {levels + 1} values (one per level, plus one for the last "
+            f"level's extra anchor), got {len(spec.scales)}: {spec.scales}"
+        )
     if not all(0 < a < b for a, b in zip(spec.scales, spec.scales[1:])) or spec.scales[-1] > 1:
         raise ValueError(f"AnchorSpec: scales must increase within (0, 1], got {spec.scales}")
     if len(spec.aspect_ratios) != levels:
-        raise ValueError(f"AnchorSpec: aspect_ratios needs one tuple per level ({levels}), "
-                         f"got {len(spec.aspect_ratios)}: {spec.aspect_ratios}")
+        raise ValueError(
+            f"AnchorSpec: aspect_ratios needs one tuple per level ({levels}), "
+            f"got {len(spec.aspect_ratios)}: {spec.aspect_ratios}"
+        )
     if any(r < 1 for rs in spec.aspect_ratios for r in rs):
-        raise ValueError(f"AnchorSpec: aspect ratios are width/height >= 1 (each also adds its inverse), "
-                         f"got {spec.aspect_ratios}")
+        raise ValueError(
+            f"AnchorSpec: aspect ratios are width/height >= 1 (each also adds its inverse), got {spec.aspect_ratios}"
+        )
 
 
-def spec_for(image_size: int, strides: tuple[int, ...] = DEFAULT_STRIDES, *,
-             min_scale: float = DEFAULT_MIN_SCALE, max_scale: float = DEFAULT_MAX_SCALE,
-             aspect_ratios: tuple[tuple[float, ...], ...] | None = None) -> AnchorSpec:
+def spec_for(
+    image_size: int,
+    strides: tuple[int, ...] = DEFAULT_STRIDES,
+    *,
+    min_scale: float = DEFAULT_MIN_SCALE,
+    max_scale: float = DEFAULT_MAX_SCALE,
+    aspect_ratios: tuple[tuple[float, ...], ...] | None = None,
+) -> AnchorSpec:
     """The AnchorSpec of a backbone with these strides: feature sizes image_size / stride, scales
     evenly spaced from min_scale to max_scale (one more than levels), and by default one aspect
     ratio (2, hence also 1/2) per level: 4 anchors per cell."""
     bad = [s for s in strides if s <= 0 or image_size % s]
     if bad:
-        raise ValueError(f"image size {image_size} is not a multiple of the strides {bad}: "
-                         "choose data.image_size divisible by every stride")
+        raise ValueError(
+            f"image size {image_size} is not a multiple of the strides {bad}: "
+            "choose data.image_size divisible by every stride"
+        )
     levels = len(strides)
     scales = tuple(float(s) for s in np.linspace(min_scale, max_scale, levels + 1))
     ratios = aspect_ratios if aspect_ratios is not None else ((DEFAULT_ASPECT_RATIO,),) * levels
@@ -137,13 +152,18 @@ def anchor_spec(image_size: int, anchors: Mapping) -> AnchorSpec:
     list applied to every level): the one call the recipe's encoder and both models' heads make."""
     unknown = sorted(set(anchors) - ANCHOR_KEYS)
     if unknown:
-        raise ValueError(f"model.anchors.{unknown[0]} is not an anchor setting: they are "
-                         f"{', '.join(sorted(ANCHOR_KEYS))}")
+        raise ValueError(
+            f"model.anchors.{unknown[0]} is not an anchor setting: they are {', '.join(sorted(ANCHOR_KEYS))}"
+        )
     strides = tuple(int(s) for s in anchors["strides"])
     ratios = tuple(float(r) for r in anchors.get("aspect_ratios", (DEFAULT_ASPECT_RATIO,)))
-    return spec_for(int(image_size), strides, min_scale=float(anchors.get("min_scale", DEFAULT_MIN_SCALE)),
-                    max_scale=float(anchors.get("max_scale", DEFAULT_MAX_SCALE)),
-                    aspect_ratios=(ratios,) * len(strides))
+    return spec_for(
+        int(image_size),
+        strides,
+        min_scale=float(anchors.get("min_scale", DEFAULT_MIN_SCALE)),
+        max_scale=float(anchors.get("max_scale", DEFAULT_MAX_SCALE)),
+        aspect_ratios=(ratios,) * len(strides),
+    )
 
 
 def cell_anchor_sizes(spec: AnchorSpec, level: int) -> np.ndarray:
@@ -168,11 +188,11 @@ def num_anchors(spec: AnchorSpec) -> int:
 
 def _level_boxes(spec: AnchorSpec, level: int) -> np.ndarray:
     f = spec.feature_sizes[level]
-    sizes = cell_anchor_sizes(spec, level)                        # [A, 2]
+    sizes = cell_anchor_sizes(spec, level)  # [A, 2]
     centres = (np.arange(f, dtype=np.float64) + CELL_CENTRE) / f
-    cy, cx = np.meshgrid(centres, centres, indexing="ij")         # [f, f]: row y, column x
-    cxy = np.stack([cx, cy], axis=-1).reshape(f * f, 1, 2)        # row-major cells
-    half = sizes[None, :, :] / 2                                  # [1, A, 2]
+    cy, cx = np.meshgrid(centres, centres, indexing="ij")  # [f, f]: row y, column x
+    cxy = np.stack([cx, cy], axis=-1).reshape(f * f, 1, 2)  # row-major cells
+    half = sizes[None, :, :] / 2  # [1, A, 2]
     return np.concatenate([cxy - half, cxy + half], axis=-1).reshape(-1, BOX_VALUES)
 
 
@@ -233,7 +253,7 @@ def match_anchors(boxes_ltrb: np.ndarray, anchors: np.ndarray, iou_threshold: fl
     (every box keeps its best anchor; otherwise IoU > iou_threshold)."""
     if len(boxes_ltrb) == 0:
         return np.full(len(anchors), -1, dtype=np.int64)
-    ious = iou_matrix(boxes_ltrb.astype(np.float32), anchors.astype(np.float32))   # [M, N]
+    ious = iou_matrix(boxes_ltrb.astype(np.float32), anchors.astype(np.float32))  # [M, N]
     ious[np.arange(len(boxes_ltrb)), _last_argmax(ious, axis=1)] = FORCED_MATCH_IOU
     best_box = _last_argmax(ious, axis=0)
     matched = ious[best_box, np.arange(len(anchors))] > iou_threshold
@@ -248,8 +268,9 @@ def _offsets(boxes_ltrb: np.ndarray, anchors: np.ndarray) -> np.ndarray:
     return (raw - means) / stds
 
 
-def encode(boxes_ltrb: np.ndarray, labels: np.ndarray, anchors: np.ndarray,
-           iou_threshold: float = MATCH_IOU) -> tuple[np.ndarray, np.ndarray]:
+def encode(
+    boxes_ltrb: np.ndarray, labels: np.ndarray, anchors: np.ndarray, iou_threshold: float = MATCH_IOU
+) -> tuple[np.ndarray, np.ndarray]:
     """(loc [N, 4] float32, cls [N] int32) for one image's ground truth (boxes [M, 4] ltrb normalized,
     labels [M] in 1..K): the reference of what fn.box_encoder(**box_encoder_args(anchors)) emits."""
     boxes_ltrb = np.asarray(boxes_ltrb, dtype=np.float32).reshape(-1, BOX_VALUES)

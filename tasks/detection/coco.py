@@ -16,6 +16,7 @@ every file (a file listing its categories out of order is read through a cleaned
 Fixable problems (boxes partly outside their image, boxes of no area) are fixed in that cleaned copy,
 with a logged count; the others end in one line naming the file.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,9 +42,9 @@ def default_annotations(images_dir: str, annotations_dir: str = "annotations") -
     return f"{annotations_dir}/{annotation_file_name(images_dir)}"
 
 
-MIN_BOX_SIDE = 0.1   # DALI's readers.coco ignores boxes thinner than this (its size_threshold): such boxes are dropped
-CLEAN_FORMAT = 1     # bump when cleaning changes: cleaned copies made by older code are then made again
-MAX_IDS_SHOWN = 12   # ids named in one error message at most
+MIN_BOX_SIDE = 0.1  # DALI's readers.coco ignores boxes thinner than this (its size_threshold): such boxes are dropped
+CLEAN_FORMAT = 1  # bump when cleaning changes: cleaned copies made by older code are then made again
+MAX_IDS_SHOWN = 12  # ids named in one error message at most
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class CocoSplit:
     `annotation_file` is the user's file, or the cleaned copy written when something had to be fixed.
     `num_boxes` counts the boxes DALI reads (crowd boxes included).
     """
+
     images_dir: Path
     annotation_file: Path
     num_images: int
@@ -64,6 +66,7 @@ class CocoSplit:
 @dataclass(frozen=True)
 class CocoInfo:
     """A checked COCO dataset: its root and its train and val splits (which have the same categories)."""
+
     root: Path
     train: CocoSplit
     val: CocoSplit
@@ -95,9 +98,13 @@ class CocoInfo:
 
     def params(self) -> dict:
         """What is logged to MLflow about the data."""
-        return {"dataset/num_classes": self.num_classes, "dataset/num_train": self.num_train,
-                "dataset/num_val": self.num_val, "dataset/train_boxes": self.train.num_boxes,
-                "dataset/val_boxes": self.val.num_boxes}
+        return {
+            "dataset/num_classes": self.num_classes,
+            "dataset/num_train": self.num_train,
+            "dataset/num_val": self.num_val,
+            "dataset/train_boxes": self.train.num_boxes,
+            "dataset/val_boxes": self.val.num_boxes,
+        }
 
 
 def contiguous_labels(category_ids: Iterable[int]) -> dict[int, int]:
@@ -114,23 +121,30 @@ def _shown(ids: Iterable) -> str:
 def load_coco_json(annotation_file: Path) -> dict:
     """The parsed annotation file: an object with `images`, `annotations` and `categories` lists, or an error."""
     if not annotation_file.is_file():
-        raise HydraliError(f"{annotation_file} is missing: put the COCO annotation file there or point "
-                           f"the data config's annotation path at it")
+        raise HydraliError(
+            f"{annotation_file} is missing: put the COCO annotation file there or point "
+            f"the data config's annotation path at it"
+        )
     text = annotation_file.read_bytes()
     if not text.strip():
         raise HydraliError(f"{annotation_file} is empty: replace it with the COCO annotation file")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
-        raise HydraliError(f"{annotation_file} is not valid JSON (line {err.lineno}, column {err.colno}: "
-                           f"{err.msg}): fix or replace the file") from None
+        raise HydraliError(
+            f"{annotation_file} is not valid JSON (line {err.lineno}, column {err.colno}: "
+            f"{err.msg}): fix or replace the file"
+        ) from None
     except UnicodeDecodeError:
-        raise HydraliError(f"{annotation_file} is not JSON text (it is not UTF-8): replace it with the "
-                           f"COCO annotation file") from None
+        raise HydraliError(
+            f"{annotation_file} is not JSON text (it is not UTF-8): replace it with the COCO annotation file"
+        ) from None
     for key in ("images", "annotations", "categories"):
         if not isinstance(data, dict) or not isinstance(data.get(key), list):
-            raise HydraliError(f"{annotation_file} has no `{key}` list: a COCO annotation file is a JSON object "
-                               f"with `images`, `annotations` and `categories` lists")
+            raise HydraliError(
+                f"{annotation_file} has no `{key}` list: a COCO annotation file is a JSON object "
+                f"with `images`, `annotations` and `categories` lists"
+            )
     return data
 
 
@@ -145,8 +159,9 @@ def _categories(data: dict, annotation_file: Path) -> dict[int, str]:
     for entry in data["categories"]:
         cid = entry.get("id") if isinstance(entry, dict) else None
         if not isinstance(cid, int) or isinstance(cid, bool):
-            raise HydraliError(f"{annotation_file}: category {str(entry)[:80]} has no integer `id`: "
-                               f"give every category one")
+            raise HydraliError(
+                f"{annotation_file}: category {str(entry)[:80]} has no integer `id`: give every category one"
+            )
         if cid in categories:
             raise HydraliError(f"{annotation_file}: category id {cid} is listed twice: give each category its own id")
         categories[cid] = str(entry.get("name", cid))
@@ -160,14 +175,16 @@ def _images(data: dict, annotation_file: Path) -> dict[int, dict]:
     images: dict[int, dict] = {}
     for entry in data["images"]:
         if not isinstance(entry, dict) or not isinstance(entry.get("file_name"), str) or "id" not in entry:
-            raise HydraliError(f"{annotation_file}: image {str(entry)[:80]} has no `id` or `file_name`: "
-                               f"give every image both")
+            raise HydraliError(
+                f"{annotation_file}: image {str(entry)[:80]} has no `id` or `file_name`: give every image both"
+            )
         name = f"image id={entry['id']!r} ({entry['file_name']})"
         if not isinstance(entry["id"], int) or isinstance(entry["id"], bool):
             raise HydraliError(f"{annotation_file}: {name} has an `id` that is not an integer: number the images")
         if not all(_is_number(entry.get(k)) and entry[k] > 0 for k in ("width", "height")):
-            raise HydraliError(f"{annotation_file}: {name} has no positive `width` and `height`: add its size in "
-                               f"pixels to the file")
+            raise HydraliError(
+                f"{annotation_file}: {name} has no positive `width` and `height`: add its size in pixels to the file"
+            )
         if entry["id"] in images:
             raise HydraliError(f"{annotation_file}: image id {entry['id']} is listed twice: give each image its own id")
         images[entry["id"]] = entry
@@ -178,7 +195,7 @@ def _images(data: dict, annotation_file: Path) -> dict[int, dict]:
 
 def _check_image_files(images_dir: Path, images: dict[int, dict], annotation_file: Path) -> None:
     """Fail, naming the first, when image files listed in the annotation file are not in `images_dir`."""
-    present = {entry.name for entry in os.scandir(images_dir)}   # one listing, not a look-up per image
+    present = {entry.name for entry in os.scandir(images_dir)}  # one listing, not a look-up per image
 
     def on_disk(name: str) -> bool:
         return name in present or ("/" in name and (images_dir / name).is_file())
@@ -186,13 +203,16 @@ def _check_image_files(images_dir: Path, images: dict[int, dict], annotation_fil
     missing = [e["file_name"] for e in images.values() if not on_disk(e["file_name"])]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise HydraliError(f"{images_dir / missing[0]}{more}, listed in {annotation_file}, is missing: put the "
-                           f"images in {images_dir} or remove them from the annotation file")
+        raise HydraliError(
+            f"{images_dir / missing[0]}{more}, listed in {annotation_file}, is missing: put the "
+            f"images in {images_dir} or remove them from the annotation file"
+        )
 
 
 @dataclass
 class _Fixes:
     """What cleaning changed in one annotation file."""
+
     clipped: int = 0
     dropped: int = 0
     no_area: int = 0
@@ -204,12 +224,14 @@ class _Fixes:
 
     def describe(self) -> str:
         """What was changed, in words."""
-        parts = [f"clipped {self.clipped} box(es) partly outside their image to it" if self.clipped else "",
-                 f"dropped {self.dropped} box(es) of zero area (a side under {MIN_BOX_SIDE} px once clipped)"
-                 if self.dropped else "",
-                 f"gave {self.no_area} box(es) without `area` their box's area" if self.no_area else "",
-                 "sorted the categories by id (DALI numbers labels in the file's order)"
-                 if self.categories_sorted else ""]
+        parts = [
+            f"clipped {self.clipped} box(es) partly outside their image to it" if self.clipped else "",
+            f"dropped {self.dropped} box(es) of zero area (a side under {MIN_BOX_SIDE} px once clipped)"
+            if self.dropped
+            else "",
+            f"gave {self.no_area} box(es) without `area` their box's area" if self.no_area else "",
+            "sorted the categories by id (DALI numbers labels in the file's order)" if self.categories_sorted else "",
+        ]
         return ", ".join(p for p in parts if p)
 
 
@@ -217,8 +239,10 @@ def _checked_box(annotation: dict, annotation_file: Path) -> list[float]:
     """The annotation's [x, y, w, h], checked to be four numbers."""
     box = annotation.get("bbox")
     if not (isinstance(box, list) and len(box) == 4 and all(_is_number(v) for v in box)):
-        raise HydraliError(f"{annotation_file}: annotation id={annotation.get('id')} has bbox={box!r}: "
-                           f"it must be [x, y, width, height] in pixels")
+        raise HydraliError(
+            f"{annotation_file}: annotation id={annotation.get('id')} has bbox={box!r}: "
+            f"it must be [x, y, width, height] in pixels"
+        )
     return box
 
 
@@ -237,13 +261,17 @@ def _image_of(annotation, images: dict[int, dict], categories: dict[int, str], a
         raise HydraliError(f"{annotation_file}: annotation {str(annotation)[:80]} is not an object: fix the file")
     image = images.get(annotation.get("image_id"))
     if image is None:
-        raise HydraliError(f"{annotation_file}: annotation id={annotation.get('id')} has image_id="
-                           f"{annotation.get('image_id')!r}, which is not among the file's images: "
-                           f"fix its image_id or remove it")
+        raise HydraliError(
+            f"{annotation_file}: annotation id={annotation.get('id')} has image_id="
+            f"{annotation.get('image_id')!r}, which is not among the file's images: "
+            f"fix its image_id or remove it"
+        )
     if annotation.get("category_id") not in categories:
-        raise HydraliError(f"{annotation_file}: annotation id={annotation.get('id')} has category_id="
-                           f"{annotation.get('category_id')!r}, not one of the file's category ids "
-                           f"({_shown(sorted(categories))}): fix it or add the category")
+        raise HydraliError(
+            f"{annotation_file}: annotation id={annotation.get('id')} has category_id="
+            f"{annotation.get('category_id')!r}, not one of the file's category ids "
+            f"({_shown(sorted(categories))}): fix it or add the category"
+        )
     return image
 
 
@@ -257,16 +285,17 @@ def _fixed(annotation: dict, image: dict, fixes: _Fixes, annotation_file: Path) 
     if clipped is not box:
         fixes.clipped += 1
         annotation = {**annotation, "bbox": clipped}
-        if _is_number(annotation.get("area")):   # what is left of the object cannot exceed its clipped box
+        if _is_number(annotation.get("area")):  # what is left of the object cannot exceed its clipped box
             annotation["area"] = min(annotation["area"], clipped[2] * clipped[3])
-    if not _is_number(annotation.get("area")):   # COCO's evaluation needs an area (it sorts boxes into sizes by it)
+    if not _is_number(annotation.get("area")):  # COCO's evaluation needs an area (it sorts boxes into sizes by it)
         fixes.no_area += 1
         annotation = {**annotation, "area": clipped[2] * clipped[3]}
     return annotation
 
 
-def _clean_annotations(data: dict, images: dict[int, dict], categories: dict[int, str],
-                       annotation_file: Path) -> tuple[list[dict], _Fixes]:
+def _clean_annotations(
+    data: dict, images: dict[int, dict], categories: dict[int, str], annotation_file: Path
+) -> tuple[list[dict], _Fixes]:
     """The annotations checked (known image and category, a box) and cleaned (clipped, degenerate boxes dropped)."""
     fixes, kept = _Fixes(), []
     for annotation in data["annotations"]:
@@ -280,14 +309,18 @@ def _clean_annotations(data: dict, images: dict[int, dict], categories: dict[int
 def _write_clean_copy(data: dict, target: Path, source: Path) -> None:
     """Write `data` as JSON to `target` atomically, unless a copy made from this very `source` is already there."""
     stat = source.stat()
-    stamp = {"source": str(source.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-             "format": CLEAN_FORMAT}
+    stamp = {
+        "source": str(source.resolve()),
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+        "format": CLEAN_FORMAT,
+    }
     stamp_file = target.with_name(target.name + ".source.json")
     try:
         if target.is_file() and json.loads(stamp_file.read_text()) == stamp:
             return
     except (OSError, ValueError):
-        pass   # no usable stamp: write the copy again
+        pass  # no usable stamp: write the copy again
     target.parent.mkdir(parents=True, exist_ok=True)
     for path, content in ((target, data), (stamp_file, stamp)):
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
@@ -304,8 +337,9 @@ def scan_coco_split(images_dir: Path, annotation_file: Path, clean_file: Path) -
     are logged (one warning line) and the split reads the cleaned file. Images without boxes are kept.
     """
     if not images_dir.is_dir():
-        raise HydraliError(f"{images_dir} is missing: put the split's images there or point the data config "
-                           f"at their folder")
+        raise HydraliError(
+            f"{images_dir} is missing: put the split's images there or point the data config at their folder"
+        )
     data = load_coco_json(annotation_file)
     categories = _categories(data, annotation_file)
     images = _images(data, annotation_file)
@@ -314,13 +348,11 @@ def scan_coco_split(images_dir: Path, annotation_file: Path, clean_file: Path) -
     ids = tuple(sorted(categories))
     fixes.categories_sorted = tuple(categories) != ids
     if fixes.any():
-        cleaned = {**data, "annotations": annotations,
-                   "categories": sorted(data["categories"], key=lambda c: c["id"])}
+        cleaned = {**data, "annotations": annotations, "categories": sorted(data["categories"], key=lambda c: c["id"])}
         _write_clean_copy(cleaned, clean_file, annotation_file)
         log.warning("%s: %s; reading the cleaned copy %s", annotation_file, fixes.describe(), clean_file)
         annotation_file = clean_file
-    return CocoSplit(images_dir, annotation_file, len(images), len(annotations), ids,
-                     tuple(categories[i] for i in ids))
+    return CocoSplit(images_dir, annotation_file, len(images), len(annotations), ids, tuple(categories[i] for i in ids))
 
 
 def _category_difference(train: CocoSplit, val: CocoSplit) -> str:
@@ -332,9 +364,15 @@ def _category_difference(train: CocoSplit, val: CocoSplit) -> str:
     return f"only in train: {only_train or 'none'}; only in val: {only_val or 'none'}"
 
 
-def scan_coco(root: str | os.PathLike, *, train_dir: str = "train2017", val_dir: str = "val2017",
-              train_annotations: str | os.PathLike | None = None, val_annotations: str | os.PathLike | None = None,
-              clean_dir: str | os.PathLike) -> CocoInfo:
+def scan_coco(
+    root: str | os.PathLike,
+    *,
+    train_dir: str = "train2017",
+    val_dir: str = "val2017",
+    train_annotations: str | os.PathLike | None = None,
+    val_annotations: str | os.PathLike | None = None,
+    clean_dir: str | os.PathLike,
+) -> CocoInfo:
     """Check a COCO dataset under `root` and count it: every problem a user must fix is a one-line HydraliError.
 
     `train_dir`/`val_dir` are the image folders, `train_annotations`/`val_annotations` the annotation
@@ -344,15 +382,20 @@ def scan_coco(root: str | os.PathLike, *, train_dir: str = "train2017", val_dir:
     """
     root = Path(root)
     if not root.is_dir():
-        raise HydraliError(f"data.root={root} does not exist: point data.root at a COCO folder holding "
-                           f"{train_dir}/, {val_dir}/ and the annotation files")
+        raise HydraliError(
+            f"data.root={root} does not exist: point data.root at a COCO folder holding "
+            f"{train_dir}/, {val_dir}/ and the annotation files"
+        )
     splits = {}
     for split, images_dir, given in (("train", train_dir, train_annotations), ("val", val_dir, val_annotations)):
         annotation_file = root / (given if given is not None else default_annotations(images_dir))
-        splits[split] = scan_coco_split(root / images_dir, annotation_file,
-                                        Path(clean_dir) / split / annotation_file.name)
+        splits[split] = scan_coco_split(
+            root / images_dir, annotation_file, Path(clean_dir) / split / annotation_file.name
+        )
     train, val = splits["train"], splits["val"]
     if (train.category_ids, train.category_names) != (val.category_ids, val.category_names):
-        raise HydraliError(f"{train.annotation_file} and {val.annotation_file} have different categories "
-                           f"({_category_difference(train, val)}): give both files the same categories")
+        raise HydraliError(
+            f"{train.annotation_file} and {val.annotation_file} have different categories "
+            f"({_category_difference(train, val)}): give both files the same categories"
+        )
     return CocoInfo(root, train, val)

@@ -22,6 +22,7 @@ processes and adds to one :class:`CocoEvaluator`, as validation.py does with `ga
         evaluator.add(detections, image_ids)   # images already added are skipped
     metrics = evaluator.compute()               # {"val/map": ..., "val/map50": ...}
 """
+
 from __future__ import annotations
 
 import copy
@@ -56,7 +57,7 @@ def _silent(*args: Any, **kwargs: Any) -> None:
 def load_ground_truth(source: str | os.PathLike | Mapping) -> dict:
     """The COCO ground truth as a dict (a deep copy when given a dict), checked for its three lists."""
     if not isinstance(source, Mapping):
-        return load_coco_json(Path(source))   # a file: the dataset checks' loader, one-line errors
+        return load_coco_json(Path(source))  # a file: the dataset checks' loader, one-line errors
     data = copy.deepcopy(dict(source))
     missing = [key for key in GROUND_TRUTH_KEYS if not isinstance(data.get(key), list)]
     if missing:
@@ -71,8 +72,11 @@ def category_ids_of(ground_truth: Mapping) -> list[int]:
 
 def image_sizes_of(ground_truth: Mapping) -> dict[int, tuple[int, int]]:
     """(height, width) of each image of the ground truth that states both, by image id."""
-    return {int(image["id"]): (int(image["height"]), int(image["width"]))
-            for image in ground_truth["images"] if "height" in image and "width" in image}
+    return {
+        int(image["id"]): (int(image["height"]), int(image["width"]))
+        for image in ground_truth["images"]
+        if "height" in image and "width" in image
+    }
 
 
 def _rows(array: Any, count: int | None, columns: int | None = None) -> np.ndarray:
@@ -84,7 +88,7 @@ def _rows(array: Any, count: int | None, columns: int | None = None) -> np.ndarr
             raise ValueError(f"boxes must have shape (detections, {columns}), got {rows.shape}")
     else:
         rows = rows.reshape(-1)
-    return rows if count is None else rows[:int(count)]
+    return rows if count is None else rows[: int(count)]
 
 
 def _pixel_xywh(boxes: np.ndarray, height: float, width: float) -> np.ndarray:
@@ -99,14 +103,22 @@ def _file_category_ids(labels: np.ndarray, category_ids: Sequence[int]) -> np.nd
     labels = np.rint(labels).astype(np.int64)
     too_high = labels[labels > len(category_ids)]
     if too_high.size:
-        raise ValueError(f"label {int(too_high[0])} is above the {len(category_ids)} categories "
-                         f"of the annotation file (labels run 1..{len(category_ids)}, 0 = background)")
+        raise ValueError(
+            f"label {int(too_high[0])} is above the {len(category_ids)} categories "
+            f"of the annotation file (labels run 1..{len(category_ids)}, 0 = background)"
+        )
     return np.asarray(category_ids, dtype=np.int64)[labels - FIRST_OBJECT_LABEL]
 
 
-def image_detections(image_id: int, boxes: Any, scores: Any, labels: Any,
-                     image_size: tuple[int, int], category_ids: Sequence[int],
-                     count: int | None = None) -> list[dict]:
+def image_detections(
+    image_id: int,
+    boxes: Any,
+    scores: Any,
+    labels: Any,
+    image_size: tuple[int, int],
+    category_ids: Sequence[int],
+    count: int | None = None,
+) -> list[dict]:
     """COCO result dicts for one image; see :func:`to_coco_detections` for the arguments."""
     boxes = _rows(boxes, count, BOX_VALUES)
     scores, labels = _rows(scores, count), _rows(labels, count)
@@ -117,16 +129,20 @@ def image_detections(image_id: int, boxes: Any, scores: Any, labels: Any,
     # keras-hub); NaN compares False, so a NaN box or score is dropped here too
     keep = (np.rint(labels) >= FIRST_OBJECT_LABEL) & (xywh[:, 2] > 0) & (xywh[:, 3] > 0) & np.isfinite(scores)
     category = _file_category_ids(labels[keep], category_ids)
-    return [{"image_id": int(image_id), "category_id": int(cat), "bbox": box, "score": score}
-            for cat, box, score in zip(category.tolist(), xywh[keep].tolist(), scores[keep].tolist())]
+    return [
+        {"image_id": int(image_id), "category_id": int(cat), "bbox": box, "score": score}
+        for cat, box, score in zip(category.tolist(), xywh[keep].tolist(), scores[keep].tolist())
+    ]
 
 
 def _check_one_per_image(image_ids: Sequence[int], *per_image: Sequence[Any] | None) -> None:
     """Refuses per-image arguments (None: not given) whose length differs from image_ids'."""
     lengths = {len(values) for values in per_image if values is not None}
     if lengths - {len(image_ids)}:
-        raise ValueError(f"{len(image_ids)} image ids, but per-image arguments of lengths {sorted(lengths)}: "
-                         "boxes, scores, labels, image_sizes and counts need one item per image")
+        raise ValueError(
+            f"{len(image_ids)} image ids, but per-image arguments of lengths {sorted(lengths)}: "
+            "boxes, scores, labels, image_sizes and counts need one item per image"
+        )
 
 
 def _select(values: Sequence[Any] | None, positions: Sequence[int]) -> list[Any] | None:
@@ -134,9 +150,15 @@ def _select(values: Sequence[Any] | None, positions: Sequence[int]) -> list[Any]
     return None if values is None else [values[position] for position in positions]
 
 
-def to_coco_detections(image_ids: Sequence[int], boxes: Sequence[Any], scores: Sequence[Any],
-                       labels: Sequence[Any], image_sizes: Sequence[tuple[int, int]],
-                       category_ids: Sequence[int], counts: Sequence[int] | None = None) -> list[dict]:
+def to_coco_detections(
+    image_ids: Sequence[int],
+    boxes: Sequence[Any],
+    scores: Sequence[Any],
+    labels: Sequence[Any],
+    image_sizes: Sequence[tuple[int, int]],
+    category_ids: Sequence[int],
+    counts: Sequence[int] | None = None,
+) -> list[dict]:
     """A batch of model outputs as COCO result dicts, in the file's category ids and original pixels.
 
     One item per image in every sequence (lists of per-image arrays, or padded arrays whose
@@ -157,13 +179,11 @@ def to_coco_detections(image_ids: Sequence[int], boxes: Sequence[Any], scores: S
     detections: list[dict] = []
     for args in zip(image_ids, boxes, scores, labels, image_sizes, per_image_counts):
         image_id, image_boxes, image_scores, image_labels, size, count = args
-        detections += image_detections(image_id, image_boxes, image_scores, image_labels,
-                                       size, category_ids, count)
+        detections += image_detections(image_id, image_boxes, image_scores, image_labels, size, category_ids, count)
     return detections
 
 
-def coco_map(ground_truth: COCO, detections: list[dict],
-             image_ids: Iterable[int] | None = None) -> dict[str, float]:
+def coco_map(ground_truth: COCO, detections: list[dict], image_ids: Iterable[int] | None = None) -> dict[str, float]:
     """{"val/map": mAP@[.5:.95], "val/map50": mAP@.5} of the detections, as pycocotools computes them.
 
     ground_truth: the ground truth as faster-coco-eval's ``COCO``; image_ids: the images to
@@ -224,9 +244,15 @@ class CocoEvaluator:
         self._detections: list[dict] = []
         self._seen: set[int] = set()
 
-    def add_batch(self, image_ids: Sequence[int], boxes: Sequence[Any], scores: Sequence[Any],
-                  labels: Sequence[Any], image_sizes: Sequence[tuple[int, int]] | None = None,
-                  counts: Sequence[int] | None = None) -> None:
+    def add_batch(
+        self,
+        image_ids: Sequence[int],
+        boxes: Sequence[Any],
+        scores: Sequence[Any],
+        labels: Sequence[Any],
+        image_sizes: Sequence[tuple[int, int]] | None = None,
+        counts: Sequence[int] | None = None,
+    ) -> None:
         """Adds a batch of model outputs (arguments as in :func:`to_coco_detections`).
 
         image_sizes: (height, width) of the original images; None takes them from the
@@ -239,8 +265,14 @@ class CocoEvaluator:
         sizes = self._sizes_of(image_ids) if image_sizes is None else image_sizes
         fresh = self._first_occurrences(image_ids)
         self._detections += to_coco_detections(
-            _select(image_ids, fresh), _select(boxes, fresh), _select(scores, fresh), _select(labels, fresh),
-            _select(sizes, fresh), self._category_ids, _select(counts, fresh))
+            _select(image_ids, fresh),
+            _select(boxes, fresh),
+            _select(scores, fresh),
+            _select(labels, fresh),
+            _select(sizes, fresh),
+            self._category_ids,
+            _select(counts, fresh),
+        )
         self._seen.update(image_ids)
 
     def add(self, detections: Iterable[Mapping], image_ids: Iterable[int] | None = None) -> None:
@@ -279,8 +311,10 @@ class CocoEvaluator:
         """(height, width) of each image, from the annotation file."""
         missing = [image_id for image_id in image_ids if image_id not in self._image_sizes]
         if missing:
-            raise ValueError(f"the annotation file gives no width/height for image id(s) {missing[:5]}: "
-                             f"pass image_sizes to add_batch")
+            raise ValueError(
+                f"the annotation file gives no width/height for image id(s) {missing[:5]}: "
+                f"pass image_sizes to add_batch"
+            )
         return [self._image_sizes[image_id] for image_id in image_ids]
 
     def _check_images(self, image_ids: Iterable[int]) -> None:
@@ -293,5 +327,7 @@ class CocoEvaluator:
         """Refuses category ids that the annotation file does not list (a label mapped wrongly)."""
         unknown = sorted({int(d["category_id"]) for d in detections} - self._known_categories)
         if unknown:
-            raise ValueError(f"category id(s) {unknown[:5]} are not in the annotation file's categories "
-                             f"{self._category_ids}: were contiguous labels mapped back?")
+            raise ValueError(
+                f"category id(s) {unknown[:5]} are not in the annotation file's categories "
+                f"{self._category_ids}: were contiguous labels mapped back?"
+            )

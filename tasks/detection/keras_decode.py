@@ -1,6 +1,7 @@
 """From an SSD head's outputs to detections, in TensorFlow (graph-mode safe, static output sizes): box decoding
 (the inverse of DALI's fn.box_encoder, see anchors.py) and per-image detections (softmax, top-k (anchor, class) pairs,
 per-class NMS through tf.image.combined_non_max_suppression). torch_decode.py is the torch counterpart."""
+
 from __future__ import annotations
 
 import tensorflow as tf
@@ -34,20 +35,21 @@ def _top_candidates(raw: tf.Tensor, anchors, pre_nms_top_k: int) -> tuple[tf.Ten
     """Per image, the pre_nms_top_k best (anchor, class) pairs over all foreground classes, as torch_decode
     picks them: their boxes [B, k, 4] ltrb clipped to [0, 1], and scores [B, k, K] holding each pair's softmax
     probability at its class and 0 elsewhere (so that NMS sees each pair under its own class only)."""
-    foreground = tf.nn.softmax(raw[..., BOX_VALUES:], axis=-1)[..., FIRST_OBJECT_LABEL:]    # [B, N, K]
+    foreground = tf.nn.softmax(raw[..., BOX_VALUES:], axis=-1)[..., FIRST_OBJECT_LABEL:]  # [B, N, K]
     num_classes = foreground.shape[-1]
-    flat = tf.reshape(foreground, (tf.shape(foreground)[0], -1))                        # [B, N * K]
+    flat = tf.reshape(foreground, (tf.shape(foreground)[0], -1))  # [B, N * K]
     pairs = flat.shape[1]  # static where known, so that k (and the shapes after it) is static too
     k = min(pre_nms_top_k, pairs) if pairs is not None else tf.minimum(pre_nms_top_k, tf.shape(flat)[1])
-    score, index = tf.math.top_k(flat, k=k, sorted=True)                                # [B, k]
+    score, index = tf.math.top_k(flat, k=k, sorted=True)  # [B, k]
     anchor_index, class_index = index // num_classes, index % num_classes
     loc = tf.gather(raw[..., :BOX_VALUES], anchor_index, batch_dims=1)
     boxes = tf.clip_by_value(decode_boxes(loc, tf.gather(anchors, anchor_index)), BOX_MIN, BOX_MAX)
     return boxes, tf.one_hot(class_index, num_classes, dtype=score.dtype) * score[..., None]
 
 
-def decode_detections(raw, anchors, *, score_threshold: float, iou_threshold: float, pre_nms_top_k: int,
-                      max_detections: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+def decode_detections(
+    raw, anchors, *, score_threshold: float, iou_threshold: float, pre_nms_top_k: int, max_detections: int
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
     """Detections per image from the model's output raw [B, N, 4 + 1 + K] against anchors [N, 4] ltrb:
     boxes [B, M, 4] ltrb in [0, 1], scores [B, M], labels [B, M] int32 (1..K), counts [B] int32, M =
     max_detections; per image the first counts[i] rows are its detections by decreasing score, the rest
@@ -61,9 +63,15 @@ def decode_detections(raw, anchors, *, score_threshold: float, iou_threshold: fl
     anchors = tf.cast(anchors, tf.float32)
     boxes, scores = _top_candidates(raw, anchors, pre_nms_top_k)
     nms = tf.image.combined_non_max_suppression(
-        _swap_ltrb_yxyx(boxes)[:, :, None, :], scores, max_output_size_per_class=max_detections,
-        max_total_size=max_detections, iou_threshold=iou_threshold, score_threshold=score_threshold,
-        pad_per_class=False, clip_boxes=True)
+        _swap_ltrb_yxyx(boxes)[:, :, None, :],
+        scores,
+        max_output_size_per_class=max_detections,
+        max_total_size=max_detections,
+        iou_threshold=iou_threshold,
+        score_threshold=score_threshold,
+        pad_per_class=False,
+        clip_boxes=True,
+    )
     counts = tf.cast(nms.valid_detections, tf.int32)
     valid = tf.range(max_detections)[None, :] < counts[:, None]
     labels = tf.where(valid, tf.cast(nms.nmsed_classes, tf.int32) + FIRST_OBJECT_LABEL, BACKGROUND)

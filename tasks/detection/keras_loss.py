@@ -1,6 +1,7 @@
 """The SSD multibox loss in Keras 3 (the same per-image values as the torch side): smooth-L1 on the
 positive anchors' box offsets plus a class loss, hard-negative-mined cross-entropy or softmax focal loss,
 divided by the number of positive anchors."""
+
 from __future__ import annotations
 
 import keras
@@ -10,7 +11,7 @@ from hydrali.tasks.detection.layout import BACKGROUND, BOX_VALUES, LABEL_COLUMN
 from hydrali.tasks.detection.spec import DetectionLoss, DetectionTaskConfig
 
 SMOOTH_L1_BETA = 1.0  # smooth L1: 0.5 d**2 / beta where |d| < beta, else |d| - 0.5 * beta
-DEFAULTS = DetectionTaskConfig   # the loss's settings default to the schema's defaults (task.*)
+DEFAULTS = DetectionTaskConfig  # the loss's settings default to the schema's defaults (task.*)
 EXCLUDED_CE = -1.0  # positives' place in the ranking of negatives: below any cross-entropy (>= 0)
 MIN_NORMALIZER = 1.0  # images without positives are divided by 1
 
@@ -26,9 +27,9 @@ def hard_negative_sum(ce, positive, neg_pos_ratio: float):
     k_i = min(floor(neg_pos_ratio * positives_i), negatives_i) (positive [B, N] bool)."""
     num_pos = ops.sum(ops.cast(positive, "float32"), axis=1)
     num_anchors = ops.cast(ops.shape(ce)[1], "float32")
-    k = ops.minimum(ops.floor(neg_pos_ratio * num_pos), num_anchors - num_pos)          # [B]
+    k = ops.minimum(ops.floor(neg_pos_ratio * num_pos), num_anchors - num_pos)  # [B]
     negatives_ce = ops.where(positive, EXCLUDED_CE, ce)
-    descending = ops.flip(ops.sort(negatives_ce, axis=-1), axis=-1)                       # [B, N]
+    descending = ops.flip(ops.sort(negatives_ce, axis=-1), axis=-1)  # [B, N]
     ranks = ops.cast(ops.arange(ops.shape(ce)[1]), "float32")
     return ops.sum(ops.where(ranks[None, :] < k[:, None], descending, 0.0), axis=1)
 
@@ -47,10 +48,12 @@ def _focal_conf(log_p, positive, alpha: float, gamma: float):
 
 # task.loss -> its class term [B] of (log p of each anchor's label [B, N], positive [B, N], the loss's settings)
 CLASS_LOSSES = {
-    DetectionLoss.hard_negatives:
-        lambda log_p, pos, settings: _hard_negative_conf(log_p, pos, settings["neg_pos_ratio"]),
-    DetectionLoss.focal:
-        lambda log_p, pos, settings: _focal_conf(log_p, pos, settings["focal_alpha"], settings["focal_gamma"]),
+    DetectionLoss.hard_negatives: lambda log_p, pos, settings: _hard_negative_conf(
+        log_p, pos, settings["neg_pos_ratio"]
+    ),
+    DetectionLoss.focal: lambda log_p, pos, settings: _focal_conf(
+        log_p, pos, settings["focal_alpha"], settings["focal_gamma"]
+    ),
 }
 
 
@@ -65,9 +68,15 @@ class MultiboxLoss(keras.losses.Loss):
     anchors, 1 - focal_alpha for background ones; focal_gamma) over every anchor.
     """
 
-    def __init__(self, kind: str = DEFAULTS.loss, neg_pos_ratio: float = DEFAULTS.neg_pos_ratio,
-                 focal_alpha: float = DEFAULTS.focal_alpha, focal_gamma: float = DEFAULTS.focal_gamma,
-                 name: str = "multibox", **kwargs):
+    def __init__(
+        self,
+        kind: str = DEFAULTS.loss,
+        neg_pos_ratio: float = DEFAULTS.neg_pos_ratio,
+        focal_alpha: float = DEFAULTS.focal_alpha,
+        focal_gamma: float = DEFAULTS.focal_gamma,
+        name: str = "multibox",
+        **kwargs,
+    ):
         kind = DetectionLoss.of(kind, "task.loss")
         super().__init__(name=name, **kwargs)
         self.kind = kind.value
@@ -83,15 +92,24 @@ class MultiboxLoss(keras.losses.Loss):
         positive = labels > BACKGROUND
         positive_f = ops.cast(positive, "float32")
         num_pos = ops.sum(positive_f, axis=1)
-        loc = ops.sum(ops.sum(smooth_l1(raw[..., :BOX_VALUES] - targets[..., :BOX_VALUES]), axis=-1) * positive_f,
-                      axis=1)
+        loc = ops.sum(
+            ops.sum(smooth_l1(raw[..., :BOX_VALUES] - targets[..., :BOX_VALUES]), axis=-1) * positive_f, axis=1
+        )
         log_probs = ops.log_softmax(raw[..., BOX_VALUES:], axis=-1)
-        log_p = ops.squeeze(ops.take_along_axis(log_probs, labels[..., None], axis=-1), axis=-1)   # [B, N]
-        conf = self.class_loss(log_p, positive, {"neg_pos_ratio": self.neg_pos_ratio, "focal_alpha": self.focal_alpha,
-                                                 "focal_gamma": self.focal_gamma})
+        log_p = ops.squeeze(ops.take_along_axis(log_probs, labels[..., None], axis=-1), axis=-1)  # [B, N]
+        conf = self.class_loss(
+            log_p,
+            positive,
+            {"neg_pos_ratio": self.neg_pos_ratio, "focal_alpha": self.focal_alpha, "focal_gamma": self.focal_gamma},
+        )
         return (loc + conf) / ops.maximum(num_pos, MIN_NORMALIZER)
 
     def get_config(self) -> dict:
         """The constructor's arguments (Keras serialization)."""
-        return {**super().get_config(), "kind": self.kind, "neg_pos_ratio": self.neg_pos_ratio,
-                "focal_alpha": self.focal_alpha, "focal_gamma": self.focal_gamma}
+        return {
+            **super().get_config(),
+            "kind": self.kind,
+            "neg_pos_ratio": self.neg_pos_ratio,
+            "focal_alpha": self.focal_alpha,
+            "focal_gamma": self.focal_gamma,
+        }

@@ -1,6 +1,7 @@
 """The SSD-style detector in Keras 3: the classification ResNet's stages as feature levels, with a box head
 and a class head per level (the same network as the torch side; see tasks/detection/anchors.py for the
 anchor order and the box coding the heads follow)."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -21,7 +22,7 @@ def backbone_strides(stem: str, num_stages: int) -> tuple[int, ...]:
     """The stride of each stage's output of the classification ResNet with this stem."""
     if stem not in STEM_STRIDES:
         raise ValueError(f"model.stem={stem!r}: choose {' or '.join(STEM_STRIDES)}")
-    return tuple(STEM_STRIDES[stem] * STAGE_STRIDE_FACTOR ** i for i in range(num_stages))
+    return tuple(STEM_STRIDES[stem] * STAGE_STRIDE_FACTOR**i for i in range(num_stages))
 
 
 def feature_stages(strides: Sequence[int], stem: str, num_stages: int) -> list[int]:
@@ -29,29 +30,45 @@ def feature_stages(strides: Sequence[int], stem: str, num_stages: int) -> list[i
     offered = backbone_strides(stem, num_stages)
     missing = [s for s in strides if s not in offered]
     if missing:
-        raise ValueError(f"model.anchors.strides={list(strides)}: no backbone stage has stride "
-                         f"{', '.join(map(str, missing))}; this backbone (stem {stem}, {num_stages} stages) offers "
-                         f"strides {', '.join(map(str, offered))}")
+        raise ValueError(
+            f"model.anchors.strides={list(strides)}: no backbone stage has stride "
+            f"{', '.join(map(str, missing))}; this backbone (stem {stem}, {num_stages} stages) offers "
+            f"strides {', '.join(map(str, offered))}"
+        )
     return [offered.index(s) for s in strides]
 
 
 def _level_head(feature, level: int, anchors: int, values: int, kind: str):
     """One head's per-anchor outputs [B, f * f * anchors, values] of one level (anchor order of anchors.py)."""
-    out = kl.Conv2D(anchors * values, HEAD_KERNEL, padding="same", use_bias=True, bias_initializer="zeros",
-                    name=f"{kind}_head_{level}")(feature)
+    out = kl.Conv2D(
+        anchors * values,
+        HEAD_KERNEL,
+        padding="same",
+        use_bias=True,
+        bias_initializer="zeros",
+        name=f"{kind}_head_{level}",
+    )(feature)
     return kl.Reshape((-1, values), name=f"{kind}_reshape_{level}")(out)
 
 
 def _check_feature_sizes(features: list, spec: AnchorSpec) -> None:
     sizes = tuple(int(f.shape[1]) for f in features)
     if sizes != spec.feature_sizes:
-        raise ValueError(f"the backbone's feature levels are {sizes} cells wide, the anchors expect "
-                         f"{spec.feature_sizes}: check model.anchors.strides and data.image_size")
+        raise ValueError(
+            f"the backbone's feature levels are {sizes} cells wide, the anchors expect "
+            f"{spec.feature_sizes}: check model.anchors.strides and data.image_size"
+        )
 
 
-def SSD(num_classes: int, image_size: int, block: str = "basic", layers: Sequence[int] = (1, 1, 1, 1),
-        widths: Sequence[int] = (32, 64, 128, 256), stem: str = "imagenet",
-        anchors: Mapping | None = None) -> keras.Model:
+def SSD(
+    num_classes: int,
+    image_size: int,
+    block: str = "basic",
+    layers: Sequence[int] = (1, 1, 1, 1),
+    widths: Sequence[int] = (32, 64, 128, 256),
+    stem: str = "imagenet",
+    anchors: Mapping | None = None,
+) -> keras.Model:
     """An SSD-style detector as a functional Keras model: NHWC images of image_size x image_size in, one float32
     tensor [B, N, 4 + 1 + num_classes] out: per anchor (in the order of anchors.default_boxes), 4 box offsets
     (DALI box_encoder coding) then the logits of background and the num_classes classes.

@@ -1,4 +1,5 @@
 """The detection task on Keras: the SSD network, its multibox loss and its validation, used by the Keras backend."""
+
 from __future__ import annotations
 
 import keras
@@ -26,8 +27,8 @@ class DetectionMetrics(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch: int, logs=None) -> None:
         if logs is None or "val_loss" not in logs:
-            return   # no validation this epoch
-        self.validation.gather_across_processes()   # every worker reaches this callback at the same point
+            return  # no validation this epoch
+        self.validation.gather_across_processes()  # every worker reaches this callback at the same point
         metrics = self.validation.finish(epoch, draw=is_first_process())
         logs.update({"val_" + name.removeprefix("val/"): value for name, value in metrics.items()})
 
@@ -49,8 +50,12 @@ class KerasDetection:
             raise ValueError(f"model={spec.get('_target_')} has no keras_target: it cannot be built on Keras")
         with open_dict(spec):
             spec._target_ = spec.pop("keras_target")
-        model = instantiate(spec, num_classes=num_classes, image_size=image_size,
-                            anchors=OmegaConf.to_container(model_cfg.anchors, resolve=True))
+        model = instantiate(
+            spec,
+            num_classes=num_classes,
+            image_size=image_size,
+            anchors=OmegaConf.to_container(model_cfg.anchors, resolve=True),
+        )
         if not isinstance(model, keras.Model):
             raise TypeError(f"model.keras_target={spec._target_} returned {type(model).__name__}, not a keras.Model")
         self.anchors = self.task.anchors(model_cfg, image_size)
@@ -66,15 +71,22 @@ class KerasDetection:
 
     def on_val_batch(self, data, y_pred, weights) -> None:
         """Decode a validation batch (in the graph) and hand its real samples' detections to the validation."""
-        boxes, scores, labels, counts = decode_detections(y_pred, tf.constant(self.anchors),
-                                                          **self.task.detection_args())
-        tf.numpy_function(self._collect, [data[IMAGE_IDS_OUTPUT], boxes, scores, labels, counts, weights],
-                          Tout=tf.int32, stateful=True, name="collect_detections")
+        boxes, scores, labels, counts = decode_detections(
+            y_pred, tf.constant(self.anchors), **self.task.detection_args()
+        )
+        tf.numpy_function(
+            self._collect,
+            [data[IMAGE_IDS_OUTPUT], boxes, scores, labels, counts, weights],
+            Tout=tf.int32,
+            stateful=True,
+            name="collect_detections",
+        )
 
     def _collect(self, image_ids, boxes, scores, labels, counts, weights) -> np.int32:
-        real = np.flatnonzero(weights > 0)   # the shard's padding (weight 0) is not scored
-        self.validation.add_batch(image_ids.reshape(-1)[real].tolist(), boxes[real], scores[real], labels[real],
-                                  counts=counts[real].tolist())
+        real = np.flatnonzero(weights > 0)  # the shard's padding (weight 0) is not scored
+        self.validation.add_batch(
+            image_ids.reshape(-1)[real].tolist(), boxes[real], scores[real], labels[real], counts=counts[real].tolist()
+        )
         return np.int32(len(real))
 
     def callbacks(self) -> list:

@@ -1,4 +1,5 @@
 """Pictures of what the detector does: validation images with the ground truth beside the predictions (PNG)."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -6,14 +7,14 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
-MIN_PANEL_SIDE = 256          # small images are enlarged to at least this side, so that labels stay readable
-MIN_SCORE_DRAWN = 0.3         # predictions scored lower are not drawn (they still count in mAP)
+MIN_PANEL_SIDE = 256  # small images are enlarged to at least this side, so that labels stay readable
+MIN_SCORE_DRAWN = 0.3  # predictions scored lower are not drawn (they still count in mAP)
 TRUTH_COLOUR = (40, 220, 40)
 PREDICTION_COLOUR = (255, 60, 40)
-GAP = 8                       # pixels between panels and between rows
-SHEET_COLOUR = (255, 255, 255)   # the PNG's paper, around and between the panels
+GAP = 8  # pixels between panels and between rows
+SHEET_COLOUR = (255, 255, 255)  # the PNG's paper, around and between the panels
 LINE_WIDTH = 2
-HEADER = 16                   # pixels above each row for its titles
+HEADER = 16  # pixels above each row for its titles
 
 
 def _panel(image: Image.Image, boxes: Sequence[tuple[Sequence[float], str]], colour) -> Image.Image:
@@ -37,8 +38,9 @@ def draw_predictions(images: Sequence[Mapping], path: Path, title: str = "") -> 
     for item in images:
         with Image.open(item["file"]) as image:
             truth = _panel(image, item["truth"], TRUTH_COLOUR)
-            shown = [(box, f"{name} {score:.2f}") for box, name, score in item["predictions"]
-                     if score >= MIN_SCORE_DRAWN]
+            shown = [
+                (box, f"{name} {score:.2f}") for box, name, score in item["predictions"] if score >= MIN_SCORE_DRAWN
+            ]
             predicted = _panel(image, shown, PREDICTION_COLOUR)
         rows.append((truth, predicted))
     width = max((a.width + b.width for a, b in rows), default=MIN_PANEL_SIDE) + 3 * GAP

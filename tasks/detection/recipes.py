@@ -16,6 +16,7 @@ names these outputs and their columns.
 `device="cpu"` uses CPU operators only; `device="gpu"` decodes with the mixed decoder and moves every
 output to the GPU. A recipe's own options are its keyword-only parameters (`pipeline.options`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,21 +31,29 @@ from hydrali.tasks.detection.anchors import box_encoder_args
 from hydrali.tasks.detection.layout import TARGET_COLUMN_AXIS
 
 _DTYPES = {"float": types.FLOAT, "float16": types.FLOAT16}
-CROP_ATTEMPTS = 50      # random_bbox_crop: windows tried per image before the whole image is taken
+CROP_ATTEMPTS = 50  # random_bbox_crop: windows tried per image before the whole image is taken
 
 
 @dataclass(frozen=True)
 class CocoSource(Source):
     """A Source whose `root` is an image folder described by a COCO annotation file."""
+
     annotation_file: str = ""
 
 
 def read_coco(source: CocoSource, initial_fill: int):
     """The sharded COCO reader every recipe starts with: (encoded images, ltrb boxes in [0, 1], labels
     1..K, and in validation image ids), named "Reader". Training skips images without boxes."""
-    outputs = fn.readers.coco(file_root=source.root, annotations_file=source.annotation_file, ltrb=True,
-                              ratio=True, skip_empty=source.is_training, image_ids=not source.is_training,
-                              initial_fill=initial_fill, **source.reader_args())
+    outputs = fn.readers.coco(
+        file_root=source.root,
+        annotations_file=source.annotation_file,
+        ltrb=True,
+        ratio=True,
+        skip_empty=source.is_training,
+        image_ids=not source.is_training,
+        initial_fill=initial_fill,
+        **source.reader_args(),
+    )
     jpegs, boxes, labels = outputs[:3]
     # readers.coco does not clip, and random_bbox_crop asserts on a box a rounding error outside [0, 1]
     boxes = dmath.clamp(boxes, 0.0, 1.0)
@@ -54,8 +63,14 @@ def read_coco(source: CocoSource, initial_fill: int):
 def _normalize(images, image_size, layout, mean, std, dtype, mirror=None):
     flip = {} if mirror is None else {"mirror": mirror}
     return fn.crop_mirror_normalize(
-        images, dtype=_DTYPES[dtype], output_layout=layout, crop=(image_size, image_size),
-        mean=[m * 255 for m in mean], std=[s * 255 for s in std], **flip)
+        images,
+        dtype=_DTYPES[dtype],
+        output_layout=layout,
+        crop=(image_size, image_size),
+        mean=[m * 255 for m in mean],
+        std=[s * 255 for s in std],
+        **flip,
+    )
 
 
 def encode_targets(boxes, labels, anchors, device):
@@ -83,41 +98,89 @@ def _flip(boxes, flip_probability):
 
 
 @pipeline_def
-def ssd(source, device, layout, image_size, dtype, hw_decoder_load, anchors, *, crop_thresholds, crop_aspect_ratio,
-        crop_scaling, hue, saturation, brightness, contrast, flip_probability, mean, std, initial_fill):
+def ssd(
+    source,
+    device,
+    layout,
+    image_size,
+    dtype,
+    hw_decoder_load,
+    anchors,
+    *,
+    crop_thresholds,
+    crop_aspect_ratio,
+    crop_scaling,
+    hue,
+    saturation,
+    brightness,
+    contrast,
+    flip_probability,
+    mean,
+    std,
+    initial_fill,
+):
     """Training: a random crop keeping some IoU with a box (CPU), decode of that window only, resize, colour
     jitter, random flip, normalize, box encoding. Validation: decode, resize, normalize."""
     if not source.is_training:
-        return _validation(source, device, layout, image_size, dtype, hw_decoder_load, anchors, mean, std,
-                           initial_fill)
+        return _validation(source, device, layout, image_size, dtype, hw_decoder_load, anchors, mean, std, initial_fill)
     jpegs, boxes, labels = read_coco(source, initial_fill)
     crop_begin, crop_size, boxes, labels = fn.random_bbox_crop(
-        boxes, labels, device="cpu", aspect_ratio=crop_aspect_ratio, thresholds=crop_thresholds,
-        scaling=crop_scaling, bbox_layout="xyXY", allow_no_crop=True, num_attempts=CROP_ATTEMPTS)
-    images = fn.decoders.image_slice(jpegs, crop_begin, crop_size, output_type=types.RGB,
-                                     **decoder_args(device, hw_decoder_load))
+        boxes,
+        labels,
+        device="cpu",
+        aspect_ratio=crop_aspect_ratio,
+        thresholds=crop_thresholds,
+        scaling=crop_scaling,
+        bbox_layout="xyXY",
+        allow_no_crop=True,
+        num_attempts=CROP_ATTEMPTS,
+    )
+    images = fn.decoders.image_slice(
+        jpegs, crop_begin, crop_size, output_type=types.RGB, **decoder_args(device, hw_decoder_load)
+    )
     images = fn.resize(images, resize_x=image_size, resize_y=image_size)
     images = fn.hsv(images, hue=fn.random.uniform(range=hue), saturation=fn.random.uniform(range=saturation))
-    images = fn.brightness_contrast(images, brightness=fn.random.uniform(range=brightness),
-                                    contrast=fn.random.uniform(range=contrast))
+    images = fn.brightness_contrast(
+        images, brightness=fn.random.uniform(range=brightness), contrast=fn.random.uniform(range=contrast)
+    )
     mirror, boxes = _flip(boxes, flip_probability)
     images = _normalize(images, image_size, layout, mean, std, dtype, mirror)
     return images, encode_targets(boxes, labels, anchors, device)
 
 
 @pipeline_def
-def scale_jitter(source, device, layout, image_size, dtype, hw_decoder_load, anchors, *, scale, flip_probability,
-                 mean, std, initial_fill):
+def scale_jitter(
+    source,
+    device,
+    layout,
+    image_size,
+    dtype,
+    hw_decoder_load,
+    anchors,
+    *,
+    scale,
+    flip_probability,
+    mean,
+    std,
+    initial_fill,
+):
     """Training: decode, a random square-ish window of `scale` times the image's side (padded where it leaves
     the image), resize, random flip, normalize, box encoding. Validation: decode, resize, normalize."""
     if not source.is_training:
-        return _validation(source, device, layout, image_size, dtype, hw_decoder_load, anchors, mean, std,
-                           initial_fill)
+        return _validation(source, device, layout, image_size, dtype, hw_decoder_load, anchors, mean, std, initial_fill)
     jpegs, boxes, labels = read_coco(source, initial_fill)
     images = fn.decoders.image(jpegs, output_type=types.RGB, **decoder_args(device, hw_decoder_load))
     crop_begin, crop_size, boxes, labels = fn.random_bbox_crop(
-        boxes, labels, device="cpu", aspect_ratio=[1.0, 1.0], thresholds=[0.0], scaling=scale,
-        bbox_layout="xyXY", allow_no_crop=False, num_attempts=CROP_ATTEMPTS)
+        boxes,
+        labels,
+        device="cpu",
+        aspect_ratio=[1.0, 1.0],
+        thresholds=[0.0],
+        scaling=scale,
+        bbox_layout="xyXY",
+        allow_no_crop=False,
+        num_attempts=CROP_ATTEMPTS,
+    )
     images = fn.slice(images, crop_begin, crop_size, out_of_bounds_policy="pad")
     images = fn.resize(images, resize_x=image_size, resize_y=image_size)
     mirror, boxes = _flip(boxes, flip_probability)

@@ -1,4 +1,5 @@
 """task=detection as core sees it: the schemas of its `task` and `data` config nodes, and its registry entry."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from hydrali.core.data.image_files import Verify
 class DetectionLoss(Choice):
     """The detection task's classification loss (both with smooth-L1 on the boxes of positive anchors); each loss
     (torch_loss.CLASS_LOSSES, keras_loss.CLASS_LOSSES) keys its table by it."""
+
     hard_negatives = "hard_negatives"
     focal = "focal"
 

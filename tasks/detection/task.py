@@ -3,6 +3,7 @@
 Framework code lives beside it in torch_*.py and keras_*.py, named by the task's config (`task.sides`) and
 imported only by the backend that uses it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from hydrali.tasks.detection.validation import DetectionValidation
 class DetectionTask(DaliTask):
     """Single-stage object detection on a COCO-layout dataset; SSD losses; COCO mAP. Its settings come from the
     config (their defaults and comments: conf/task/detection.yaml, its schema: tasks/detection/spec.py)."""
+
     loss: str
     neg_pos_ratio: float
     focal_alpha: float
@@ -41,8 +43,9 @@ class DetectionTask(DaliTask):
         """What the recipes return, in order: validation adds each image's id."""
         return TRAINING_OUTPUTS if is_training else VALIDATION_OUTPUTS
 
-    def output_specs(self, *, batch: int, image_size: int, image_dtype: str, is_training: bool, model: DictConfig
-                     ) -> tuple[tuple[tuple[int, ...], str], ...]:
+    def output_specs(
+        self, *, batch: int, image_size: int, image_dtype: str, is_training: bool, model: DictConfig
+    ) -> tuple[tuple[tuple[int, ...], str], ...]:
         """(shape, dtype) of each batched output in HWC layout, for frameworks that need them up front (Keras)."""
         anchors = len(self.anchors(model, image_size))
         specs = [((batch, image_size, image_size, 3), image_dtype), ((batch, anchors, TARGET_COLUMNS), "float")]
@@ -62,13 +65,21 @@ class DetectionTask(DaliTask):
         """Make sure the dataset is on disk (writing the bundled one if needed), check its annotation files
         (fixing what can be fixed in cleaned copies) and, as `verify` says, its image files."""
         if data.generate is not None:
-            write_digits_detection(data.root, **OmegaConf.to_container(data.generate, resolve=True),
-                                   train_dir=data.train_dir, val_dir=data.val_dir,
-                                   annotations_dir=data.annotations_dir)
+            write_digits_detection(
+                data.root,
+                **OmegaConf.to_container(data.generate, resolve=True),
+                train_dir=data.train_dir,
+                val_dir=data.val_dir,
+                annotations_dir=data.annotations_dir,
+            )
         info = scan_coco(
-            data.root, train_dir=data.train_dir, val_dir=data.val_dir, clean_dir=data.clean_dir,
+            data.root,
+            train_dir=data.train_dir,
+            val_dir=data.val_dir,
+            clean_dir=data.clean_dir,
             train_annotations=data.train_annotations or default_annotations(data.train_dir, data.annotations_dir),
-            val_annotations=data.val_annotations or default_annotations(data.val_dir, data.annotations_dir))
+            val_annotations=data.val_annotations or default_annotations(data.val_dir, data.annotations_dir),
+        )
         self.check_prepared(data, info, verify, classes_in=f"{info.train.annotation_file} (categories)")
         return info
 
@@ -79,8 +90,13 @@ class DetectionTask(DaliTask):
     def source(self, dataset: CocoInfo, shard: Shard, plan: Plan, is_training: bool) -> CocoSource:
         """The split's images and annotation file, this replica's shard of them."""
         split = dataset.train if is_training else dataset.val
-        return CocoSource(str(split.images_dir), shard.shard_id, plan.num_shards, is_training,
-                          annotation_file=str(split.annotation_file))
+        return CocoSource(
+            str(split.images_dir),
+            shard.shard_id,
+            plan.num_shards,
+            is_training,
+            annotation_file=str(split.annotation_file),
+        )
 
     def recipe_arguments(self, model: DictConfig, data: DictConfig) -> dict:
         """The model's anchors at the data's image size (the box encoder's)."""
@@ -93,13 +109,21 @@ class DetectionTask(DaliTask):
 
     def detection_args(self) -> dict:
         """How raw outputs become detections, the same on every backend (score and IoU thresholds, top-k, cap)."""
-        return {"score_threshold": self.score_threshold, "iou_threshold": self.iou_threshold,
-                "pre_nms_top_k": self.pre_nms_top_k, "max_detections": self.max_detections}
+        return {
+            "score_threshold": self.score_threshold,
+            "iou_threshold": self.iou_threshold,
+            "pre_nms_top_k": self.pre_nms_top_k,
+            "max_detections": self.max_detections,
+        }
 
     def loss_args(self) -> dict:
         """The multibox loss's settings, the same on every backend."""
-        return {"kind": self.loss, "neg_pos_ratio": self.neg_pos_ratio, "focal_alpha": self.focal_alpha,
-                "focal_gamma": self.focal_gamma}
+        return {
+            "kind": self.loss,
+            "neg_pos_ratio": self.neg_pos_ratio,
+            "focal_alpha": self.focal_alpha,
+            "focal_gamma": self.focal_gamma,
+        }
 
     def artifacts(self) -> list[tuple[Path, str]]:
         """Files the task wrote for the run's tracker: (path, artifact folder)."""

@@ -4,6 +4,7 @@ and per-image detections (softmax, score threshold, top-k, NMS, cap).
 
 Nothing here changes torch's global settings (such as torch.set_num_threads): the caller decides.
 """
+
 from __future__ import annotations
 
 import torch
@@ -35,8 +36,8 @@ def decode_boxes(loc: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
 
 def _intersection_and_area_sum(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """[..., M, N] intersection areas and sums of the two areas of ltrb boxes a [..., M, 4], b [..., N, 4]."""
-    al, at, ar, ab = (v.unsqueeze(-1) for v in a.unbind(-1))      # [..., M, 1] each
-    bl, bt, br, bb = (v.unsqueeze(-2) for v in b.unbind(-1))      # [..., 1, N] each
+    al, at, ar, ab = (v.unsqueeze(-1) for v in a.unbind(-1))  # [..., M, 1] each
+    bl, bt, br, bb = (v.unsqueeze(-2) for v in b.unbind(-1))  # [..., 1, N] each
     inter = (torch.minimum(ar, br) - torch.maximum(al, bl)).clamp_(min=0)
     inter.mul_((torch.minimum(ab, bb) - torch.maximum(at, bt)).clamp_(min=0))
     return inter, (ar - al) * (ab - at) + (br - bl) * (bb - bt)
@@ -84,8 +85,7 @@ def _greedy_keep(overlaps: torch.Tensor, candidates: torch.Tensor) -> torch.Tens
     return keep
 
 
-def batched_nms(boxes: torch.Tensor, scores: torch.Tensor, classes: torch.Tensor,
-                iou_threshold: float) -> torch.Tensor:
+def batched_nms(boxes: torch.Tensor, scores: torch.Tensor, classes: torch.Tensor, iou_threshold: float) -> torch.Tensor:
     """Indices of the boxes [n, 4] ltrb kept by per-class greedy NMS (a box is dropped when a
     higher-scoring kept box of its class has IoU > iou_threshold), by decreasing score."""
     if boxes.numel() == 0:
@@ -97,8 +97,9 @@ def batched_nms(boxes: torch.Tensor, scores: torch.Tensor, classes: torch.Tensor
     return order[_greedy_keep(overlaps.unsqueeze(0), all_candidates)[0]]
 
 
-def _top_candidates(loc: torch.Tensor, logits: torch.Tensor, anchors: torch.Tensor,
-                    pre_nms_top_k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _top_candidates(
+    loc: torch.Tensor, logits: torch.Tensor, anchors: torch.Tensor, pre_nms_top_k: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per image, the pre_nms_top_k best (anchor, class) pairs over all foreground classes, by
     decreasing score: boxes [B, k, 4] (clipped to [0, 1]), scores [B, k], labels [B, k] in 1..K."""
     probs = torch.softmax(logits.float(), dim=-1)
@@ -114,8 +115,14 @@ def _top_candidates(loc: torch.Tensor, logits: torch.Tensor, anchors: torch.Tens
     return boxes, scores, labels
 
 
-def _nms_mask(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor, score_threshold: float,
-              iou_threshold: float, max_detections: int) -> torch.Tensor:
+def _nms_mask(
+    boxes: torch.Tensor,
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    score_threshold: float,
+    iou_threshold: float,
+    max_detections: int,
+) -> torch.Tensor:
     """[B, k] mask of the candidates (sorted by decreasing score) that survive the score threshold,
     per-class NMS and the cap of max_detections per image."""
     separated = _separate_classes(boxes, labels)
@@ -123,28 +130,52 @@ def _nms_mask(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor, s
     return keep & (keep.cumsum(dim=1) <= max_detections)
 
 
-def _drop_trailing_below(score_threshold: float, boxes: torch.Tensor, scores: torch.Tensor,
-                         labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _drop_trailing_below(
+    score_threshold: float, boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The candidates (sorted by decreasing score) cut to the longest per-image run above the threshold:
     NMS costs grow with the square of their number."""
     width = int((scores > score_threshold).sum(dim=1).max()) if scores.numel() else 0
     return boxes[:, :width], scores[:, :width], labels[:, :width]
 
 
-def _nms_mask_in_chunks(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor, score_threshold: float,
-                        iou_threshold: float, max_detections: int) -> torch.Tensor:
+def _nms_mask_in_chunks(
+    boxes: torch.Tensor,
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    score_threshold: float,
+    iou_threshold: float,
+    max_detections: int,
+) -> torch.Tensor:
     """_nms_mask over chunks of images of at most NMS_PAIRS_PER_CHUNK candidate pairs (bounded memory)."""
     if scores.numel() == 0:
         return scores > score_threshold
     chunk = max(1, NMS_PAIRS_PER_CHUNK // scores.shape[1] ** 2)
-    return torch.cat([_nms_mask(boxes[i:i + chunk], scores[i:i + chunk], labels[i:i + chunk],
-                                score_threshold, iou_threshold, max_detections)
-                      for i in range(0, len(scores), chunk)])
+    return torch.cat(
+        [
+            _nms_mask(
+                boxes[i : i + chunk],
+                scores[i : i + chunk],
+                labels[i : i + chunk],
+                score_threshold,
+                iou_threshold,
+                max_detections,
+            )
+            for i in range(0, len(scores), chunk)
+        ]
+    )
 
 
-def decode_detections(loc: torch.Tensor, logits: torch.Tensor, anchors: torch.Tensor, *, score_threshold: float,
-                      iou_threshold: float, pre_nms_top_k: int, max_detections: int
-                      ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+def decode_detections(
+    loc: torch.Tensor,
+    logits: torch.Tensor,
+    anchors: torch.Tensor,
+    *,
+    score_threshold: float,
+    iou_threshold: float,
+    pre_nms_top_k: int,
+    max_detections: int,
+) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """Detections per image from a head's outputs (loc [B, N, 4] offsets, logits [B, N, 1 + K] with
     index 0 = background, anchors [N, 4] ltrb): for each image (boxes [M, 4] ltrb normalized to
     [0, 1], scores [M], labels [M] in 1..K), M <= max_detections, by decreasing score.

@@ -4,6 +4,7 @@ classification term, either cross-entropy with hard-negative mining or a softmax
 The Keras loss (keras_loss.py) computes the same per-image values; see the loss section of the
 detection spec: L_i = (loc_i + conf_i) / max(num_pos_i, 1).
 """
+
 from __future__ import annotations
 
 import torch
@@ -13,18 +14,25 @@ from torch import nn
 from hydrali.tasks.detection.layout import BACKGROUND, BOX_VALUES, LABEL_COLUMN, TARGET_COLUMNS, logits_per_anchor
 from hydrali.tasks.detection.spec import DetectionLoss, DetectionTaskConfig
 
-SMOOTH_L1_BETA = 1.0         # 0.5 d^2 below |d| = 1, |d| - 0.5 above
-NOT_A_NEGATIVE = -1.0        # the mining key of positive anchors: below any cross-entropy (>= 0)
-MIN_LOGITS = logits_per_anchor(1)   # raw needs the logits of background and at least one class
-DEFAULTS = DetectionTaskConfig      # the loss's settings default to the schema's defaults (task.*)
+SMOOTH_L1_BETA = 1.0  # 0.5 d^2 below |d| = 1, |d| - 0.5 above
+NOT_A_NEGATIVE = -1.0  # the mining key of positive anchors: below any cross-entropy (>= 0)
+MIN_LOGITS = logits_per_anchor(1)  # raw needs the logits of background and at least one class
+DEFAULTS = DetectionTaskConfig  # the loss's settings default to the schema's defaults (task.*)
 
 
 def _check_shapes(raw: torch.Tensor, targets: torch.Tensor) -> None:
     """ValueError unless raw is [B, N, 4 + C] (C >= 2) and targets [B, N, 5]."""
-    if (raw.dim() != 3 or targets.dim() != 3 or raw.shape[:2] != targets.shape[:2]
-            or raw.shape[-1] < BOX_VALUES + MIN_LOGITS or targets.shape[-1] != TARGET_COLUMNS):
-        raise ValueError(f"multibox loss: expected raw [B, N, {BOX_VALUES} + C] (C >= {MIN_LOGITS}) and targets "
-                         f"[B, N, {TARGET_COLUMNS}], got {tuple(raw.shape)} and {tuple(targets.shape)}")
+    if (
+        raw.dim() != 3
+        or targets.dim() != 3
+        or raw.shape[:2] != targets.shape[:2]
+        or raw.shape[-1] < BOX_VALUES + MIN_LOGITS
+        or targets.shape[-1] != TARGET_COLUMNS
+    ):
+        raise ValueError(
+            f"multibox loss: expected raw [B, N, {BOX_VALUES} + C] (C >= {MIN_LOGITS}) and targets "
+            f"[B, N, {TARGET_COLUMNS}], got {tuple(raw.shape)} and {tuple(targets.shape)}"
+        )
 
 
 def _box_loss(loc: torch.Tensor, target_loc: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
@@ -42,9 +50,9 @@ def _hard_negative_conf(ce: torch.Tensor, pos: torch.Tensor, neg_pos_ratio: floa
     # non-integer ratios the product rounds differently in float64, e.g. 2.1 * 30 -> 63, but 62 in float32
     ratio = torch.tensor(neg_pos_ratio, dtype=torch.float32, device=ce.device)
     wanted = torch.floor(num_pos.to(torch.float32) * ratio).to(torch.long)
-    k = torch.minimum(wanted, num_anchors - num_pos)                                  # [B]
+    k = torch.minimum(wanted, num_anchors - num_pos)  # [B]
     key = torch.where(pos, torch.full_like(ce, NOT_A_NEGATIVE), ce).detach()
-    order = torch.argsort(key, dim=1, descending=True)                                # negatives first
+    order = torch.argsort(key, dim=1, descending=True)  # negatives first
     ranked_ce = ce.gather(1, order)
     chosen = torch.arange(num_anchors, device=ce.device).unsqueeze(0) < k.unsqueeze(1)
     mined = torch.where(chosen, ranked_ce, torch.zeros_like(ranked_ce)).sum(dim=1)
@@ -62,16 +70,24 @@ def _focal_conf(log_p: torch.Tensor, pos: torch.Tensor, alpha: float, gamma: flo
 
 # task.loss -> its class term [B] of (log p of each anchor's label [B, N], positive [B, N], the loss's settings)
 CLASS_LOSSES = {
-    DetectionLoss.hard_negatives:
-        lambda log_p, pos, settings: _hard_negative_conf(-log_p, pos, settings["neg_pos_ratio"]),
-    DetectionLoss.focal:
-        lambda log_p, pos, settings: _focal_conf(log_p, pos, settings["focal_alpha"], settings["focal_gamma"]),
+    DetectionLoss.hard_negatives: lambda log_p, pos, settings: _hard_negative_conf(
+        -log_p, pos, settings["neg_pos_ratio"]
+    ),
+    DetectionLoss.focal: lambda log_p, pos, settings: _focal_conf(
+        log_p, pos, settings["focal_alpha"], settings["focal_gamma"]
+    ),
 }
 
 
-def multibox_loss(raw: torch.Tensor, targets: torch.Tensor, *, kind: str = DEFAULTS.loss,
-                  neg_pos_ratio: float = DEFAULTS.neg_pos_ratio, focal_alpha: float = DEFAULTS.focal_alpha,
-                  focal_gamma: float = DEFAULTS.focal_gamma) -> torch.Tensor:
+def multibox_loss(
+    raw: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    kind: str = DEFAULTS.loss,
+    neg_pos_ratio: float = DEFAULTS.neg_pos_ratio,
+    focal_alpha: float = DEFAULTS.focal_alpha,
+    focal_gamma: float = DEFAULTS.focal_gamma,
+) -> torch.Tensor:
     """Per-image SSD losses [B] (float32) of a head's raw output [B, N, 4 + C] (box offsets, then class
     logits with index 0 = background) against targets [B, N, 5] (encoded offsets, then the label as a
     float: 0 background, 1..K): (loc_i + conf_i) / max(num_pos_i, 1).
@@ -87,8 +103,9 @@ def multibox_loss(raw: torch.Tensor, targets: torch.Tensor, *, kind: str = DEFAU
     pos = labels > BACKGROUND
     loc = _box_loss(raw[..., :BOX_VALUES], targets[..., :BOX_VALUES], pos)
     log_p = F.log_softmax(raw[..., BOX_VALUES:], dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
-    conf = class_loss(log_p, pos, {"neg_pos_ratio": neg_pos_ratio, "focal_alpha": focal_alpha,
-                                   "focal_gamma": focal_gamma})
+    conf = class_loss(
+        log_p, pos, {"neg_pos_ratio": neg_pos_ratio, "focal_alpha": focal_alpha, "focal_gamma": focal_gamma}
+    )
     return (loc + conf) / pos.sum(dim=1).clamp(min=1).to(loc.dtype)
 
 
@@ -96,8 +113,13 @@ class MultiboxLoss(nn.Module):
     """The SSD multibox loss as a module: forward(raw, targets) -> the batch mean of `multibox_loss`;
     per_image(raw, targets) -> the per-image losses [B]."""
 
-    def __init__(self, kind: str = DEFAULTS.loss, neg_pos_ratio: float = DEFAULTS.neg_pos_ratio,
-                 focal_alpha: float = DEFAULTS.focal_alpha, focal_gamma: float = DEFAULTS.focal_gamma):
+    def __init__(
+        self,
+        kind: str = DEFAULTS.loss,
+        neg_pos_ratio: float = DEFAULTS.neg_pos_ratio,
+        focal_alpha: float = DEFAULTS.focal_alpha,
+        focal_gamma: float = DEFAULTS.focal_gamma,
+    ):
         super().__init__()
         self.kind = DetectionLoss.of(kind, "task.loss").value
         self.neg_pos_ratio = float(neg_pos_ratio)
@@ -106,8 +128,14 @@ class MultiboxLoss(nn.Module):
 
     def per_image(self, raw: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """[B] per-image losses (see multibox_loss)."""
-        return multibox_loss(raw, targets, kind=self.kind, neg_pos_ratio=self.neg_pos_ratio,
-                             focal_alpha=self.focal_alpha, focal_gamma=self.focal_gamma)
+        return multibox_loss(
+            raw,
+            targets,
+            kind=self.kind,
+            neg_pos_ratio=self.neg_pos_ratio,
+            focal_alpha=self.focal_alpha,
+            focal_gamma=self.focal_gamma,
+        )
 
     def forward(self, raw: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """The mean over the batch of the per-image losses (a scalar)."""
@@ -115,5 +143,7 @@ class MultiboxLoss(nn.Module):
 
     def extra_repr(self) -> str:
         """The loss's settings, for print(module)."""
-        return (f"kind={self.kind!r}, neg_pos_ratio={self.neg_pos_ratio}, focal_alpha={self.focal_alpha}, "
-                f"focal_gamma={self.focal_gamma}")
+        return (
+            f"kind={self.kind!r}, neg_pos_ratio={self.neg_pos_ratio}, focal_alpha={self.focal_alpha}, "
+            f"focal_gamma={self.focal_gamma}"
+        )

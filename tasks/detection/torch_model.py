@@ -4,6 +4,7 @@ head (3x3 convolutions) per feature level, one output tensor per batch.
 The Keras model (keras_model.py) builds the same network; both follow the anchor order contract of
 anchors.py, so that `raw[..., :4]` decodes against `default_boxes(model.anchor_spec)`.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -15,8 +16,8 @@ from hydrali.tasks.classification.torch_model import ResNet
 from hydrali.tasks.detection.anchors import DEFAULT_STRIDES, AnchorSpec, anchor_spec, num_anchors, num_anchors_per_cell
 from hydrali.tasks.detection.layout import BOX_VALUES, logits_per_anchor
 
-HEAD_KERNEL = 3             # both heads: one 3x3 convolution, "same" padding, stride 1, with bias
-BACKBONE_CLASSES = 1        # the ResNet's classifier is built, then dropped: its size does not matter
+HEAD_KERNEL = 3  # both heads: one 3x3 convolution, "same" padding, stride 1, with bias
+BACKBONE_CLASSES = 1  # the ResNet's classifier is built, then dropped: its size does not matter
 
 
 def _feature_stages(offered: Sequence[int], strides: Sequence[int]) -> tuple[int, ...]:
@@ -24,8 +25,10 @@ def _feature_stages(offered: Sequence[int], strides: Sequence[int]) -> tuple[int
     is produced by no stage)."""
     missing = [s for s in strides if s not in offered]
     if missing:
-        raise ValueError(f"model.anchors.strides={list(strides)}: no backbone stage has stride "
-                         f"{', '.join(map(str, missing))}; this backbone offers {list(offered)}")
+        raise ValueError(
+            f"model.anchors.strides={list(strides)}: no backbone stage has stride "
+            f"{', '.join(map(str, missing))}; this backbone offers {list(offered)}"
+        )
     return tuple(offered.index(s) for s in strides)
 
 
@@ -63,9 +66,16 @@ class SSD(nn.Module):
     in anchors["strides"], in that order.
     """
 
-    def __init__(self, num_classes: int, image_size: int, block: str = "basic", layers: Sequence[int] = (1, 1, 1, 1),
-                 widths: Sequence[int] = (32, 64, 128, 256), stem: str = "imagenet",
-                 anchors: Mapping | None = None):
+    def __init__(
+        self,
+        num_classes: int,
+        image_size: int,
+        block: str = "basic",
+        layers: Sequence[int] = (1, 1, 1, 1),
+        widths: Sequence[int] = (32, 64, 128, 256),
+        stem: str = "imagenet",
+        anchors: Mapping | None = None,
+    ):
         super().__init__()
         anchors = {"strides": list(DEFAULT_STRIDES)} if anchors is None else anchors
         resnet = ResNet(BACKBONE_CLASSES, block, layers, widths, stem)
@@ -76,10 +86,11 @@ class SSD(nn.Module):
         self.backbone = _truncated_backbone(resnet, max(self.level_stages) + 1)
         channels = self.backbone.stage_channels()
         per_cell = num_anchors_per_cell(self.anchor_spec)
-        self.loc_heads = nn.ModuleList(_head(channels[i], a * BOX_VALUES)
-                                       for i, a in zip(self.level_stages, per_cell))
-        self.cls_heads = nn.ModuleList(_head(channels[i], a * self.num_outputs_per_anchor, zero_bias=True)
-                                       for i, a in zip(self.level_stages, per_cell))
+        self.loc_heads = nn.ModuleList(_head(channels[i], a * BOX_VALUES) for i, a in zip(self.level_stages, per_cell))
+        self.cls_heads = nn.ModuleList(
+            _head(channels[i], a * self.num_outputs_per_anchor, zero_bias=True)
+            for i, a in zip(self.level_stages, per_cell)
+        )
 
     @property
     def num_outputs_per_anchor(self) -> int:
@@ -94,8 +105,10 @@ class SSD(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """raw [B, N, 4 + C] for images x [B, 3, S, S] (S = image_size)."""
         if tuple(x.shape[-2:]) != (self.image_size, self.image_size):
-            raise ValueError(f"SSD: expected images of {self.image_size}x{self.image_size} (data.image_size), "
-                             f"got {tuple(x.shape[-2:])}: the anchors would not match the feature maps")
+            raise ValueError(
+                f"SSD: expected images of {self.image_size}x{self.image_size} (data.image_size), "
+                f"got {tuple(x.shape[-2:])}: the anchors would not match the feature maps"
+            )
         stages = self.backbone.features(x)
         locs, logits = [], []
         for stage, loc_head, cls_head in zip(self.level_stages, self.loc_heads, self.cls_heads):

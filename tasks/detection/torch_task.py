@@ -1,4 +1,5 @@
 """The detection task on torch: the SSD network, its multibox loss and its validation, used by the Lightning backend."""
+
 from __future__ import annotations
 
 import contextlib
@@ -53,15 +54,17 @@ class TorchDetection(nn.Module):
         raw = self.model(images)
         with _one_thread_on_cpu(raw.device):
             found = decode_detections(raw[..., :BOX_VALUES], raw[..., BOX_VALUES:], self.anchors, **self.detection_args)
-        self.validation.add_batch(batch["image_ids"].reshape(-1).tolist(),
-                                  [boxes.cpu().numpy() for boxes, _, _ in found],
-                                  [scores.cpu().numpy() for _, scores, _ in found],
-                                  [labels.cpu().numpy() for _, _, labels in found])
+        self.validation.add_batch(
+            batch["image_ids"].reshape(-1).tolist(),
+            [boxes.cpu().numpy() for boxes, _, _ in found],
+            [scores.cpu().numpy() for _, scores, _ in found],
+            [labels.cpu().numpy() for _, _, labels in found],
+        )
         return self._loss(raw, batch["targets"]), images.shape[0]
 
     def val_metrics_compute(self, epoch: int) -> dict[str, float]:
         """COCO mAP of the epoch's detections from every process (val/map, val/map50); then reset."""
-        self.validation.gather_across_processes()   # through the collective the backend installed
+        self.validation.gather_across_processes()  # through the collective the backend installed
         return self.validation.finish(epoch, draw=is_first_process())
 
     def val_metrics_reset(self) -> None:
@@ -75,8 +78,12 @@ def build(task, model_cfg: DictConfig, dataset, image_size: int) -> TorchDetecti
     spec = model_cfg.copy()
     with open_dict(spec):
         spec.pop("keras_target", None)  # the Keras side's builder of the same network
-    model = instantiate(spec, num_classes=dataset.num_classes, image_size=image_size,
-                        anchors=OmegaConf.to_container(model_cfg.anchors, resolve=True))
+    model = instantiate(
+        spec,
+        num_classes=dataset.num_classes,
+        image_size=image_size,
+        anchors=OmegaConf.to_container(model_cfg.anchors, resolve=True),
+    )
     if not isinstance(model, nn.Module):
         raise TypeError(f"model._target_={model_cfg._target_} returned {type(model).__name__}, not an nn.Module")
     return TorchDetection(model, task.anchors(model_cfg, image_size), task, task.validation(dataset))

@@ -4,6 +4,7 @@ Both backends' framework sides feed it numpy arrays batch by batch (each process
 every process collected (`gather_across_processes`, through hydrali.core.distributed.gather) and call `finish`
 once per validation: every process then scores the same detections, those of all images.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -26,8 +27,14 @@ class DetectionValidation:
         self.pictures = pictures
         self.pictures_dir = Path(pictures_dir)
 
-    def add_batch(self, image_ids: Sequence[int], boxes: Sequence[Any], scores: Sequence[Any], labels: Sequence[Any],
-                  counts: Sequence[int] | None = None) -> None:
+    def add_batch(
+        self,
+        image_ids: Sequence[int],
+        boxes: Sequence[Any],
+        scores: Sequence[Any],
+        labels: Sequence[Any],
+        counts: Sequence[int] | None = None,
+    ) -> None:
         """Add one batch of detections (boxes ltrb in [0, 1] of the resized image, labels 1..K); images seen
         before (the shard's padding repeats images) are skipped."""
         self.evaluator.add_batch(image_ids, boxes, scores, labels, counts=counts)
@@ -46,7 +53,7 @@ class DetectionValidation:
         own: through `all_gather_bytes` (None: the collective the backend installed; none: this process alone).
         Every process of the job calls it at the same point."""
         shares = gather_objects(self.collected(), all_gather_bytes)
-        if len(shares) > 1:   # a process alone holds its own already
+        if len(shares) > 1:  # a process alone holds its own already
             self.evaluator.reset()
             self.add_collected(shares)
 
@@ -62,13 +69,19 @@ class DetectionValidation:
     def _draw(self, epoch: int) -> None:
         data = load_coco_json(self.split.annotation_file)
         names = {c["id"]: c["name"] for c in data["categories"]}
-        shown = sorted(self.evaluator.image_ids)[:self.pictures]
+        shown = sorted(self.evaluator.image_ids)[: self.pictures]
         files = {image["id"]: image["file_name"] for image in data["images"]}
         truth, predicted = defaultdict(list), defaultdict(list)
         for a in data["annotations"]:
             truth[a["image_id"]].append((a["bbox"], names[a["category_id"]]))
         for d in self.evaluator.detections:
             predicted[d["image_id"]].append((d["bbox"], names[d["category_id"]], d["score"]))
-        images = [{"file": self.split.images_dir / files[i], "truth": truth[i],
-                   "predictions": sorted(predicted[i], key=lambda p: -p[2])} for i in shown]
+        images = [
+            {
+                "file": self.split.images_dir / files[i],
+                "truth": truth[i],
+                "predictions": sorted(predicted[i], key=lambda p: -p[2]),
+            }
+            for i in shown
+        ]
         draw_predictions(images, self.pictures_dir / f"val_epoch{epoch + 1:03d}.png", f"(epoch {epoch + 1})")

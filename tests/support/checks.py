@@ -1,5 +1,6 @@
 """What a run recorded (its summary.json), a refusal's one line, and the checks that the Lightning and the Keras
 tests both make of a run."""
+
 from __future__ import annotations
 
 import json

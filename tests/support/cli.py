@@ -1,5 +1,6 @@
 """hydrali run as a user runs it, from this checkout: the environment a subprocess needs, `hydrali <args>` run to its
 end or started in the background, and free TCP ports for the processes of one job."""
+
 from __future__ import annotations
 
 import os
@@ -10,7 +11,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-HYDRALI = ("-m", "hydrali.core")   # `python -m hydrali.core` is the `hydrali` command
+HYDRALI = ("-m", "hydrali.core")  # `python -m hydrali.core` is the `hydrali` command
 
 
 def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -21,19 +22,29 @@ def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: int = 600,
-            entry: tuple[str, ...] = HYDRALI) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: int = 600, entry: tuple[str, ...] = HYDRALI
+) -> subprocess.CompletedProcess:
     """Run `python <entry> <args>` (by default `hydrali <args>`) in `cwd` to its end, its output captured as text."""
-    return subprocess.run([sys.executable, *entry, *args], cwd=cwd, env=cli_env(env), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, *entry, *args], cwd=cwd, env=cli_env(env), capture_output=True, text=True, timeout=timeout
+    )
 
 
-def start_cli(*args: str, cwd: Path, env: dict[str, str] | None = None, entry: tuple[str, ...] = HYDRALI,
-              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **popen) -> subprocess.Popen:
+def start_cli(
+    *args: str,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    entry: tuple[str, ...] = HYDRALI,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    **popen,
+) -> subprocess.Popen:
     """Start `python <entry> <args>` (by default `hydrali <args>`) in `cwd` without waiting for it: by default its
     stdout and stderr together on one text pipe. `popen`: more of Popen's arguments."""
-    return subprocess.Popen([sys.executable, *entry, *args], cwd=cwd, env=cli_env(env), stdout=stdout, stderr=stderr,
-                            text=True, **popen)
+    return subprocess.Popen(
+        [sys.executable, *entry, *args], cwd=cwd, env=cli_env(env), stdout=stdout, stderr=stderr, text=True, **popen
+    )
 
 
 def as_from_a_terminal() -> None:

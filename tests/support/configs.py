@@ -1,4 +1,5 @@
 """Configs composed as `hydrali <overrides>` would compose them, and the tiny overrides that tests train with."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,9 +26,11 @@ def compose_config(overrides: list[str], root: Path, data_dir: Path, output_dir:
     GlobalHydra.instance().clear()
     output_dir = output_dir or root / "run"
     with initialize_config_module(config_module="hydrali.conf", version_base="1.3"):
-        cfg = compose("config", overrides=[f"paths.root={root}", f"paths.data_dir={data_dir}",
-                                           f"hydra.run.dir={output_dir}", *overrides],
-                      return_hydra_config=True)
+        cfg = compose(
+            "config",
+            overrides=[f"paths.root={root}", f"paths.data_dir={data_dir}", f"hydra.run.dir={output_dir}", *overrides],
+            return_hydra_config=True,
+        )
     HydraConfig.instance().set_config(cfg)
     with open_dict(cfg):
         cfg.paths.output_dir = str(output_dir)

@@ -6,6 +6,7 @@ a process trained on tell which files DALI read for it.
 A small COCO-layout set (`write_rectangles_coco`): solid rectangles (the objects) on a plain light background, so
 that a test can find each object's pixels; non-square images of several sizes, category ids 3/7/11 (not 1..K), and
 one validation image without any box."""
+
 from __future__ import annotations
 
 import json
@@ -15,10 +16,10 @@ import numpy as np
 from PIL import Image
 
 CATEGORIES = [{"id": 3, "name": "red"}, {"id": 7, "name": "green"}, {"id": 11, "name": "blue"}]
-COLOURS = {3: (170, 20, 20), 7: (20, 150, 20), 11: (20, 20, 170)}   # dark, saturated: far from the background
+COLOURS = {3: (170, 20, 20), 7: (20, 150, 20), 11: (20, 20, 170)}  # dark, saturated: far from the background
 CANVAS_COLOUR = (235, 235, 235)
-SIZES = [(160, 120), (120, 160), (200, 100), (128, 128)]           # (width, height), cycled
-EMPTY_VAL_IMAGE = 1000                                               # the id of the val image without boxes
+SIZES = [(160, 120), (120, 160), (200, 100), (128, 128)]  # (width, height), cycled
+EMPTY_VAL_IMAGE = 1000  # the id of the val image without boxes
 
 
 def _boxes(rng, width: int, height: int, count: int) -> list[list[int]]:
@@ -29,8 +30,7 @@ def _boxes(rng, width: int, height: int, count: int) -> list[list[int]]:
             break
         w, h = (int(rng.integers(int(0.18 * s), int(0.45 * s))) for s in (width, height))
         x, y = int(rng.integers(0, width - w)), int(rng.integers(0, height - h))
-        if all(x + w + 2 <= bx or bx + bw + 2 <= x or y + h + 2 <= by or by + bh + 2 <= y
-               for bx, by, bw, bh in boxes):
+        if all(x + w + 2 <= bx or bx + bw + 2 <= x or y + h + 2 <= by or by + bh + 2 <= y for bx, by, bw, bh in boxes):
             boxes.append([x, y, w, h])
     return boxes
 
@@ -46,9 +46,17 @@ def _write_split(root: Path, folder: str, count: int, first_id: int, rng, empty_
         for box in boxes:
             x, y, w, h = box
             category = CATEGORIES[int(rng.integers(0, len(CATEGORIES)))]["id"]
-            pixels[y:y + h, x:x + w] = COLOURS[category]
-            annotations.append({"id": len(annotations) + first_id * 10, "image_id": image_id,
-                                "category_id": category, "bbox": box, "area": w * h, "iscrowd": 0})
+            pixels[y : y + h, x : x + w] = COLOURS[category]
+            annotations.append(
+                {
+                    "id": len(annotations) + first_id * 10,
+                    "image_id": image_id,
+                    "category_id": category,
+                    "bbox": box,
+                    "area": w * h,
+                    "iscrowd": 0,
+                }
+            )
         name = f"{image_id:06d}.jpg"
         Image.fromarray(pixels).save(root / folder / name, quality=95)
         images.append({"id": image_id, "file_name": name, "width": width, "height": height})
@@ -60,8 +68,10 @@ def write_rectangles_coco(root: Path, *, num_train: int = 24, num_val: int = 8, 
     The last validation image (id EMPTY_VAL_IMAGE) has no boxes."""
     rng = np.random.default_rng(seed)
     (root / "annotations").mkdir(parents=True, exist_ok=True)
-    for folder, count, first_id, empty in (("train2017", num_train, 1, None),
-                                           ("val2017", num_val - 1, 500, EMPTY_VAL_IMAGE)):
+    for folder, count, first_id, empty in (
+        ("train2017", num_train, 1, None),
+        ("val2017", num_val - 1, 500, EMPTY_VAL_IMAGE),
+    ):
         data = _write_split(root, folder, count, first_id, rng, empty)
         (root / "annotations" / f"instances_{folder}.json").write_text(json.dumps(data))
     return root

@@ -76,7 +76,8 @@ class RecordTorchSeed:
             def on_train_start(self, trainer, pl_module) -> None:
                 Path(folder).mkdir(parents=True, exist_ok=True)
                 (Path(folder) / f"seed_rank{trainer.global_rank}.txt").write_text(
-                    f"{torch.initial_seed()} {os.getpid()} {trainer.world_size}\n")
+                    f"{torch.initial_seed()} {os.getpid()} {trainer.world_size}\n"
+                )
 
         return _Record()
 
@@ -104,8 +105,15 @@ def torch_model_without_batchnorm(num_classes: int, **unused):
     """A small conv net with no BatchNorm, on torch: its gradients do not depend on how a batch is split."""
     from torch import nn
 
-    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 16, 3, stride=2, padding=1),
-                         nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, num_classes))
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(8, 16, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(16, num_classes),
+    )
 
 
 class RecordDynamoGraphs:
@@ -119,6 +127,7 @@ class RecordDynamoGraphs:
 
         def graphs() -> int:
             from torch._dynamo.utils import counters
+
             return int(counters["stats"]["unique_graphs"])
 
         class _Record(L.Callback):
@@ -144,8 +153,13 @@ class KerasRecordJit:
         class _Record(keras.callbacks.Callback):
             def on_epoch_end(self, epoch: int, logs=None) -> None:
                 with open(path, "w") as fh:
-                    json.dump({"jit_compile": bool(self.model.jit_compile),
-                               "train_function": self.model.train_function is not None}, fh)
+                    json.dump(
+                        {
+                            "jit_compile": bool(self.model.jit_compile),
+                            "train_function": self.model.train_function is not None,
+                        },
+                        fh,
+                    )
 
         return _Record()
 
