@@ -9,38 +9,19 @@
 
 from __future__ import annotations
 
-import dataclasses
 from functools import cached_property
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hydrali.core.bench.timing import Timing, time_steps
 from hydrali.core.distributed.topology import detect_topology
-from hydrali.core.run.epoch import make_contract
-from hydrali.core.run.plan import Plan, make_plan
+from hydrali.core.run.plan import Plan, plan_run
 
 
 def one_replica_plan(cfg: DictConfig, dataset, device: str) -> Plan:
     """The plan of one replica on this machine (no launcher), DALI on `device`, with its epoch contract."""
-    plan = make_plan(
-        topology=detect_topology(1, 1, env={}),
-        batch_size=cfg.data.batch_size,
-        base_lr=cfg.optim.lr,
-        ref_batch=cfg.optim.ref_batch,
-        rule=str(cfg.optim.scale),
-        warmup_epochs=cfg.optim.warmup_epochs,
-        epochs=cfg.epochs,
-        seed=cfg.seed if cfg.seed is not None else 0,
-        device=device,
-    )
-    contract = make_contract(
-        train_samples=dataset.num_train,
-        val_samples=dataset.num_val,
-        num_shards=1,
-        batch=plan.per_replica_batch,
-        last_batch=str(cfg.pipeline.train_last_batch),
-    )
-    return dataclasses.replace(plan, epoch=contract)
+    seed = cfg.seed if cfg.seed is not None else 0
+    return plan_run(cfg, detect_topology(1, 1, env={}), dataset, seed=seed, device=device)
 
 
 def with_threads(cfg: DictConfig, threads: int) -> DictConfig:

@@ -7,13 +7,19 @@ effective lr = optim.lr x rule(global batch / optim.ref_batch), rule: SCALE_RULE
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING
 
 from hydrali.core.config.schema import Scale
 from hydrali.core.distributed.topology import Topology
 from hydrali.core.errors import HydraliError
-from hydrali.core.run.epoch import EpochContract
+from hydrali.core.run.epoch import EpochContract, make_contract
 from hydrali.core.run.seeding import pipeline_seed
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from hydrali.core.contracts.task import Dataset
 
 SCALE_RULES = {  # optim.scale -> the lr's factor as a function of global batch / ref_batch; one rule per Scale
     Scale.linear: lambda ratio: ratio,
@@ -125,3 +131,27 @@ def make_plan(
         seed=seed,
         device=device,
     )
+
+
+def plan_run(cfg: DictConfig, topology: Topology, dataset: Dataset, *, seed: int, device: str) -> Plan:
+    """The plan of a run in one call: batch, lr and seed rules from the config's settings for this process's
+    `topology`, and the epoch contract from the dataset's counts (DALI on `device`)."""
+    plan = make_plan(
+        topology=topology,
+        batch_size=cfg.data.batch_size,
+        base_lr=cfg.optim.lr,
+        ref_batch=cfg.optim.ref_batch,
+        rule=str(cfg.optim.scale),
+        warmup_epochs=cfg.optim.warmup_epochs,
+        epochs=cfg.epochs,
+        seed=seed,
+        device=device,
+    )
+    contract = make_contract(
+        train_samples=dataset.num_train,
+        val_samples=dataset.num_val,
+        num_shards=plan.num_shards,
+        batch=plan.per_replica_batch,
+        last_batch=str(cfg.pipeline.train_last_batch),
+    )
+    return replace(plan, epoch=contract)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -18,8 +17,7 @@ from hydrali.core.distributed import agreement, gather, local_launch, topology
 from hydrali.core.distributed.mpi_ranks import adopt_mpi_ranks
 from hydrali.core.run import job_context, seeding
 from hydrali.core.run.checkpoints import resolve_checkpoint, write_trained_with
-from hydrali.core.run.epoch import make_contract
-from hydrali.core.run.plan import Plan, make_plan
+from hydrali.core.run.plan import Plan, plan_run
 from hydrali.core.run.record import RunRecord
 from hydrali.core.run.summary import build_summary, format_table, read_summary, write_summary
 from hydrali.core.tracking import mlflow_runs as tracking
@@ -36,25 +34,7 @@ def build_plan(cfg: DictConfig, backend: Backend, dataset, seed: int) -> Plan:
     )
     per_node, nodes, per_process = backend.replicas(cfg.backend, device)
     topo = topology.detect_topology(per_node, nodes, replicas_per_process=per_process)
-    plan = make_plan(
-        topology=topo,
-        batch_size=cfg.data.batch_size,
-        base_lr=cfg.optim.lr,
-        ref_batch=cfg.optim.ref_batch,
-        rule=str(cfg.optim.scale),
-        warmup_epochs=cfg.optim.warmup_epochs,
-        epochs=cfg.epochs,
-        seed=seed,
-        device=device,
-    )
-    contract = make_contract(
-        train_samples=dataset.num_train,
-        val_samples=dataset.num_val,
-        num_shards=plan.num_shards,
-        batch=plan.per_replica_batch,
-        last_batch=str(cfg.pipeline.train_last_batch),
-    )
-    return dataclasses.replace(plan, epoch=contract)
+    return plan_run(cfg, topo, dataset, seed=seed, device=device)
 
 
 def run(cfg: DictConfig) -> float | None:
