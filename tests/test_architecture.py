@@ -295,3 +295,19 @@ def test_core_imports_no_framework_at_module_level_outside_files_named_by_framew
             )
             loaders += [f"{name}: {n}" for n in names if n.split(".")[0] in FRAMEWORKS]
     assert loaders == []
+
+
+def test_the_wheel_lists_every_package_of_the_tree():
+    """pyproject.toml names hydrali's packages one by one (its folders map onto one namespace): every folder of
+    Python modules and every config group must be there, or an installed hydrali lacks it (an editable install
+    would not show it)."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {init.parent for folder in PACKAGES for init in (REPO / folder).rglob("__init__.py")}
+    folders |= {path.parent for path in (REPO / "conf").rglob("*.yaml")} | {REPO / "conf"}
+    tree = set()
+    for folder in folders:
+        top, *rest = folder.relative_to(REPO).parts
+        tree.add(".".join(["hydrali", top, *rest]))
+    assert tree - listed == set(), f"packages missing from pyproject.toml: {sorted(tree - listed)}"

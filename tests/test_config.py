@@ -117,6 +117,10 @@ def test_an_installed_hydrali_is_one_namespace_that_runs_from_anywhere(tmp_path,
     top = {p.name for p in target.iterdir() if p.name not in ("bin", "__pycache__")}
     assert top == {"hydrali", "hydrali-0.1.0.dist-info"}, top
     assert (target / "hydrali" / "conf" / "pipeline" / "standard.yaml").is_file(), "the configs ship in the wheel"
+    # every module ships (the finder of the venv's editable install would otherwise hide a missing package)
+    shipped = {str(p.relative_to(target / "hydrali")) for p in (target / "hydrali").rglob("*.py")}
+    source = {str(p.relative_to(REPO)) for top in ("core", "backends", "tasks") for p in (REPO / top).rglob("*.py")}
+    assert source <= shipped, f"modules missing from the wheel: {sorted(source - shipped)[:5]}"
 
     env = {**os.environ, "PYTHONPATH": str(target), "HYDRA_FULL_ERROR": "0"}
     where = subprocess.run(
