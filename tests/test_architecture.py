@@ -311,3 +311,17 @@ def test_the_wheel_lists_every_package_of_the_tree():
         top, *rest = folder.relative_to(REPO).parts
         tree.add(".".join(["hydrali", top, *rest]))
     assert tree - listed == set(), f"packages missing from pyproject.toml: {sorted(tree - listed)}"
+
+
+def test_a_broken_backend_plugin_is_one_line_naming_it(tmp_path):
+    """An installed package whose entry point cannot be loaded ends every command in one line that names it."""
+    site = tmp_path / "site"
+    dist_info = site / "hydrali_broken_backend-0.1.dist-info"
+    dist_info.mkdir(parents=True)
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: hydrali-broken-backend\nVersion: 0.1\n")
+    (dist_info / "entry_points.txt").write_text("[hydrali.backends]\nbroken = hydrali_no_such_module:SPEC\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)])}
+    shown = _hydrali(env, tmp_path, "--help")
+    assert shown.returncode == 2, shown.stderr
+    lines = shown.stderr.strip().splitlines()
+    assert len(lines) == 1 and "'broken'" in lines[0] and "hydrali_no_such_module" in lines[0], shown.stderr

@@ -67,3 +67,16 @@ def test_an_epoch_ended_before_a_resume_is_not_recorded_again(tmp_path):
     observer.epoch_end(2, {"train/loss": 1.0}, validated=False)
     assert observer.record.rows == []
     assert observer.fit_fields(start_epoch=2)["epochs_completed"] == 2
+
+
+def test_an_epoch_the_framework_ends_early_still_has_its_last_steps_lr(tmp_path):
+    """Lightning's limit_train_batches (or fast_dev_run) runs fewer steps than the plan's: lr/last is the lr of the
+    epoch's last step all the same."""
+    observer = _observer(tmp_path, steps_per_epoch=10)
+    observer.epoch_start(0)
+    for step, lr in enumerate([0.1, 0.2, 0.3]):
+        observer.step_start(step, lambda lr=lr: lr, steps_in_epoch=3)
+        observer.step_end()
+    observer.epoch_end(0, {"train/loss": 1.0}, validated=False)
+    row = observer.record.rows[0]
+    assert (row["lr/first"], row["lr/last"], row["train/images"]) == (0.1, 0.3, 48)

@@ -67,8 +67,8 @@ def _resolver():
 
 def strategy(device: str) -> tf.distribute.MultiWorkerMirroredStrategy:
     """The job's MultiWorkerMirroredStrategy (created on the first call, the same one after): collectives over
-    NCCL between GPUs (`device` "gpu"), over gRPC rings between CPUs. Its all-reduce becomes this process's
-    collective for hydrali.core.distributed.gather."""
+    NCCL between GPUs (`device` "gpu"), over gRPC rings between CPUs. Its all-reduce becomes, at every call, this
+    process's collective for hydrali.core.distributed.gather."""
     global _strategy
     if _strategy is None:
         kind = tf.distribute.experimental.CommunicationImplementation
@@ -85,8 +85,8 @@ def strategy(device: str) -> tf.distribute.MultiWorkerMirroredStrategy:
                 f"TensorFlow could not start MultiWorkerMirroredStrategy from {source} ({err}): start "
                 f"every worker with the same cluster and its own task index"
             ) from err
-        place = cluster()
-        gather.install(gather.all_gather_through_sum(_all_reduce_sum, place.rank, place.count))
+    place = cluster()   # installed at every call: each run of the process starts with none (core.run.runner)
+    gather.install(gather.all_gather_through_sum(_all_reduce_sum, place.rank, place.count))
     return _strategy
 
 

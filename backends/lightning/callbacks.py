@@ -23,7 +23,9 @@ class Observe(L.Callback):
         self.observer.epoch_start(trainer.current_epoch)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self.observer.step_start(batch_idx, lambda: trainer.optimizers[0].param_groups[0]["lr"])
+        self.observer.step_start(
+            batch_idx, lambda: trainer.optimizers[0].param_groups[0]["lr"], trainer.num_training_batches
+        )
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.observer.step_end()

@@ -116,7 +116,11 @@ def _entry(cfg: DictConfig) -> None:
 
 def main() -> None:
     """Run the benchmark from the command line (the `hydrali-bench` console script)."""
-    register_schemas()
+    try:
+        register_schemas()  # reads the registry: a broken plug-in ends here in one line
+    except HydraliError as err:
+        print(f"hydrali-bench: error: {err}", file=sys.stderr, flush=True)
+        sys.exit(2)
     register_bench_schema()
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises composition errors; they are printed in one line below
     try:

@@ -94,7 +94,11 @@ def _serve_ui(overrides: list[str]) -> None:
 
 def main() -> None:
     """Run hydrali from the command line (the `hydrali` console script); `hydrali ui` browses the runs."""
-    register_schemas()
+    try:
+        register_schemas()  # reads the registry: a broken plug-in ends here in one line
+    except HydraliError as err:
+        print(f"hydrali: error: {err}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_USER_ERROR)
     if sys.argv[1:2] == ["ui"]:
         _serve_ui(sys.argv[2:])
     wants_trace = os.environ.get(_FULL_ERROR) == "1" and _SET_BY_HYDRALI not in os.environ

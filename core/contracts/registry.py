@@ -17,7 +17,7 @@ from pathlib import Path
 
 from hydrali.core.contracts.backend import Backend, BackendSpec
 from hydrali.core.contracts.task import TaskSpec
-from hydrali.core.errors import HydraliError
+from hydrali.core.errors import HydraliError, first_line
 
 BACKEND_ENTRY_POINTS = "hydrali.backends"
 BUILTIN_BACKENDS = {  # name -> "module:object" of its BackendSpec
@@ -42,7 +42,13 @@ def _specs(builtin: dict[str, str], group: str, kind: type) -> dict:
         targets.setdefault(entry.name, entry.value)
     specs = {}
     for name, target in targets.items():
-        spec = _load(target)
+        try:
+            spec = _load(target)
+        except Exception as err:  # a broken plug-in is named in one line, whatever it raised
+            raise HydraliError(
+                f"the {group} entry {name!r} ({target}) cannot be loaded ({first_line(err)}): fix or uninstall "
+                f"the package that declares it"
+            ) from err
         if not isinstance(spec, kind) or spec.name != name:
             raise HydraliError(f"the entry {name!r} of {group} ({target}) is not a {kind.__name__} named {name!r}")
         specs[name] = spec

@@ -37,12 +37,14 @@ class TrainingObserver:
         self._epoch, self._steps, self._lrs = epoch, 0, {}
         self.clock.epoch_start()
 
-    def step_start(self, step: int, lr: Callable[[], float]) -> None:
+    def step_start(self, step: int, lr: Callable[[], float], steps_in_epoch: float | None = None) -> None:
         """Training step `step` of the epoch starts; `lr()` reads the lr it uses (read at the first and last step
-        only: on some frameworks reading it waits for the device)."""
+        only: on some frameworks reading it waits for the device). `steps_in_epoch`: the steps this epoch runs when
+        the framework ends it before the plan's (e.g. Lightning's limit_train_batches)."""
+        last = min(self.steps_per_epoch, steps_in_epoch or self.steps_per_epoch) - 1
         if step == 0:
             self._lrs["lr/first"] = float(lr())
-        if step == self.steps_per_epoch - 1:
+        if step == last:
             self._lrs["lr/last"] = float(lr())
 
     def step_end(self) -> None:
