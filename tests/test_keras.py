@@ -50,7 +50,7 @@ def test_keras_trains_whole_batches_and_scores_each_val_image_once(keras_run):
 
 
 def test_two_replicas_show_in_mlflow_and_summary_and_read_disjoint_shards(make_cfg, tmp_path, monkeypatch):
-    from tests.keras_worker_helpers import RECORD_ENV, read_record
+    from tests.support.keras_plugins import RECORD_ENV, read_record
 
     # every image its own class: the labels the loss saw name the files DALI read for each replica
     classes, batch = 36, 8  # shards of 18: 2 whole training batches, 3 validation batches (the last holds 2)
@@ -65,7 +65,7 @@ def test_two_replicas_show_in_mlflow_and_summary_and_read_disjoint_shards(make_c
         f"data.batch_size={batch}",
         *TINY,
         "pipeline.options.initial_fill=1",  # no draw from the next pass
-        "task.sides.keras=tests.keras_worker_helpers.recording_classification",
+        "task.sides.keras=tests.support.keras_plugins.recording_classification",
         *QUIET,
     )
     run(cfg)

@@ -18,10 +18,10 @@ from hydrali.core.distributed.topology import (
     tf_config_workers,
 )
 from hydrali.core.errors import HydraliError
-from tests.keras_worker_helpers import DETECTIONS_ENV, RECORD_ENV, read_detections, read_record
 from tests.support.checks import read_summary
 from tests.support.cli import free_ports, start_cli
 from tests.support.datasets import write_one_image_per_class
+from tests.support.keras_plugins import DETECTIONS_ENV, RECORD_ENV, read_detections, read_record
 
 
 def tf_config(workers: list[str], kind: str, index: int, chief: str | None = None) -> str:
@@ -119,7 +119,7 @@ def test_two_keras_workers_from_tf_config_train_one_epoch_on_disjoint_shards_and
         "pipeline.options.initial_fill=1",
         "epochs=1",
         "seed=null",
-        "task.sides.keras=tests.keras_worker_helpers.recording_classification",
+        "task.sides.keras=tests.support.keras_plugins.recording_classification",
     ]
     run_two_workers(tmp_path, args, lambda index: {RECORD_ENV: str(tmp_path / f"labels{index}.txt")})
 
@@ -170,7 +170,7 @@ DETECTION = [
     "epochs=1",
     "task.score_threshold=0.0",
     "task.pictures=2",
-    "task.sides.keras=tests.keras_worker_helpers.recording_detection",
+    "task.sides.keras=tests.support.keras_plugins.recording_detection",
 ]
 
 

@@ -85,7 +85,7 @@ def strategy(device: str) -> tf.distribute.MultiWorkerMirroredStrategy:
                 f"TensorFlow could not start MultiWorkerMirroredStrategy from {source} ({err}): start "
                 f"every worker with the same cluster and its own task index"
             ) from err
-    place = cluster()   # installed at every call: each run of the process starts with none (core.run.runner)
+    place = cluster()  # installed at every call: each run of the process starts with none (core.run.runner)
     gather.install(gather.all_gather_through_sum(_all_reduce_sum, place.rank, place.count))
     return _strategy
 

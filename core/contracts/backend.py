@@ -38,7 +38,7 @@ class Backend(Protocol):
     """How a run trains on one framework. Core calls these in this order: visible_gpus, replicas,
     (share_from_rank0), newest_checkpoint / checkpoint_epochs, processes_to_start, fit."""
 
-    layout: str  # the image layout its framework wants from DALI: NCHW | NHWC
+    layout: str  # the layout of each image its framework wants from DALI: CHW (torch) | HWC (Keras)
 
     def visible_gpus(self) -> int:
         """The number of GPUs the framework can train on in this process."""

@@ -26,11 +26,6 @@ def dali_cuda_devices() -> tuple[int, str]:
     return count, "" if count else "DALI finds no CUDA device (no NVIDIA GPU or driver on this machine)"
 
 
-def cuda_device_count() -> int:
-    """The number of CUDA devices DALI can see (0 on a machine with no GPU or no driver)."""
-    return dali_cuda_devices()[0]
-
-
 def resolve_device(requested: str, framework_gpus: int = 0, framework: str = "the framework") -> str:
     """Turn pipeline.device (a Device value) into "cpu" or "gpu", given how many GPUs the training framework sees."""
     device = Device.of(requested, "pipeline.device")

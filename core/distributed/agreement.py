@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from hydrali.core.distributed.launchers import LAUNCHED_BY_HYDRALI, SLURM, TF_CONFIG, TORCHRUN
+from hydrali.core.distributed.launchers import LAUNCHED_BY_HYDRALI, RANKED_BY_A_LAUNCHER
 from hydrali.core.errors import HydraliError, first_line
 from hydrali.core.tracking.run_files import DeferredFileHandler, remove_if_empty
 
@@ -31,16 +31,10 @@ class StartValues:
     seed: int
 
 
-# Set in every process, rank 0's included, by the launchers whose ranks compose their config apart: torchrun
-# (or RANK exported by hand), srun, TensorFlow's multi-worker config. (Lightning's own launcher passes the run
-# dir on to the processes it starts, and sets no RANK.)
-STARTED_BY_LAUNCHER = (TORCHRUN.rank, SLURM.rank, TF_CONFIG)
-
-
 def needed(processes: int, env: dict | None = None) -> bool:
     """Whether this process is one of several an outside launcher started (they resolved their config apart)."""
     env = os.environ if env is None else env
-    return processes > 1 and not env.get(LAUNCHED_BY_HYDRALI) and any(env.get(name) for name in STARTED_BY_LAUNCHER)
+    return processes > 1 and not env.get(LAUNCHED_BY_HYDRALI) and any(env.get(name) for name in RANKED_BY_A_LAUNCHER)
 
 
 def agree(share_from_rank0, own: StartValues, plan) -> StartValues:

@@ -67,6 +67,10 @@ LAUNCHED_BY_HYDRALI = "HYDRALI_LAUNCHED"  # set in the processes hydrali starts 
 
 # Any of these in a process's environment: a launcher started it, and neither a framework nor hydrali starts more.
 STARTED_BY_A_LAUNCHER = (TORCHRUN_RUN_ID, SLURM.rank, TORCHRUN.local_rank, OPEN_MPI.rank, PMI.rank, TF_CONFIG)
+# Set in every process, rank 0's included, by the launchers whose processes compose their config apart: torchrun
+# (or RANK exported by hand), srun, TensorFlow's multi-worker config; then the processes agree on rank 0's run dir
+# and seed (core/distributed/agreement.py). Lightning's own launcher passes the run dir on and sets no RANK.
+RANKED_BY_A_LAUNCHER = (TORCHRUN.rank, SLURM.rank, TF_CONFIG)
 # Ranks a framework reads itself (torchrun's, SLURM's): they win over TF_CONFIG and MPI's.
 FRAMEWORK_RANKS = (TORCHRUN.rank, SLURM.rank)
 # What places a process on its node (all 0: the job's first process).

@@ -111,18 +111,19 @@ def run_processes(cfg: DictConfig, processes: int, num_nodes: int, seed: int) ->
         _end(procs, signal.SIGINT, wait_first=True)
         raise
     if failed is not None:
-        rank, code = failed
+        local, code = failed
         _end(procs, signal.SIGINT)  # as Ctrl+C: each ends its run cleanly
         if code == 130:
             raise KeyboardInterrupt
+        rank = node_rank * processes + local  # the global rank its error file is named by (core/cli/launched.py)
         error = folder / f"rank{rank}.error"
         message = error.read_text().strip() if error.exists() else f"it ended with exit code {code} (its log is above)"
-        raise HydraliError(f"process {rank} of {processes} failed: {message}")
+        raise HydraliError(f"process {rank} of {processes * num_nodes} failed: {message}")
     return Path(cfg.paths.output_dir)
 
 
 def _wait(procs: list[subprocess.Popen]) -> tuple[int, int] | None:
-    """Wait for every process; (rank, exit code) of the first that failed, or None."""
+    """Wait for every process; (its index on this node, exit code) of the first that failed, or None."""
     while True:
         codes = [proc.poll() for proc in procs]
         for rank, code in enumerate(codes):

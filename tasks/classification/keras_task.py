@@ -1,4 +1,4 @@
-"""The classification task on Keras: model, loss and metrics, used by the Keras backend (task.keras_target)."""
+"""The classification task on Keras: model, loss and metrics, used by the Keras backend (task.sides.keras)."""
 
 from __future__ import annotations
 
@@ -62,5 +62,5 @@ class KerasClassification:
 
 
 def build(task, dataset) -> KerasClassification:
-    """The Keras side of `task` (its config's keras_target) for `dataset`."""
+    """The Keras side of `task` (its config's task.sides.keras) for `dataset`."""
     return KerasClassification(task)

@@ -95,5 +95,5 @@ class KerasDetection:
 
 
 def build(task, dataset) -> KerasDetection:
-    """The Keras side of `task` (its config's keras_target) for `dataset`."""
+    """The Keras side of `task` (its config's task.sides.keras) for `dataset`."""
     return KerasDetection(task, dataset)

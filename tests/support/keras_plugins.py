@@ -1,4 +1,4 @@
-"""Test helpers of tests/test_keras_workers.py, plugged into hydrali as a user would (`task.sides.keras=...`).
+"""Keras sides of the tasks that record what they saw, plugged into hydrali as a user would (`task.sides.keras=...`).
 
 `recording_classification` is the classification task's Keras side whose training loss also appends the labels
 of each training batch to the file named by $HYDRALI_TEST_LABELS (one line per batch, as tf.print writes them),
