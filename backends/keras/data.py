@@ -38,7 +38,12 @@ def distribute(
             with tf.device(where[0]):
                 return replica_dataset(0)
 
-        return strategy.distribute_datasets_from_function(worker_dataset)
+        # PER_WORKER input goes through TensorFlow's MultiDeviceIterator, whose thread fetches ahead from the
+        # endless DALIDataset; an iterator that Keras drops (a validation's, at the next one) with a fetch in
+        # flight crashed the process (SIGSEGV in DatasetBaseIterator::GetNext). With no buffer it fetches only
+        # when a step asks (DALI keeps its own prefetch queue).
+        on_demand = tf.distribute.InputOptions(experimental_per_replica_buffer_size=0)
+        return strategy.distribute_datasets_from_function(worker_dataset, on_demand)
     if len(devices) == 1:
         with tf.device(where[0]):
             return replica_dataset(0)
