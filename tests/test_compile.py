@@ -43,14 +43,14 @@ def test_lightning_compiled_checkpoint_resumes_uncompiled_and_back(make_cfg, tmp
 
     run(make_cfg(*TINY, "epochs=2", "ckpt_path=last", output_dir=out))
     eager = read_summary(out)
-    assert (eager["first_epoch"], eager["epochs"], eager["compiled"]) == (1, 2, False)
+    assert (eager["first_epoch"], eager["epochs"], eager["compiled"]) == (2, 2, False)
     assert eager["first_step_seconds"] > 0
     assert _checkpoint_keys(out / "checkpoints" / "last.ckpt") == compiled_keys, "the same keys either way"
 
     run(make_cfg(*TINY, "epochs=3", "ckpt_path=last", "backend.compile=true", output_dir=out))
     again = read_summary(out)
-    assert (again["first_epoch"], again["epochs"], again["compiled"]) == (2, 3, True)
-    assert [row["epoch"] for row in again["history"]] == [0, 1, 2]
+    assert (again["first_epoch"], again["epochs"], again["compiled"]) == (3, 3, True)
+    assert [row["epoch"] for row in again["history"]] == [1, 2, 3]
 
 
 @pytest.mark.keras

@@ -62,7 +62,7 @@ def test_both_backends_report_the_same_metrics_and_pictures_in_mlflow(short_runs
         assert run.info.status == "FINISHED"
         names[backend] = sorted(k for k in run.data.metrics if not k.startswith("lr/"))
         for key in MAP_KEYS:
-            assert [m.step for m in client.get_metric_history(run.info.run_id, key)] == [0, 1, 2, 3, 4]
+            assert [m.step for m in client.get_metric_history(run.info.run_id, key)] == [1, 2, 3, 4, 5]
         pictures = sorted(a.path for a in client.list_artifacts(run.info.run_id, "pictures"))
         assert pictures == [f"pictures/val_epoch{e:03d}.png" for e in (1, 2, 3, 4, 5)]
         with Image.open(root / backend / "pictures" / "val_epoch005.png") as picture:

@@ -1,5 +1,6 @@
 """Ctrl+C during an epoch ends the same way on both backends: one line, exit code 130, the run KILLED, resumable."""
 
+import json
 import signal
 import subprocess
 import time
@@ -34,11 +35,11 @@ def test_ctrl_c_during_an_epoch_exits_130_marks_the_run_killed_and_resumes(tmp_p
         f"hydrali: interrupted: the run is marked KILLED; resume it with ckpt_path=last hydra.run.dir={out}"
     ]
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
-    run_id = (out / "mlflow_run_id").read_text()
+    run_id = json.loads((out / "run.json").read_text())["mlflow_run_id"]
     assert client.get_run(run_id).info.status == "KILLED"
 
     resumed = run_cli(*args, "ckpt_path=last", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = read_summary(out)
-    assert [row["epoch"] for row in summary["history"]] == [0, 1, 2] and summary["first_epoch"] == 1
+    assert [row["epoch"] for row in summary["history"]] == [1, 2, 3] and summary["first_epoch"] == 2
     assert summary["mlflow_run_id"] == run_id and client.get_run(run_id).info.status == "FINISHED"

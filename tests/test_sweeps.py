@@ -164,7 +164,7 @@ def test_a_diverging_job_stops_in_its_first_epoch_and_fails_the_sweep(tmp_path, 
     assert "train/loss became nan in epoch 1" in out.stderr
     client, parents, (child,) = _runs(tmp_path)
     assert child.info.status == "FAILED" and "diverged" in child.data.tags["hydrali.error"]
-    assert [m.step for m in client.get_metric_history(child.info.run_id, "train/loss")] == [0]
+    assert [m.step for m in client.get_metric_history(child.info.run_id, "train/loss")] == [1]
     assert client.get_run(parents[0].info.run_id).info.status == "FAILED", "every job failed"
 
 
@@ -235,6 +235,6 @@ def test_a_parallel_joblib_sweep_records_every_job_completely(tmp_path, data_dir
     for child in children:
         assert child.info.status == "FINISHED"
         for key in ("train/loss", "val/acc", "val/loss", "lr/last"):
-            assert [m.step for m in client.get_metric_history(child.info.run_id, key)] == [0, 1], key
+            assert [m.step for m in client.get_metric_history(child.info.run_id, key)] == [1, 2], key
     parent = client.get_run(parents[0].info.run_id)
     assert parent.info.status == "FINISHED" and parent.data.metrics["sweep/jobs"] == 2

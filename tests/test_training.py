@@ -57,7 +57,7 @@ def test_the_run_is_in_mlflow_with_params_metrics_and_config(trained):
     assert float(params["plan/effective_lr"]) == pytest.approx(summary["effective_lr"]) == pytest.approx(0.2)
     for name in ("train/loss", "val/loss", "val/acc"):
         history = client.get_metric_history(run_.info.run_id, name)
-        assert [m.step for m in history] == list(range(10)), name
+        assert [m.step for m in history] == list(range(1, 11)), name
     acc = [m.value for m in client.get_metric_history(run_.info.run_id, "val/acc")]
     assert acc == pytest.approx([row["val/acc"] for row in summary["history"]])
     artifacts = {a.path for a in client.list_artifacts(run_.info.run_id, "config")}

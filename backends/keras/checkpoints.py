@@ -76,7 +76,7 @@ class PruneCheckpoints(keras.callbacks.Callback):
         if self.keep <= 0:
             return
         best = self.record.best(self.monitor, self.mode)
-        protected = {best["epoch"] + 1} if best else set()
+        protected = {best["epoch"]} if best else set()  # Keras' names and the record both count from 1
         files = sorted(self.checkpoint_dir.glob("epoch*.weights.h5"), key=epochs_done)
         for path in files[: -self.keep]:
             if epochs_done(path) not in protected:

@@ -15,7 +15,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from hydrali.backends.lightning import agreement
-from hydrali.backends.lightning.callbacks import Observe, progress_bar
+from hydrali.backends.lightning.callbacks import EpochNumberCheckpoint, Observe, progress_bar
 from hydrali.backends.lightning.collectives import all_gather_bytes
 from hydrali.backends.lightning.data import LAYOUT, DaliDataModule
 from hydrali.backends.lightning.module import HydraliModule, build_torch_side, compile_torch_side
@@ -85,7 +85,7 @@ def _fit(
             cfg.backend.compile_mode,
         )
 
-    checkpoint = ModelCheckpoint(
+    checkpoint = EpochNumberCheckpoint(
         dirpath=checkpoint_dir,
         filename="epoch{epoch:03d}",
         monitor=cfg.task.monitor,

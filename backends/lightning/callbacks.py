@@ -1,13 +1,25 @@
-"""Lightning callbacks of hydrali: the adapter to core's TrainingObserver (each epoch's record, throughput), and a
-progress bar that counts epochs from 1 (as the run log and the summary do)."""
+"""Lightning callbacks of hydrali: the adapter to core's TrainingObserver (each epoch's record, throughput), a
+checkpoint that names its files by the epoch counted from 1, and a progress bar that counts epochs from 1 (as the
+run log, the summary and Keras' checkpoint names do)."""
 
 from __future__ import annotations
 
 import lightning as L
-from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
+from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar, TQDMProgressBar
 from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 
 from hydrali.core.run.observer import TrainingObserver
+
+
+class EpochNumberCheckpoint(ModelCheckpoint):
+    """Lightning's ModelCheckpoint whose `{epoch}` in file names is the epoch counted from 1 (Lightning counts from
+    0): epoch003.ckpt holds the weights after the third epoch, as on Keras and in the run's record."""
+
+    def format_checkpoint_name(self, metrics, *args, **kwargs) -> str:
+        """The file name of a checkpoint with these metrics, `epoch` counted from 1."""
+        if "epoch" in metrics:
+            metrics = {**metrics, "epoch": metrics["epoch"] + 1}
+        return super().format_checkpoint_name(metrics, *args, **kwargs)
 
 
 class Observe(L.Callback):

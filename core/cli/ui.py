@@ -1,18 +1,20 @@
 """`hydrali ui [overrides]`: MLflow's UI over the store hydrali is configured to write (tracking.uri), on
 tracking.ui_host:tracking.ui_port (127.0.0.1:5000 by default). The same overrides as a run choose the store,
-e.g. `hydrali ui paths.root=/experiments` or `hydrali ui tracking.ui_port=5001`."""
+e.g. `hydrali ui paths.root=/experiments` or `hydrali ui tracking.ui_port=5001`. It prints the address of the
+experiment's runs list (MLflow 3 opens on its GenAI welcome page otherwise); a taken port is one line."""
 
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
 
 from hydrali.core.errors import HydraliError
 
 
-def tracking_settings(overrides: list[str]) -> tuple[str, str, int]:
-    """(store uri, host, port) of the config that `hydrali <overrides>` would run."""
+def tracking_settings(overrides: list[str]) -> tuple[str, str, int, str]:
+    """(store uri, host, port, experiment) of the config that `hydrali <overrides>` would run."""
     from hydra import compose, initialize_config_module
     from hydra.core.hydra_config import HydraConfig
 
@@ -21,18 +23,58 @@ def tracking_settings(overrides: list[str]) -> tuple[str, str, int]:
     HydraConfig.instance().set_config(cfg)  # so that ${hydra:runtime.cwd} in paths.root resolves
     if not cfg.tracking.enabled or not cfg.tracking.uri:
         raise HydraliError("tracking is off (tracking=none): there is no MLflow store to browse")
-    return str(cfg.tracking.uri), str(cfg.tracking.ui_host), int(cfg.tracking.ui_port)
+    return str(cfg.tracking.uri), str(cfg.tracking.ui_host), int(cfg.tracking.ui_port), str(cfg.tracking.experiment)
+
+
+PORTS_TRIED = 100  # how far past a taken port the next free one is looked for
+
+
+def _is_free(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def check_port(host: str, port: int) -> None:
+    """One line naming a free port when `port` is taken on `host` (MLflow's server would bury it in its log)."""
+    if _is_free(host, port):
+        return
+    free = next((p for p in range(port + 1, port + PORTS_TRIED) if _is_free(host, p)), None)
+    hint = f"pass tracking.ui_port={free} (free now)" if free else "pass tracking.ui_port=<a free port>"
+    raise HydraliError(f"tracking.ui_port={port} is taken on {host} (another server listens there): {hint}")
+
+
+def runs_url(uri: str, host: str, port: int, experiment: str) -> str:
+    """The address of the experiment's runs list in MLflow's UI; one line if the store holds no such experiment."""
+    from hydrali.core.tracking.mlflow_runs import quiet_mlflow_loggers
+
+    quiet_mlflow_loggers()
+    from mlflow.tracking import MlflowClient
+
+    found = MlflowClient(tracking_uri=uri).get_experiment_by_name(experiment)
+    if found is None:
+        raise HydraliError(
+            f"the MLflow store {uri} holds no experiment {experiment!r} yet: run hydrali first, or pass "
+            f"tracking.experiment=<one of its experiments>"
+        )
+    return f"http://{host}:{port}/#/experiments/{found.experiment_id}/runs"
 
 
 def serve(overrides: list[str]) -> None:
     """Replace this process with `mlflow ui` over the configured store (Ctrl+C stops it)."""
-    uri, host, port = tracking_settings(overrides)
+    uri, host, port, experiment = tracking_settings(overrides)
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
         raise HydraliError(
             f"no MLflow store at {uri} yet: run hydrali first, or point tracking.uri (or "
             f"paths.root) at an existing store"
         )
-    print(f"hydrali: MLflow UI on http://{host}:{port} over {uri} (Ctrl+C stops it)", flush=True)
+    check_port(host, port)
+    url = runs_url(uri, host, port, experiment)
+    print(f"hydrali: MLflow UI: the runs of experiment {experiment!r} are at {url} (store {uri}; Ctrl+C stops it)")
+    sys.stdout.flush()
     os.execv(
         sys.executable,
         [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)],

@@ -163,6 +163,8 @@ class TrackingConfig:
     experiment: str = "hydrali"
     artifact_location: Optional[str] = None
     log_checkpoint: bool = True
+    timeout_s: float = 10.0
+    retries: int = 2
     ui_host: str = "127.0.0.1"
     ui_port: int = 5000
 

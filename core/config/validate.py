@@ -104,3 +104,12 @@ def check_config(cfg: DictConfig) -> None:
         raise HydraliError(
             f"throughput_warmup_steps={cfg.throughput_warmup_steps}: it cannot be negative (0 times every step)"
         )
+    check_tracking(cfg.tracking)
+
+
+def check_tracking(tracking: DictConfig) -> None:
+    """A tracking server's timeout is positive and its retries are not negative."""
+    if tracking.get("timeout_s", 1) <= 0:
+        raise HydraliError(f"tracking.timeout_s={tracking.timeout_s}: pass a number of seconds above 0 (e.g. 10)")
+    if tracking.get("retries", 0) < 0:
+        raise HydraliError(f"tracking.retries={tracking.retries}: pass 0 or more")

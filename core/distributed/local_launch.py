@@ -50,9 +50,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def save_launch(cfg: DictConfig, seed: int) -> Path:
-    """Write the job's resolved config (with the seed drawn once), its context (overrides, sweep) and its
-    logging config into <run dir>/.launch, for the processes to read."""
+def save_launch(cfg: DictConfig, seed: int, overrides: list[str]) -> Path:
+    """Write the job's resolved config (with the seed drawn once), its context (sweep, and the `overrides` its
+    config is composed from) and its logging config into <run dir>/.launch, for the processes to read."""
     from hydra.core.hydra_config import HydraConfig
 
     folder = Path(cfg.paths.output_dir) / LAUNCH_DIR
@@ -60,16 +60,17 @@ def save_launch(cfg: DictConfig, seed: int) -> Path:
     resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
     resolved.seed = seed
     OmegaConf.save(resolved, folder / CONFIG_FILE)
-    (folder / CONTEXT_FILE).write_text(json.dumps(job_context.current().to_dict()) + "\n")
+    context = {**job_context.current().to_dict(), "overrides": list(overrides)}
+    (folder / CONTEXT_FILE).write_text(json.dumps(context) + "\n")
     if HydraConfig.initialized():
         logging_cfg = OmegaConf.to_container(HydraConfig.get().job_logging, resolve=True)
         (folder / LOGGING_FILE).write_text(json.dumps(logging_cfg) + "\n")
     return folder
 
 
-def run_processes(cfg: DictConfig, processes: int, num_nodes: int, seed: int) -> Path:
-    """Start `processes` processes of this job on this node from its resolved config, wait for them, and
-    return the run dir. A process that fails ends the others; its one-line message is raised.
+def run_processes(cfg: DictConfig, processes: int, num_nodes: int, seed: int, overrides: list[str]) -> Path:
+    """Start `processes` processes of this job on this node from its resolved config (composed from `overrides`),
+    wait for them, and return the run dir. A process that fails ends the others; its one-line message is raised.
 
     Several nodes (each started by hand, as with Lightning's launcher): NODE_RANK, MASTER_ADDR and MASTER_PORT
     come from the environment; one node: node 0 on 127.0.0.1 and a free port."""
@@ -81,7 +82,7 @@ def run_processes(cfg: DictConfig, processes: int, num_nodes: int, seed: int) ->
         )
     address = os.environ.get(MASTER_ADDR, LOOPBACK) if num_nodes > 1 else LOOPBACK
     port = os.environ.get(MASTER_PORT, "") if num_nodes > 1 else str(_free_port())
-    folder = save_launch(cfg, seed)
+    folder = save_launch(cfg, seed, overrides)
     log.info(
         "starting %d process(es) on node %d from the resolved config %s (seed %d)",
         processes,

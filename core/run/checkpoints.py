@@ -40,8 +40,8 @@ def resolve_checkpoint(
     if done >= epochs:
         raise HydraliError(
             f"ckpt_path={ckpt_path}: {path} holds {done} trained epochs and the run asks for "
-            f"epochs={epochs}, so there is nothing left to train: pass epochs=<more than {done}> "
-            f"to train on, or leave ckpt_path unset for a new run"
+            f"epochs={epochs}, so there is nothing left to train: pass ckpt_path=last epochs=<more than {done}> "
+            f"to train on, or a new hydra.run.dir for a new run"
         )
     _check_trained_with(ckpt_path, path.parent / TRAINED_WITH, trained_with)
     return path
@@ -73,10 +73,20 @@ def _check_trained_with(ckpt_path: str, recorded: Path, trained_with: dict) -> N
         )
 
 
+def _files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
+
+
 def _find(ckpt_path: str, checkpoint_dir: Path, backend: str, newest: Callable[[Path], Path | None]) -> Path:
     suffix = backend_spec(backend).checkpoint_suffix
     if ckpt_path == "last":
         found = newest(checkpoint_dir)
+        others = sorted({b for f in _files(checkpoint_dir) if (b := backend_of_checkpoint(f)) not in (None, backend)})
+        if found is None and others:
+            raise HydraliError(
+                f"ckpt_path=last but {checkpoint_dir} holds {' and '.join(others)} checkpoints, not {backend} ones: "
+                f"resume that run with backend={others[0]}"
+            )
         if found is None:
             raise HydraliError(
                 f"ckpt_path=last but {checkpoint_dir} holds no {backend} checkpoint: pass "

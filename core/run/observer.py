@@ -33,7 +33,7 @@ class TrainingObserver:
         """The training part of epoch `epoch` (0-based) starts."""
         if self.first_epoch is None:
             self.first_epoch = epoch
-            self.record.start(epoch)
+            self.record.start(epoch + 1)
         self._epoch, self._steps, self._lrs = epoch, 0, {}
         self.clock.epoch_start()
 
@@ -65,7 +65,7 @@ class TrainingObserver:
         prefixes = ("train/", "val/") if validated else ("train/",)
         row = {name: float(value) for name, value in metrics.items() if name.startswith(prefixes)}
         row["train/images"] = self._steps * self.global_batch
-        self.record.add(epoch, {**row, **self._lrs})
+        self.record.add(epoch + 1, {**row, **self._lrs})  # the record counts epochs from 1
         self.last_epoch = epoch
 
     def fit_fields(self, start_epoch: int) -> dict:

@@ -2,10 +2,14 @@
 
 Both backends hand each finished epoch to the same `RunRecord`; it is the only source of the
 history, the best and final values, the value returned to a sweeper and the checkpoint to keep.
-It lives in the run's output dir beside `mlflow_run_id`, so an interrupted run keeps its whole record:
-resuming at epoch k keeps rows 0..k-1 and replaces what follows.
+It lives in the run's output dir, so an interrupted run keeps its whole record: resuming at epoch k keeps rows
+1..k-1 and replaces what follows.
 
-Row keys (the same on every backend): epoch (0-based), train/loss, train/images (images trained on
+Epochs are counted from 1 wherever a user sees them: the log, the rows' `epoch`, summary.json's `best_epoch` and
+`first_epoch`, MLflow's steps, the checkpoint names of both backends (epoch003 holds the weights after the third
+epoch) and detection's pictures.
+
+Row keys (the same on every backend): epoch (counted from 1), train/loss, train/images (images trained on
 in the epoch, all replicas), lr/first and lr/last (the lr of the epoch's first and last optimizer
 step), and, only in epochs that validated, val/loss, val/<task metrics>, val/images (images scored).
 """
@@ -45,7 +49,7 @@ def epoch_line(row: dict, epochs: int | None = None) -> str:
         key=lambda key: (rank.get(key.split("/")[0], len(rank)), key),
     )
     shown = ", ".join(f"{key} {row[key]:.4g}" for key in keys)
-    return f"epoch {row['epoch'] + 1}{f'/{epochs}' if epochs else ''}: {shown}"
+    return f"epoch {row['epoch']}{f'/{epochs}' if epochs else ''}: {shown}"
 
 
 class TrainingDiverged(HydraliError):
@@ -58,7 +62,7 @@ def check_finite_loss(row: dict) -> None:
     loss = row.get("train/loss")
     if loss is not None and not math.isfinite(loss):
         raise TrainingDiverged(
-            f"train/loss became {loss} in epoch {row['epoch'] + 1}: training diverged; "
+            f"train/loss became {loss} in epoch {row['epoch']}: training diverged; "
             f"lower optim.lr (or raise optim.warmup_epochs) and run again"
         )
 
@@ -87,12 +91,12 @@ class RunRecord:
         return cls(output_dir, tracker, rows, writer, epochs)
 
     def start(self, first_epoch: int) -> None:
-        """Training (re)starts at `first_epoch` (0-based): forget rows of that epoch and later."""
+        """Training (re)starts at epoch `first_epoch` (counted from 1): forget rows of that epoch and later."""
         self.rows = [row for row in self.rows if row["epoch"] < first_epoch]
 
     def add(self, epoch: int, metrics: dict) -> dict:
-        """Record epoch `epoch`'s metrics, save the record, log them to the tracker (step = epoch) and print
-        them as one line (the same line on every backend, with or without a progress bar)."""
+        """Record epoch `epoch`'s metrics (counted from 1), save the record, log them to the tracker (step = epoch)
+        and print them as one line (the same line on every backend, with or without a progress bar)."""
         row = {"epoch": epoch, **{k: float(v) for k, v in metrics.items()}}
         self.rows = [r for r in self.rows if r["epoch"] < epoch] + [row]
         if self.writer:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -14,9 +15,10 @@ from hydrali.core.contracts.backend import Backend
 from hydrali.core.contracts.registry import backend_spec, load_backend
 from hydrali.core.data import autotune, devices
 from hydrali.core.distributed import agreement, gather, local_launch, topology
+from hydrali.core.distributed.launchers import LAUNCHED_BY_HYDRALI
 from hydrali.core.distributed.mpi_ranks import adopt_mpi_ranks
-from hydrali.core.run import job_context, seeding
-from hydrali.core.run.checkpoints import resolve_checkpoint, write_trained_with
+from hydrali.core.run import job_context, run_dir, seeding
+from hydrali.core.run.checkpoints import CHECKPOINT_DIR, resolve_checkpoint, write_trained_with
 from hydrali.core.run.plan import Plan, plan_run
 from hydrali.core.run.record import RunRecord
 from hydrali.core.run.summary import build_summary, format_table, read_summary, write_summary
@@ -43,10 +45,25 @@ def run(cfg: DictConfig) -> float | None:
     adopt_mpi_ranks()  # mpirun's ranks, as torchrun's variables (the frameworks read those), before anything can fail:
     # a failed job is then recorded by rank 0 alone (sweep.run_job asks is_first_process)
     check_config(cfg)
+    output_dir = Path(cfg.paths.output_dir)
+    launched = bool(os.environ.get(LAUNCHED_BY_HYDRALI))  # a process of a job whose own process holds the dir
+    with run_dir.claim(output_dir, hold=topology.is_first_process() and not launched):
+        job = job_context.current()
+        if launched:  # its config is the job's, resolved by the job's process
+            attempt = run_dir.Attempt(cfg, list(job.overrides), run_dir.read(output_dir))
+        else:
+            attempt = run_dir.reconcile(cfg, output_dir, list(job.overrides))
+            check_config(attempt.cfg)
+        return _run(attempt, started)
+
+
+def _run(attempt: run_dir.Attempt, started: float) -> float | None:
+    cfg = attempt.cfg
+    output_dir = Path(cfg.paths.output_dir)
     gather.install(None)  # the collective of an earlier job of this process goes; this run's backend installs its own
     if cfg.tracking.enabled and cfg.tracking.uri and topology.is_first_process():
-        tracking.check_reachable(cfg.tracking.uri)  # in seconds, before anything heavy is loaded
-    output_dir = Path(cfg.paths.output_dir)
+        tracking.configure_http(cfg.tracking.timeout_s, cfg.tracking.retries)
+        tracking.check_reachable(cfg.tracking.uri, cfg.tracking.timeout_s)  # in seconds, before anything is loaded
     task = instantiate(cfg.task)
     # before the backend loads, so that bad data fails in a second; files are checked by one process only
     dataset = task.prepare_data(cfg.data, verify=cfg.data.verify if topology.is_first_process() else "off")
@@ -63,6 +80,10 @@ def run(cfg: DictConfig) -> float | None:
     if cfg.seed is None and plan.global_rank == 0:
         seeding.announce_drawn(plan.seed)
     trained_with = _trained_with(cfg, dataset)
+    if attempt.record is not None and cfg.ckpt_path is None:  # the same run started again in its dir
+        if backend.newest_checkpoint(output_dir / CHECKPOINT_DIR) is not None:
+            log.info("%s holds this run, with the same settings: resuming from its newest checkpoint", output_dir)
+            cfg.ckpt_path = "last"
     resume_from = resolve_checkpoint(
         cfg.ckpt_path,
         output_dir,
@@ -74,7 +95,7 @@ def run(cfg: DictConfig) -> float | None:
     )
     processes = backend.processes_to_start(cfg.backend)
     if processes > 1:  # the job's processes, started from its resolved config (one seed, one run dir)
-        local_launch.run_processes(cfg, processes, int(cfg.backend.get("num_nodes", 1)), plan.seed)
+        local_launch.run_processes(cfg, processes, int(cfg.backend.get("num_nodes", 1)), plan.seed, attempt.overrides)
         return _optimized_value(read_summary(output_dir), cfg.optimized_metric)
     if cfg.pipeline.autotune:  # every process probes its own DALI pipeline; the choice goes into cfg (and MLflow)
         autotune.apply(cfg, task, dataset, plan, backend)
@@ -98,7 +119,8 @@ def run(cfg: DictConfig) -> float | None:
         plan.epoch.train_steps,
     )
 
-    accept_run(cfg, output_dir, write_config=plan.global_rank == 0)  # checks passed: now the run dir may change
+    # checks passed: now the run dir may change (its config files only at the run's first start)
+    accept_run(cfg, output_dir, write_config=plan.global_rank == 0 and attempt.record is None)
     job = job_context.current()
     tracker = tracking.start_tracking(
         enabled=cfg.tracking.enabled,
@@ -109,9 +131,11 @@ def run(cfg: DictConfig) -> float | None:
         output_dir=output_dir,
         run_name=f"{cfg.task.name}-{cfg.backend.name} {output_dir.name}",
         sweep_dir=job.sweep_dir,
-        resume=resume_from is not None,
+        run_id=attempt.record.mlflow_run_id if attempt.record is not None else None,
         tags=sweep.job_tags(),
     )
+    if plan.global_rank == 0:
+        run_dir.write(output_dir, run_dir.record_of(cfg, attempt.overrides, tracker.run_id))
     record = RunRecord.open(
         output_dir, tracker, resume=resume_from is not None, writer=plan.global_rank == 0, epochs=cfg.epochs
     )

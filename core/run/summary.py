@@ -30,13 +30,13 @@ def build_summary(
     best = record.best(monitor, mode)
     val_images = record.final("val/images")
     # throughput of this invocation: the images of the epochs it trained (the record counts them) over their time
-    trained_now = sum(row.get("train/images", 0) for row in rows if row["epoch"] >= result.first_epoch)
+    trained_now = sum(row.get("train/images", 0) for row in rows if row["epoch"] > result.first_epoch)
     images_per_second = trained_now / result.train_seconds if result.train_seconds > 0 else 0.0
     return {
         "task": task,
         "backend": backend,
         "epochs": result.epochs_completed,
-        "first_epoch": result.first_epoch,
+        "first_epoch": result.first_epoch + 1,  # the first epoch this invocation trained, counted from 1
         "monitor": monitor,
         "best": {monitor: best[monitor] if best else None},
         "best_epoch": best["epoch"] if best else None,

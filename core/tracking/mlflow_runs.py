@@ -1,12 +1,18 @@
 """MLflow tracking: one run per job, params from the resolved config and the plan, metrics per epoch.
 
 Only global rank 0 tracks; other ranks get a NullTracker. Under `-m` each job's run is a child of
-one parent run per sweep directory. A resumed job (same output dir) continues its own run.
+one parent run per sweep directory. A resumed job continues its own run (its id is in the run dir's run.json).
+
+Every call to a tracking server has a timeout and a bounded number of retries (tracking.timeout_s,
+tracking.retries); a server that does not answer at the start is one line before anything is written, and one
+that stops answering during a run ends the run's tracking with one warning, not its training: the run's own
+files (history.json, summary.json) keep its record.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -19,11 +25,13 @@ from hydrali.core.errors import HydraliError, first_line
 
 log = logging.getLogger(__name__)
 
-RUN_ID_FILE = "mlflow_run_id"  # in the run's output dir: lets a resumed job continue its MLflow run
 _PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value's length
 SWEEP_TAG = "hydrali.sweep_dir"  # on a sweep's parent run: the sweep dir it stands for
 _EXPECTED_ON_RESUME = {"ckpt_path"}  # changes on every resume: logged, not announced
-_CONNECT_TIMEOUT_S = 5  # how long a tracking server may take to accept a connection
+# MLflow's settings of its HTTP requests (read at every request)
+HTTP_TIMEOUT, HTTP_RETRIES = "MLFLOW_HTTP_REQUEST_TIMEOUT", "MLFLOW_HTTP_REQUEST_MAX_RETRIES"
+HTTP_BACKOFF = "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"
+_BACKOFF_FACTOR = 1  # seconds: MLflow's retries wait 1, 2, 4, ... s (its default, 2, waits minutes after 7 tries)
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, str]:
@@ -69,16 +77,44 @@ class NullTracker:
         """Do nothing."""
 
 
+def _tolerant(write):
+    """A tracker's write that, when the store fails, stops the run's tracking with one warning instead of the
+    run (and does nothing once it has stopped)."""
+
+    @functools.wraps(write)
+    def guarded(self, *args, **kwargs):
+        if self.stopped:
+            return None
+        try:
+            return write(self, *args, **kwargs)
+        except Exception as err:  # noqa: BLE001 - the store's trouble must not end the training
+            self.stopped = True
+            kept = f"{self.output_dir}/history.json and summary.json" if self.output_dir else "the run's own files"
+            log.warning(
+                "tracking stopped: MLflow at %s failed (%s); training goes on and %s keep the run's record",
+                self.uri,
+                first_line(err),
+                kept,
+            )
+            return None
+
+    return guarded
+
+
 class MlflowTracker(NullTracker):
     """One MLflow run, written through MlflowClient (no global fluent state). On a SQLite store every write
     holds the store's lock (`store_lock`), so that the processes of a parallel sweep never meet SQLite's
-    "database is locked"."""
+    "database is locked". The first write that fails ends the run's tracking with one warning (`stopped`);
+    training goes on."""
 
-    def __init__(self, client, run_id: str, uri: str):
+    def __init__(self, client, run_id: str, uri: str, output_dir: Path | None = None):
         self.client = client
         self.run_id = run_id
         self.uri = uri
+        self.output_dir = output_dir
+        self.stopped = False  # a write failed: nothing more is sent
 
+    @_tolerant
     def log_params(self, params: Mapping[str, Any]) -> None:
         """Log params in batches (MLflow takes at most 100 per call). In a continued run, an equal value is
         kept and a changed one is logged as `resume<N>/<key>` (N counts the resumes) and shown in the log."""
@@ -104,6 +140,7 @@ class MlflowTracker(NullTracker):
             for i in range(0, len(batch), 100):
                 self.client.log_batch(self.run_id, params=batch[i : i + 100])
 
+    @_tolerant
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         """Log one value per metric at `step` (the epoch index)."""
         import time
@@ -116,20 +153,24 @@ class MlflowTracker(NullTracker):
             with store_lock(self.uri):
                 self.client.log_batch(self.run_id, metrics=batch)
 
+    @_tolerant
     def log_text(self, text: str, artifact_file: str) -> None:
         """Store `text` as an artifact file of the run."""
         self.client.log_text(self.run_id, text, artifact_file)
 
+    @_tolerant
     def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
         """Upload a file to the run's artifacts."""
         self.client.log_artifact(self.run_id, str(path), artifact_path)
 
+    @_tolerant
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         """Set tags on the run (e.g. the value returned to a sweeper)."""
         with store_lock(self.uri):
             for key, value in tags.items():
                 self.client.set_tag(self.run_id, key, str(value)[:_PARAM_VALUE_LIMIT])
 
+    @_tolerant
     def finish(self, status: str) -> None:
         """End the run with FINISHED, FAILED or KILLED."""
         with store_lock(self.uri):
@@ -194,9 +235,18 @@ def open_store(uri: str, experiment: str, artifact_location: str | None):
         ) from err
 
 
-def check_reachable(uri: str) -> None:
+def configure_http(timeout_s: float, retries: int) -> None:
+    """Bound every request MLflow sends to a tracking server in this process (and the processes it starts):
+    `timeout_s` seconds each, `retries` retries."""
+    os.environ[HTTP_TIMEOUT] = str(max(1, round(timeout_s)))
+    os.environ[HTTP_RETRIES] = str(retries)
+    os.environ[HTTP_BACKOFF] = str(_BACKOFF_FACTOR)
+
+
+def check_reachable(uri: str, timeout_s: float) -> None:
     """Fail in seconds, in one line, when the store cannot be opened (a folder that cannot be made) or its
-    server cannot be reached (nothing listening), instead of MLflow's minutes of retries."""
+    server does not answer an HTTP request within `timeout_s` (nothing listening, or a server that accepts
+    and never answers), instead of MLflow's minutes of retries."""
     parsed = urlparse(uri)
     if parsed.scheme == "sqlite":
         folder = Path(uri[len("sqlite:///") :]).parent
@@ -208,12 +258,31 @@ def check_reachable(uri: str) -> None:
                 f"{err.strerror}: set tracking.uri=sqlite:///<a writable path> or use tracking=none"
             ) from err
     elif parsed.scheme in ("http", "https"):
-        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        import urllib.error
+        import urllib.request
+
+        seconds = f"{timeout_s:g}"
         try:
-            socket.create_connection((parsed.hostname, port), timeout=_CONNECT_TIMEOUT_S).close()
-        except OSError as err:
+            urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s).close()
+        except urllib.error.HTTPError:
+            return  # it answered (a server without /health answers 404)
+        except (TimeoutError, socket.timeout) as err:
             raise HydraliError(
-                f"cannot reach the MLflow server at tracking.uri={uri} ({err.strerror or err}): "
+                f"the MLflow server at tracking.uri={uri} accepted the connection but did not answer within "
+                f"{seconds} s (tracking.timeout_s): check the server, or use tracking.uri=sqlite:///<path> or "
+                f"tracking=none"
+            ) from err
+        except (urllib.error.URLError, OSError) as err:
+            reason = getattr(err, "reason", err)
+            if isinstance(reason, (TimeoutError, socket.timeout)):
+                raise HydraliError(
+                    f"the MLflow server at tracking.uri={uri} accepted the connection but did not answer within "
+                    f"{seconds} s (tracking.timeout_s): check the server, or use tracking.uri=sqlite:///<path> or "
+                    f"tracking=none"
+                ) from err
+            why = getattr(reason, "strerror", None) or reason
+            raise HydraliError(
+                f"cannot reach the MLflow server at tracking.uri={uri} ({why}): "
                 f"start the server or use tracking.uri=sqlite:///<path> or tracking=none"
             ) from err
 
@@ -244,11 +313,11 @@ def start_tracking(
     output_dir: Path,
     run_name: str,
     sweep_dir: str | None,
-    resume: bool,
+    run_id: str | None = None,
     tags: Mapping[str, str] | None = None,
 ) -> NullTracker:
-    """Open this job's MLflow run (or continue it when resuming in the same output dir), with `tags`; under -m
-    (`sweep_dir` set) a child of the sweep's parent run. The runner has already checked the store with
+    """Open this job's MLflow run with `tags` (under -m, `sweep_dir` set, a child of the sweep's parent run), or
+    continue the run `run_id` (the run dir's, on a resume). The runner has already checked the store with
     `check_reachable`."""
     if not enabled or not is_global_zero:
         return NullTracker()
@@ -256,19 +325,21 @@ def start_tracking(
         raise HydraliError("tracking.uri is empty: set tracking.uri=sqlite:///path/mlflow.db or use tracking=none")
     client, experiment_id = open_store(uri, experiment, artifact_location)
 
-    id_file = output_dir / RUN_ID_FILE
-    if resume and id_file.exists():
-        run_id = id_file.read_text().strip()
-        with store_lock(uri):
-            client.update_run(run_id, status="RUNNING")
+    if run_id is not None:
+        try:
+            with store_lock(uri):
+                client.update_run(run_id, status="RUNNING")
+        except Exception as err:  # noqa: BLE001 - MLflow's error for a run it does not hold
+            raise HydraliError(
+                f"{output_dir} is tracked as MLflow run {run_id}, which tracking.uri={uri} does not hold "
+                f"({first_line(err)}): resume with the run's own tracking.uri (its run.json names it)"
+            ) from err
         log.info("continuing MLflow run %s", run_id)
-        return MlflowTracker(client, run_id, uri)
+        return MlflowTracker(client, run_id, uri, output_dir)
 
     tags = {"hydrali.output_dir": str(output_dir), **(tags or {})}
     if sweep_dir:
         tags["mlflow.parentRunId"] = sweep_parent(client, experiment_id, sweep_dir)
     with store_lock(uri):
         run = client.create_run(experiment_id, run_name=run_name, tags=tags)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    id_file.write_text(run.info.run_id)
-    return MlflowTracker(client, run.info.run_id, uri)
+    return MlflowTracker(client, run.info.run_id, uri, output_dir)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from hydrali.core.distributed import topology
 from hydrali.core.errors import HydraliError, SweepRefused, first_line
-from hydrali.core.run import job_context
+from hydrali.core.run import job_context, run_dir
 
 log = logging.getLogger("hydrali")
 
@@ -122,10 +122,10 @@ def record_failed_job(store: SweepStore, output_dir: Path, message: str, trace: 
     from hydrali.core.tracking import mlflow_runs as tracking
 
     client, experiment_id = tracking.open_store(store.uri, store.experiment, store.artifact_location)
-    id_file = output_dir / tracking.RUN_ID_FILE
+    record = run_dir.read(output_dir) if Path(output_dir).is_dir() else None
     with tracking.store_lock(store.uri):
-        if id_file.exists():
-            run_id = id_file.read_text().strip()
+        if record is not None and record.mlflow_run_id:
+            run_id = record.mlflow_run_id
         else:
             parent = tracking.sweep_parent_unlocked(client, experiment_id, store.sweep_dir)
             tags = {**job_tags(), "mlflow.parentRunId": parent, "hydrali.output_dir": str(output_dir)}

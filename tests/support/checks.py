@@ -43,7 +43,7 @@ def check_resume_keeps_the_record(make_cfg, tmp_path: Path, args: list[str], int
     whole_dir, resumed_dir = tmp_path / "whole", tmp_path / "resumed"
     whole_value = run(make_cfg(*RESUME_ARGS, *args, output_dir=whole_dir))
     whole = read_summary(whole_dir)
-    assert whole["best_epoch"] == 0, "the test needs the best epoch before the interruption"
+    assert whole["best_epoch"] == 1, "the test needs the best epoch before the interruption"
 
     stop = f"+backend.callbacks.interrupt={{_target_: {interrupt}, epoch: 2}}"
     with pytest.raises(KeyboardInterrupt):
@@ -53,22 +53,22 @@ def check_resume_keeps_the_record(make_cfg, tmp_path: Path, args: list[str], int
     value = run(make_cfg(*RESUME_ARGS, *args, "ckpt_path=last", "data.verify=off", output_dir=resumed_dir))
     resumed = read_summary(resumed_dir)
 
-    assert (resumed["first_epoch"], resumed["epochs"]) == (2, 3)
-    assert [row["epoch"] for row in resumed["history"]] == [0, 1, 2]
+    assert (resumed["first_epoch"], resumed["epochs"]) == (3, 3)
+    assert [row["epoch"] for row in resumed["history"]] == [1, 2, 3]
     assert resumed["history"][:2] == whole["history"][:2], "the epochs before the interruption are kept as they were"
-    assert resumed["best"] == whole["best"] and resumed["best_epoch"] == 0
+    assert resumed["best"] == whole["best"] and resumed["best_epoch"] == 1
     assert value == whole_value == whole["best"]["val/loss"], "the sweeper gets the best of the whole run"
     assert Path(resumed["best_checkpoint"]).is_file(), "the best checkpoint survives the interruption"
     assert resumed["train_images"] == whole["train_images"]
     client = MlflowClient(make_cfg().tracking.uri)
     run_ = client.get_run(resumed["mlflow_run_id"])
-    assert [m.step for m in client.get_metric_history(run_.info.run_id, "val/loss")] == [0, 1, 2]
+    assert [m.step for m in client.get_metric_history(run_.info.run_id, "val/loss")] == [1, 2, 3]
     assert (run_.data.params["data.verify"], run_.data.params["resume1/data.verify"]) == ("quick", "off")
     return resumed
 
 
 def check_validation_every_second_epoch(make_cfg, tmp_path: Path, args: list[str]) -> None:
-    """3 epochs validating every second one: epochs 0 and 2 have no val metrics anywhere."""
+    """3 epochs validating every second one: epochs 1 and 3 have no val metrics anywhere."""
     from mlflow.tracking import MlflowClient
 
     from hydrali.core.run.runner import run
@@ -79,9 +79,9 @@ def check_validation_every_second_epoch(make_cfg, tmp_path: Path, args: list[str
     val_keys = [sorted(k for k in row if k.startswith("val/")) for row in summary["history"]]
     assert val_keys[0] == val_keys[2] == [] and "val/acc" in val_keys[1]
     assert not any(k.startswith("val/") for k in summary["final"]), "the last epoch did not validate"
-    assert summary["best_epoch"] == 1 and summary["val_images"] == 360
+    assert summary["best_epoch"] == 2 and summary["val_images"] == 360
     client = MlflowClient(make_cfg().tracking.uri)
-    assert [m.step for m in client.get_metric_history(summary["mlflow_run_id"], "val/acc")] == [1]
+    assert [m.step for m in client.get_metric_history(summary["mlflow_run_id"], "val/acc")] == [2]
 
 
 def check_each_val_image_counted_once(summary: dict, val_set: int = 360) -> None:

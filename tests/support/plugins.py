@@ -5,28 +5,36 @@ model builders (`model._target_`, `model.keras_target`). Each imports its framew
 
 
 class InterruptAtEpoch:
-    """Press Ctrl+C (raise KeyboardInterrupt) when epoch `epoch` (0-based) starts, on Lightning."""
+    """Press Ctrl+C (raise KeyboardInterrupt) when epoch `epoch` (0-based) starts, on Lightning, in a run that trained
+    an earlier epoch (so that the same run resumed as it was goes on)."""
 
     def __new__(cls, epoch: int):
         import lightning as L
 
         class _Interrupt(L.Callback):
+            first: int | None = None
+
             def on_train_epoch_start(self, trainer, pl_module) -> None:
-                if trainer.current_epoch == epoch:
+                self.first = trainer.current_epoch if self.first is None else self.first
+                if trainer.current_epoch == epoch and self.first < epoch:
                     raise KeyboardInterrupt
 
         return _Interrupt()
 
 
 class KerasInterruptAtEpoch:
-    """Press Ctrl+C (raise KeyboardInterrupt) when epoch `epoch` (0-based) starts, on Keras."""
+    """Press Ctrl+C (raise KeyboardInterrupt) when epoch `epoch` (0-based) starts, on Keras, in a run that trained an
+    earlier epoch (so that the same run resumed as it was goes on)."""
 
     def __new__(cls, epoch: int):
         import keras
 
         class _Interrupt(keras.callbacks.Callback):
+            first: int | None = None
+
             def on_epoch_begin(self, current: int, logs=None) -> None:
-                if current == epoch:
+                self.first = current if self.first is None else self.first
+                if current == epoch and self.first < epoch:
                     raise KeyboardInterrupt
 
         return _Interrupt()

@@ -1,0 +1,222 @@
+"""A run dir is self-contained: its own record (run.json) and its lock.
+
+`run.json`, written by the run's global rank 0 once its checks have passed, holds what the run depends on outside
+its dir as absolute locations (`LOCATION_KEYS`: the data, the tracking store), the command's overrides, the
+resolved config and the MLflow run id. A later `hydrali` in the same dir, from any working directory, reads it:
+
+- with `ckpt_path` (`last` or a file), the run resumes as it was: its overrides are composed again with this
+  command's on top, and its locations are pinned (unless this command names them);
+- without, the same config resumes (or says there is nothing left to train) and another config is refused in one
+  line that names the differing keys.
+
+Two processes never train in one run dir: the process that runs a job holds an exclusive lock on the dir itself
+(flock on its descriptor: no file is written) until it ends, however it ends; a second one is refused at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from hydrali.core.errors import HydraliError
+
+RUN_FILE = "run.json"
+# what a run reads or writes outside its dir: recorded as absolute locations, pinned when it is run again
+LOCATION_KEYS = ("paths.root", "paths.data_dir", "tracking.uri", "tracking.artifact_location", "data.root")
+NOT_COMPARED = ("ckpt_path", "paths.output_dir")  # differ between the attempts of one run by design
+_SQLITE = "sqlite:///"
+_SHOWN_DIFFERENCES = 4  # how many differing keys a refusal names
+
+
+@dataclass(frozen=True)
+class RunFile:
+    """What run.json holds."""
+
+    overrides: list[str]  # the command-line overrides the run's config is composed from
+    config: dict  # the resolved config (locations absolute)
+    locations: dict[str, str | None]  # LOCATION_KEYS -> absolute location (None: not set)
+    mlflow_run_id: str | None  # the run's MLflow run (None: tracking off)
+
+
+def read(output_dir: str | os.PathLike) -> RunFile | None:
+    """The record of the run in `output_dir`, or None when no run was accepted there; one line if it is damaged."""
+    path = Path(output_dir) / RUN_FILE
+    if not path.is_file():
+        return None
+    try:
+        return RunFile(**json.loads(path.read_text()))
+    except (ValueError, TypeError) as err:
+        raise HydraliError(
+            f"{path} is damaged ({err}): it records the run in this dir; pass another hydra.run.dir"
+        ) from err
+
+
+def write(output_dir: str | os.PathLike, record: RunFile) -> None:
+    """Write `record` as the run's run.json (atomically: a crash leaves the old one or the new one)."""
+    path = Path(output_dir) / RUN_FILE
+    tmp = path.with_name(f".{RUN_FILE}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(asdict(record), indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+def absolute(key: str, value) -> str | None:
+    """The location `value` of `key` made absolute against the current directory (a SQLite store's file too)."""
+    if value is None or value == "":
+        return None
+    text = str(value)
+    if text.startswith(_SQLITE):
+        return _SQLITE + str(Path(text[len(_SQLITE) :]).expanduser().resolve())
+    if "://" in text:  # a server's URL, an object store: already absolute
+        return text
+    return str(Path(text).expanduser().resolve())
+
+
+def locations(cfg: DictConfig) -> dict[str, str | None]:
+    """The run's locations (LOCATION_KEYS present in `cfg`), absolute."""
+    found = {}
+    for key in LOCATION_KEYS:
+        value = OmegaConf.select(cfg, key, default=None)
+        if OmegaConf.select(cfg, key, default="<absent>") != "<absent>":
+            found[key] = absolute(key, value)
+    return found
+
+
+def resolved(cfg: DictConfig) -> dict:
+    """`cfg` resolved to plain data, its locations absolute (what run.json keeps and a new attempt is compared to)."""
+    plain = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    tree = OmegaConf.create(plain)
+    for key, value in locations(cfg).items():
+        OmegaConf.update(tree, key, value, merge=False)
+    return OmegaConf.to_container(tree)
+
+
+def record_of(cfg: DictConfig, overrides: list[str], mlflow_run_id: str | None) -> RunFile:
+    """The run.json of a run of `cfg` composed from `overrides`."""
+    return RunFile(
+        overrides=list(overrides),
+        config=resolved(cfg),
+        locations=locations(cfg),
+        mlflow_run_id=mlflow_run_id,
+    )
+
+
+def _flat(node, prefix: str = "") -> dict:
+    if isinstance(node, dict):
+        return {k: v for key, value in node.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): node}
+
+
+def differences(then: dict, now: dict) -> list[str]:
+    """The keys (dotted) whose values differ between two resolved configs, but for those that differ by design."""
+    flat_then, flat_now = _flat(then), _flat(now)
+    keys = sorted(set(flat_then) | set(flat_now))
+    by_design = tuple(k + "." for k in NOT_COMPARED)
+    return [
+        key
+        for key in keys
+        if flat_then.get(key) != flat_now.get(key) and key not in NOT_COMPARED and not key.startswith(by_design)
+    ]
+
+
+def refuse_other_config(output_dir: Path, record: RunFile, cfg: DictConfig) -> None:
+    """Refuse, in one line naming the differing keys, a new run of another config in a used run dir."""
+    then, now = _flat(record.config), _flat(resolved(cfg))
+    differ = differences(record.config, resolved(cfg))
+    if not differ:
+        return
+    shown = "; ".join(f"{key} is {then.get(key)!r} there, {now.get(key)!r} here" for key in differ[:_SHOWN_DIFFERENCES])
+    more = f" (and {len(differ) - _SHOWN_DIFFERENCES} more)" if len(differ) > _SHOWN_DIFFERENCES else ""
+    raise HydraliError(
+        f"hydra.run.dir={output_dir} holds a run with other settings ({shown}{more}): pass a new hydra.run.dir "
+        f"for a new run, or ckpt_path=last to resume that run as it was"
+    )
+
+
+def override_key(override: str) -> str:
+    """The key or config group an override sets (`optim.lr=0.1` -> optim.lr, `+x=1` -> x, `optim=adamw` -> optim)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create().parse_override(override).key_or_group
+
+
+def merge_overrides(then: list[str], now: list[str]) -> list[str]:
+    """The overrides of a run composed again: `then`'s, but for the keys `now` sets, followed by `now`."""
+    keys_now = {override_key(o) for o in now}
+    return [o for o in then if override_key(o) not in keys_now] + list(now)
+
+
+def compose_again(overrides: list[str]) -> DictConfig:
+    """The config that `hydrali <overrides>` composes (Hydra's compose API: within the running app, or alone)."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():
+        return compose(config_name="config", overrides=overrides)
+    with initialize_config_module(config_module="hydrali.conf", version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)
+
+
+def pin_locations(cfg: DictConfig, record: RunFile, overrides: list[str], output_dir: Path) -> None:
+    """Set, in `cfg`, the run's recorded locations (but those `overrides` name) and its dir."""
+    named = {override_key(o) for o in overrides}
+    for key, value in record.locations.items():
+        if key not in named and OmegaConf.select(cfg, key, default="<absent>") != "<absent>":
+            OmegaConf.update(cfg, key, value, merge=False)
+    cfg.paths.output_dir = str(output_dir)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What one attempt runs in a run dir."""
+
+    cfg: DictConfig  # its config
+    overrides: list[str]  # the overrides that config is composed from
+    record: RunFile | None  # the dir's record before it (None: a new run dir)
+
+
+def reconcile(cfg: DictConfig, output_dir: Path, overrides: list[str]) -> Attempt:
+    """What this attempt runs in `output_dir`: in a new dir, `cfg` as it is; with `ckpt_path` set, the recorded
+    run's config with this command's `overrides` on top; without, `cfg` if it equals the recorded one (the runner
+    then resumes from the newest checkpoint, if any), else refused in one line. Recorded locations are pinned."""
+    record = read(output_dir)
+    if record is None:
+        return Attempt(cfg, list(overrides), None)
+    if cfg.ckpt_path is not None:
+        merged = merge_overrides(record.overrides, overrides)
+        again = compose_again(merged)
+        pin_locations(again, record, overrides, output_dir)
+        return Attempt(again, merged, record)
+    pin_locations(cfg, record, overrides, output_dir)
+    refuse_other_config(output_dir, record, cfg)
+    return Attempt(cfg, list(overrides), record)
+
+
+@contextlib.contextmanager
+def claim(output_dir: Path, hold: bool = True):
+    """Hold the run dir's lock while the block runs (`hold` false: a process of a job whose own process holds it);
+    refused in one line when another process holds it."""
+    if not hold:
+        yield
+        return
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    fd = os.open(output_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            raise HydraliError(
+                f"hydra.run.dir={output_dir} is in use: another hydrali process is running in it; wait for it to "
+                f"end (then ckpt_path=last resumes it if it was interrupted), or pass another hydra.run.dir"
+            ) from err
+        yield
+    finally:
+        os.close(fd)  # releases the lock (as any exit of the process does)

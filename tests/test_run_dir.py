@@ -1,0 +1,145 @@
+"""A run dir is self-contained and never mixed: an interrupted run resumes from any working directory into its own
+MLflow run with its own config files; a used dir is reused only by the same config; two processes never train in
+one dir; a tracking server that does not answer is one line, before anything is written."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.support.checks import read_summary
+from tests.support.cli import free_port, run_cli, start_cli
+from tests.support.configs import LIGHTNING_QUIET, TINY
+
+pytestmark = pytest.mark.slow
+INTERRUPT = "+backend.callbacks.interrupt={_target_: tests.support.plugins.InterruptAtEpoch, epoch: 2}"
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` with its bytes."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_an_interrupted_run_resumed_from_another_directory_finishes_in_its_own_run(tmp_path, data_dir):
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    home.mkdir(), elsewhere.mkdir()
+    out = home / "run"
+    args = ["epochs=3", "optim.lr=0.05", *TINY, *LIGHTNING_QUIET, f"paths.data_dir={data_dir}"]
+    first = run_cli(*args, INTERRUPT, f"hydra.run.dir={out}", cwd=home)
+    assert first.returncode == 130, first.stderr[-3000:]
+    hint = [line for line in first.stderr.splitlines() if line.startswith("hydrali: interrupted")]
+    assert hint == [
+        f"hydrali: interrupted: the run is marked KILLED; resume it with ckpt_path=last hydra.run.dir={out}"
+    ]
+    config_files = _files(out / ".hydra")
+    run_id = json.loads((out / "run.json").read_text())["mlflow_run_id"]
+
+    # the hint, from another directory: the run's store, data and settings, not the defaults of this one
+    resumed = run_cli("ckpt_path=last", f"hydra.run.dir={out}", cwd=elsewhere)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert list(elsewhere.iterdir()) == [], "nothing is created in the working directory"
+    assert _files(out / ".hydra") == config_files, "the run's config files are its first start's"
+    summary = read_summary(out)
+    assert [row["epoch"] for row in summary["history"]] == [1, 2, 3] and summary["first_epoch"] == 3
+    client = MlflowClient(f"sqlite:///{home}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("hydrali").experiment_id])
+    assert [r.info.run_id for r in runs] == [run_id] == [summary["mlflow_run_id"]]
+    assert runs[0].info.status == "FINISHED" and runs[0].data.params["optim.lr"] == "0.05"
+    assert [m.step for m in client.get_metric_history(run_id, "val/acc")] == [1, 2, 3]
+
+
+def test_a_used_run_dir_resumes_the_same_config_and_refuses_another_naming_the_keys(tmp_path, data_dir):
+    out = tmp_path / "run"
+    args = ["epochs=1", *TINY, *LIGHTNING_QUIET, f"paths.data_dir={data_dir}", f"hydra.run.dir={out}"]
+    assert run_cli(*args, cwd=tmp_path).returncode == 0
+    before = _files(out)
+
+    other = run_cli(*args, "optim.lr=0.5", "data.batch_size=16", cwd=tmp_path)
+    assert other.returncode == 2 and "Traceback" not in other.stderr, other.stderr[-3000:]
+    assert other.stderr.strip().splitlines() == [
+        f"hydrali: error: hydra.run.dir={out} holds a run with other settings (data.batch_size is 64 there, 16 "
+        f"here; optim.lr is 0.1 there, 0.5 here): pass a new hydra.run.dir for a new run, or ckpt_path=last to "
+        f"resume that run as it was"
+    ]
+    same = run_cli(*args, cwd=tmp_path)  # finished: nothing left to train
+    assert same.returncode == 2 and "nothing left to train" in same.stderr, same.stderr[-3000:]
+    assert _files(out) == before, "a refused attempt changes nothing in the run dir"
+
+    more = run_cli(*args[1:], "epochs=2", "ckpt_path=last", cwd=tmp_path)  # resumed as it was, one epoch more
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert [row["epoch"] for row in read_summary(out)["history"]] == [1, 2]
+
+
+def test_two_runs_started_at_once_in_one_dir_one_trains_the_other_is_refused_at_once(tmp_path, data_dir):
+    out = tmp_path / "run"
+    args = ["epochs=2", *TINY, *LIGHTNING_QUIET, f"paths.data_dir={data_dir}", f"hydra.run.dir={out}"]
+    first = start_cli(*args, cwd=tmp_path)
+    deadline = time.monotonic() + 120
+    while not (out / "hydrali.log").exists():  # the first run passed its checks and holds the dir
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()[0][-3000:]
+        time.sleep(0.1)
+    started = time.monotonic()
+    second = run_cli(*args, cwd=tmp_path)
+    assert time.monotonic() - started < 10
+    assert second.returncode == 2, second.stderr[-3000:]
+    assert second.stderr.strip().splitlines() == [
+        f"hydrali: error: hydra.run.dir={out} is in use: another hydrali process is running in it; wait for it to "
+        f"end (then ckpt_path=last resumes it if it was interrupted), or pass another hydra.run.dir"
+    ]
+    assert first.wait(timeout=300) == 0, first.communicate()[0][-3000:]
+    summary = read_summary(out)
+    assert [row["epoch"] for row in summary["history"]] == [1, 2]
+    assert json.loads((out / "run.json").read_text())["mlflow_run_id"] == summary["mlflow_run_id"]
+
+
+def test_a_tracking_server_that_never_answers_is_one_line_before_anything_is_written(tmp_path, data_dir):
+    with socket.socket() as silent:  # accepts connections (the kernel's backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        out = tmp_path / "run"
+        started = time.monotonic()
+        result = run_cli(
+            *TINY,
+            f"paths.data_dir={data_dir}",
+            f"tracking.uri={uri}",
+            "tracking.timeout_s=3",
+            f"hydra.run.dir={out}",
+            cwd=tmp_path,
+        )
+    assert time.monotonic() - started < 30
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines() == [
+        f"hydrali: error: the MLflow server at tracking.uri={uri} accepted the connection but did not answer "
+        f"within 3 s (tracking.timeout_s): check the server, or use tracking.uri=sqlite:///<path> or tracking=none"
+    ]
+    assert not out.exists(), "no run dir is left behind"
+
+
+def test_hydrali_ui_on_a_taken_port_is_one_line_and_prints_the_runs_list(tmp_path, data_dir):
+    assert run_cli("epochs=1", *TINY, *LIGHTNING_QUIET, f"paths.data_dir={data_dir}", cwd=tmp_path).returncode == 0
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        refused = run_cli("ui", f"tracking.ui_port={port}", cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"hydrali: error: tracking.ui_port={port} is taken on 127.0.0.1")
+    assert "pass tracking.ui_port=" in lines[0]
+
+    port = free_port()
+    ui = start_cli("ui", f"tracking.ui_port={port}", cwd=tmp_path)
+    try:
+        first_line = ui.stdout.readline()
+        client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+        experiment = client.get_experiment_by_name("hydrali").experiment_id
+        assert f"http://127.0.0.1:{port}/#/experiments/{experiment}/runs" in first_line, first_line
+    finally:
+        ui.kill()
+        ui.wait()
