@@ -60,6 +60,13 @@ def test_a_tracking_store_that_cannot_be_opened_is_one_line_within_seconds(tmp_p
     assert time.monotonic() - started < 15
 
 
+def test_a_run_dir_that_cannot_be_made_names_the_setting(tmp_path):
+    fails_with(
+        run_cli("hydra.run.dir=/proc/forbidden", cwd=tmp_path),
+        "cannot create the run dir /proc/forbidden (No such file or directory): pass a writable hydra.run.dir",
+    )
+
+
 def test_a_wrong_value_type_names_the_key_and_the_type(tmp_path):
     _fails_at_composition_with(run_cli("data.batch_size=large", cwd=tmp_path), "data.batch_size", "Integer")
 

@@ -57,7 +57,7 @@ def _attempts(root: Path) -> dict:
             "is a checkpoint of backend=lightning",
         ),
         "Lightning resuming a Keras run": (
-            [f"ckpt_path={keras_ckpt}", f"hydra.run.dir={keras}"],
+            ["backend=lightning", f"ckpt_path={keras_ckpt}", f"hydra.run.dir={keras}"],
             "is a checkpoint of backend=keras",
         ),
         "ckpt_path=last in a fresh dir": (

@@ -11,6 +11,7 @@ from hydrali.backends.keras.quiet_start import import_tensorflow
 import_tensorflow()  # first, so that no other import starts TensorFlow with its chatter
 
 import keras  # noqa: E402
+import numpy as np  # noqa: E402
 from hydra.utils import instantiate  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
@@ -30,6 +31,7 @@ from hydrali.core.run.observer import TrainingObserver  # noqa: E402
 from hydrali.core.run.plan import Plan  # noqa: E402
 from hydrali.core.run.record import RunRecord  # noqa: E402
 from hydrali.core.run.results import FitResult  # noqa: E402
+from hydrali.core.run.summary import model_line, network_name  # noqa: E402
 
 log = logging.getLogger("hydrali")
 logging.getLogger("tensorflow").setLevel(logging.WARNING)  # per-variable all-reduce notices
@@ -72,6 +74,9 @@ def _fit(
 
     with placement(devices):  # one replica: the model sits where it computes
         model = compile_task_model(cfg=cfg, side=framework, strategy=strategy, dataset=dataset, plan=plan)
+        if chief:
+            trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+            log.info("%s", model_line(network_name(cfg.model), trainable))
         if cfg.backend.compile:
             if model.jit_compile:
                 log.info("backend.compile=true: XLA (jit_compile); the first step includes its warm-up")

@@ -22,6 +22,7 @@ NOISE = (
     "Unable to register cuFFT factory",
     "Unable to register cuBLAS factory",
     "computation placer already registered",
+    "oneDNN custom operations are on",  # absl's notice, printed whatever TF_CPP_MIN_LOG_LEVEL says
 )
 NO_DRIVER_NOISE = ("failed call to cuInit",)  # said only where no NVIDIA driver is installed
 DRIVER = "/proc/driver/nvidia/version"

@@ -27,6 +27,7 @@ from hydrali.core.run.observer import TrainingObserver
 from hydrali.core.run.plan import Plan
 from hydrali.core.run.record import RunRecord
 from hydrali.core.run.results import FitResult
+from hydrali.core.run.summary import model_line, network_name
 
 log = logging.getLogger("hydrali")
 # Noise from inside Lightning that a user can do nothing about.
@@ -50,13 +51,19 @@ def _quiet_duplicate_logs() -> None:
             logger.handlers.clear()
             logger.propagate = True
     rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
-    if not any(isinstance(f, _NoTips) for f in rank_zero.filters):
-        rank_zero.addFilter(_NoTips())
+    if not any(isinstance(f, _NoStartupNoise) for f in rank_zero.filters):
+        rank_zero.addFilter(_NoStartupNoise())
 
 
-class _NoTips(logging.Filter):
+# Lightning's lines that tell a hydrali user nothing: its tips, the devices it did not use (the plan names the
+# device), and the end of fit (the summary follows)
+LIGHTNING_NOISE = ("Tip:", "GPU available:", "TPU available:", "HPU available:", "`Trainer.fit` stopped:")
+
+
+class _NoStartupNoise(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return "Tip:" not in str(record.msg)
+        message = str(record.msg)
+        return not any(noise in message for noise in LIGHTNING_NOISE)
 
 
 def _fit(
@@ -78,6 +85,9 @@ def _fit(
         channels_last=cfg.backend.channels_last,
         step_loss_in_bar=show_bar,
     )
+    if plan.global_rank == 0:
+        trainable = sum(p.numel() for p in module.torch_task.parameters() if p.requires_grad)
+        log.info("%s", model_line(network_name(cfg.model), trainable))
     if cfg.backend.compile:  # before the strategy wraps the module (DDP), as Lightning advises
         compile_torch_side(module.torch_task, cfg.backend)
         log.info(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from omegaconf import DictConfig
+
 from hydrali.core.run.plan import Plan
 from hydrali.core.run.record import RunRecord
 from hydrali.core.run.results import FitResult
@@ -124,3 +126,21 @@ def format_table(summary: dict) -> str:
 def read_summary(output_dir: Path) -> dict:
     """The summary.json a run wrote into `output_dir`."""
     return json.loads((Path(output_dir) / "summary.json").read_text())
+
+
+def network_name(model: DictConfig) -> str:
+    """The name a run's network goes by in the log: its builder's (model._target_), the same on every backend."""
+    return str(model.get("_target_", "model")).rsplit(".", 1)[-1]
+
+
+def model_line(network: str, trainable: int) -> str:
+    """The log's line on the network a run trains, the same on every backend: `model: ResNet, 11.2 M trainable
+    parameters` (the weights a step updates: BatchNorm's running statistics are not counted, as torch does not)."""
+    return f"model: {network}, {_count(trainable)} trainable parameters"
+
+
+def _count(n: int) -> str:
+    for size, unit in ((1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return str(n)
