@@ -16,7 +16,6 @@ from tests.support.checks import read_summary
 from tests.support.cli import free_port, run_cli, start_cli
 from tests.support.configs import LIGHTNING_QUIET, TINY
 
-pytestmark = pytest.mark.slow
 INTERRUPT = "+backend.callbacks.interrupt={_target_: tests.support.plugins.InterruptAtEpoch, epoch: 2}"
 
 
@@ -25,6 +24,7 @@ def _files(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_resumed_from_another_directory_finishes_in_its_own_run(tmp_path, data_dir):
     home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
     home.mkdir(), elsewhere.mkdir()
@@ -53,6 +53,7 @@ def test_an_interrupted_run_resumed_from_another_directory_finishes_in_its_own_r
     assert [m.step for m in client.get_metric_history(run_id, "val/acc")] == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_a_used_run_dir_resumes_the_same_config_and_refuses_another_naming_the_keys(tmp_path, data_dir):
     out = tmp_path / "run"
     args = ["epochs=1", *TINY, *LIGHTNING_QUIET, f"paths.data_dir={data_dir}", f"hydra.run.dir={out}"]
@@ -75,6 +76,7 @@ def test_a_used_run_dir_resumes_the_same_config_and_refuses_another_naming_the_k
     assert [row["epoch"] for row in read_summary(out)["history"]] == [1, 2]
 
 
+@pytest.mark.slow
 def test_two_runs_started_at_once_in_one_dir_one_trains_the_other_is_refused_at_once(tmp_path, data_dir):
     out = tmp_path / "run"
     args = ["epochs=2", *TINY, *LIGHTNING_QUIET, f"paths.data_dir={data_dir}", f"hydra.run.dir={out}"]
@@ -97,6 +99,7 @@ def test_two_runs_started_at_once_in_one_dir_one_trains_the_other_is_refused_at_
     assert json.loads((out / "run.json").read_text())["mlflow_run_id"] == summary["mlflow_run_id"]
 
 
+@pytest.mark.slow
 def test_a_tracking_server_that_never_answers_is_one_line_before_anything_is_written(tmp_path, data_dir):
     with socket.socket() as silent:  # accepts connections (the kernel's backlog) and never answers
         silent.bind(("127.0.0.1", 0))
@@ -121,6 +124,7 @@ def test_a_tracking_server_that_never_answers_is_one_line_before_anything_is_wri
     assert not out.exists(), "no run dir is left behind"
 
 
+@pytest.mark.slow
 def test_hydrali_ui_on_a_taken_port_is_one_line_and_prints_the_runs_list(tmp_path, data_dir):
     assert run_cli("epochs=1", *TINY, *LIGHTNING_QUIET, f"paths.data_dir={data_dir}", cwd=tmp_path).returncode == 0
     with socket.socket() as taken:
@@ -143,3 +147,26 @@ def test_hydrali_ui_on_a_taken_port_is_one_line_and_prints_the_runs_list(tmp_pat
     finally:
         ui.kill()
         ui.wait()
+
+
+def test_a_tracking_server_that_stops_answering_ends_the_tracking_not_the_training(tmp_path, caplog, monkeypatch):
+    from hydrali.core.tracking.mlflow_runs import (
+        HTTP_BACKOFF,
+        HTTP_RETRIES,
+        HTTP_TIMEOUT,
+        MlflowTracker,
+        configure_http,
+    )
+
+    for name in (HTTP_TIMEOUT, HTTP_RETRIES, HTTP_BACKOFF):  # set here: restored as they were after the test
+        monkeypatch.setenv(name, "")
+    configure_http(timeout_s=1, retries=0)
+    gone = f"http://127.0.0.1:{free_port()}"  # the server went away: nothing listens there any more
+    tracker = MlflowTracker(MlflowClient(gone), "0" * 32, gone, tmp_path)
+    started = time.monotonic()
+    tracker.log_metrics({"train/loss": 1.0}, step=1)
+    tracker.log_metrics({"train/loss": 0.5}, step=2)
+    tracker.finish("FINISHED")
+    assert time.monotonic() - started < 10 and tracker.stopped
+    stopped = [r.getMessage() for r in caplog.records if "tracking stopped" in r.getMessage()]
+    assert len(stopped) == 1 and f"{tmp_path}/history.json" in stopped[0], stopped
