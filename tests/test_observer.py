@@ -20,7 +20,6 @@ def _observer(tmp_path, steps_per_epoch=4, global_batch=16):
         output_dir=tmp_path,
         run_name="x",
         sweep_dir=None,
-        resume=False,
         tags={},
     )
     record = RunRecord.open(tmp_path, tracker, resume=False, writer=True, epochs=3)
@@ -43,6 +42,7 @@ def test_an_epochs_row_holds_its_images_lrs_and_val_metrics_only_when_it_validat
     _epoch(observer, 1, [0.5, 0.6, 0.7, 0.8], {"train/loss": 1.0, "val/acc": 0.5}, validated=False)
     rows = json.loads((tmp_path / "history.json").read_text())["history"]  # what the run dir keeps
     first, second = rows[0], rows[1]
+    assert (first["epoch"], second["epoch"]) == (1, 2), "the record counts epochs from 1"
     assert (first["train/images"], first["lr/first"], first["lr/last"], first["val/acc"]) == (64, 0.1, 0.4, 0.5)
     assert "other" not in first
     assert "val/acc" not in second and (second["lr/first"], second["lr/last"]) == (0.5, 0.8)

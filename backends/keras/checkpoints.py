@@ -54,8 +54,8 @@ def drop_later(checkpoint_dir: Path, epochs: int) -> None:
 
 
 def file_of(checkpoint_dir: Path, epoch: int) -> Path:
-    """The checkpoint written at the end of epoch `epoch` (0-based)."""
-    return Path(checkpoint_dir) / PATTERN.format(epoch=epoch + 1)
+    """The checkpoint written at the end of epoch `epoch` (counted from 1, as the run record counts)."""
+    return Path(checkpoint_dir) / PATTERN.format(epoch=epoch)
 
 
 class PruneCheckpoints(keras.callbacks.Callback):

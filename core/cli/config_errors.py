@@ -66,7 +66,7 @@ def composition_error_line(err: BaseException, overrides: list[str]) -> str:
     """One line for an error Hydra raised while composing the config from the command line `overrides`."""
     if isinstance(err, OverrideParseException):
         return _parse_error(overrides)
-    if isinstance(err, OSError):  # Hydra makes the run dir before the run starts
+    if isinstance(err, OSError) and err.filename and not isinstance(err, MissingConfigException):  # the run dir
         return (
             f"cannot create the run dir {err.filename} ({err.strerror}): pass a writable hydra.run.dir "
             f"(hydra.sweep.dir under -m)"
