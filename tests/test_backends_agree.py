@@ -143,3 +143,18 @@ def test_lightning_shows_a_bar_on_a_terminal_counting_epochs_from_one(tmp_path, 
     text = screen.decode(errors="replace")
     assert "Epoch 2/2" in text and "Epoch 1/2" in text, text[-3000:]
     assert "Epoch 0/" not in text and "Epoch 1/1" not in text
+
+
+def test_both_backends_count_epochs_from_one_in_history_summary_mlflow_and_checkpoint_names(both):
+    tmp_path, (_, lightning), (_, keras) = both
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    for summary, suffix in ((lightning, ".ckpt"), (keras, ".weights.h5")):
+        rows = summary["history"]
+        assert [row["epoch"] for row in rows] == [1, 2]
+        best = max(rows, key=lambda row: (row["val/acc"], -row["epoch"]))["epoch"]
+        assert summary["best_epoch"] == best
+        steps = [m.step for m in client.get_metric_history(summary["mlflow_run_id"], "val/acc")]
+        assert steps == [1, 2]
+        assert os.path.basename(summary["best_checkpoint"]) == f"epoch{best:03d}{suffix}", summary["backend"]
+        names = {p.name for p in (tmp_path / summary["backend"] / "checkpoints").iterdir()}
+        assert f"epoch{best:03d}{suffix}" in names
