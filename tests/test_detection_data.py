@@ -420,3 +420,11 @@ def test_each_mistake_in_a_coco_set_is_named_in_one_line(case, tmp_path):
     message = str(err.value)
     assert "\n" not in message
     assert str(root / names) in message and says in message, message
+
+
+def test_a_refused_coco_set_writes_no_cleaned_copy(tmp_path):
+    root = _write_user_coco(tmp_path / "coco", categories=[CATEGORIES[2], CATEGORIES[0], CATEGORIES[1]])  # to clean
+    _edit_json(root / VAL_JSON, lambda d: d["categories"].pop(0))  # and refused: the splits' categories differ
+    with pytest.raises(HydraliError, match="different categories"):
+        scan_coco(root, clean_dir=tmp_path / "clean")
+    assert not (tmp_path / "clean").exists(), "the train split's cleaned copy is not written for a refused set"

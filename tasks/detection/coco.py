@@ -328,13 +328,16 @@ def _write_clean_copy(data: dict, target: Path, source: Path) -> None:
         os.replace(tmp, path)
 
 
-def scan_coco_split(images_dir: Path, annotation_file: Path, clean_file: Path) -> CocoSplit:
+def scan_coco_split(
+    images_dir: Path, annotation_file: Path, clean_file: Path, pending: list | None = None
+) -> CocoSplit:
     """Check one split (its image folder and annotation file) and count it; fix what can be fixed.
 
     Boxes partly outside their image are clipped to it; boxes of zero area once clipped (a side under
     MIN_BOX_SIDE pixels) are dropped; boxes without `area` get their box's; categories listed out of id
-    order are sorted. When anything was fixed, the cleaned file is written to `clean_file`, the counts
-    are logged (one warning line) and the split reads the cleaned file. Images without boxes are kept.
+    order are sorted. When anything was fixed, the cleaned file is written to `clean_file` (or, with `pending`,
+    its writing is appended there, for the caller to do once every check has passed), the counts are logged (one
+    warning line) and the split reads the cleaned file. Images without boxes are kept.
     """
     if not images_dir.is_dir():
         raise HydraliError(
@@ -349,7 +352,11 @@ def scan_coco_split(images_dir: Path, annotation_file: Path, clean_file: Path) -
     fixes.categories_sorted = tuple(categories) != ids
     if fixes.any():
         cleaned = {**data, "annotations": annotations, "categories": sorted(data["categories"], key=lambda c: c["id"])}
-        _write_clean_copy(cleaned, clean_file, annotation_file)
+        write = (cleaned, clean_file, annotation_file)
+        if pending is not None:
+            pending.append(write)
+        else:
+            _write_clean_copy(*write)
         log.warning("%s: %s; reading the cleaned copy %s", annotation_file, fixes.describe(), clean_file)
         annotation_file = clean_file
     return CocoSplit(images_dir, annotation_file, len(images), len(annotations), ids, tuple(categories[i] for i in ids))
@@ -386,11 +393,11 @@ def scan_coco(
             f"data.root={root} does not exist: point data.root at a COCO folder holding "
             f"{train_dir}/, {val_dir}/ and the annotation files"
         )
-    splits = {}
+    splits, pending = {}, []  # the cleaned copies are written once both splits passed their checks
     for split, images_dir, given in (("train", train_dir, train_annotations), ("val", val_dir, val_annotations)):
         annotation_file = root / (given if given is not None else default_annotations(images_dir))
         splits[split] = scan_coco_split(
-            root / images_dir, annotation_file, Path(clean_dir) / split / annotation_file.name
+            root / images_dir, annotation_file, Path(clean_dir) / split / annotation_file.name, pending
         )
     train, val = splits["train"], splits["val"]
     if (train.category_ids, train.category_names) != (val.category_ids, val.category_names):
@@ -398,4 +405,6 @@ def scan_coco(
             f"{train.annotation_file} and {val.annotation_file} have different categories "
             f"({_category_difference(train, val)}): give both files the same categories"
         )
+    for write in pending:
+        _write_clean_copy(*write)
     return CocoInfo(root, train, val)
