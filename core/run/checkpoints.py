@@ -16,6 +16,7 @@ from typing import Callable
 
 from hydrali.core.contracts.registry import backend_of_checkpoint, backend_spec
 from hydrali.core.errors import HydraliError
+from hydrali.core.run.run_dir import differences
 
 CHECKPOINT_DIR = "checkpoints"
 TRAINED_WITH = "trained_with.json"  # beside the checkpoints: what decides the shapes of the weights they hold
@@ -54,22 +55,14 @@ def write_trained_with(output_dir: Path, trained_with: dict) -> None:
     (folder / TRAINED_WITH).write_text(json.dumps(trained_with, indent=1, sort_keys=True))
 
 
-def _flat(node, prefix: str = "") -> dict:
-    if isinstance(node, dict):
-        return {k: v for key, value in node.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
-    return {prefix.rstrip("."): node}
-
-
 def _check_trained_with(ckpt_path: str, recorded: Path, trained_with: dict) -> None:
     if not recorded.is_file():
         return  # a checkpoint from elsewhere: the backend's loader is the judge
-    then, now = _flat(json.loads(recorded.read_text())), _flat(json.loads(json.dumps(trained_with)))
-    differ = [key for key in sorted(set(then) | set(now)) if then.get(key) != now.get(key)]
-    if differ:
-        what = "; ".join(f"{key} is {then.get(key)!r} there, {now.get(key)!r} here" for key in differ[:3])
+    what = differences(json.loads(recorded.read_text()), json.loads(json.dumps(trained_with)), shown=3)
+    if what:
         raise HydraliError(
             f"ckpt_path={ckpt_path} was trained with other settings ({what}): resume with the "
-            f"settings of that run (its .hydra/config.yaml), or leave ckpt_path unset for a new run"
+            f"settings of that run (its .hydra/config.yaml), or a new hydra.run.dir for a new run"
         )
 
 

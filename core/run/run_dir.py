@@ -66,8 +66,8 @@ def write(output_dir: str | os.PathLike, record: RunFile) -> None:
     tmp.replace(path)
 
 
-def absolute(key: str, value) -> str | None:
-    """The location `value` of `key` made absolute against the current directory (a SQLite store's file too)."""
+def absolute(value) -> str | None:
+    """The location `value` made absolute against the current directory (a SQLite store's file too)."""
     if value is None or value == "":
         return None
     text = str(value)
@@ -84,7 +84,7 @@ def locations(cfg: DictConfig) -> dict[str, str | None]:
     for key in LOCATION_KEYS:
         value = OmegaConf.select(cfg, key, default=None)
         if OmegaConf.select(cfg, key, default="<absent>") != "<absent>":
-            found[key] = absolute(key, value)
+            found[key] = absolute(value)
     return found
 
 
@@ -113,30 +113,28 @@ def _flat(node, prefix: str = "") -> dict:
     return {prefix.rstrip("."): node}
 
 
-def differences(then: dict, now: dict) -> list[str]:
-    """The keys (dotted) whose values differ between two resolved configs, but for those that differ by design."""
+def differences(then: dict, now: dict, ignored: tuple[str, ...] = (), shown: int = _SHOWN_DIFFERENCES) -> str:
+    """The keys (dotted) whose values differ between two nested dicts, but `ignored` ones and those under them, in
+    words (`a.b is 1 there, 2 here; ...`, the first `shown` of them); empty when none differ."""
     flat_then, flat_now = _flat(then), _flat(now)
-    keys = sorted(set(flat_then) | set(flat_now))
-    by_design = tuple(k + "." for k in NOT_COMPARED)
-    return [
+    under = tuple(k + "." for k in ignored)
+    differ = [
         key
-        for key in keys
-        if flat_then.get(key) != flat_now.get(key) and key not in NOT_COMPARED and not key.startswith(by_design)
+        for key in sorted(set(flat_then) | set(flat_now))
+        if flat_then.get(key) != flat_now.get(key) and key not in ignored and not key.startswith(under)
     ]
+    words = "; ".join(f"{key} is {flat_then.get(key)!r} there, {flat_now.get(key)!r} here" for key in differ[:shown])
+    return words + (f" (and {len(differ) - shown} more)" if len(differ) > shown else "")
 
 
 def refuse_other_config(output_dir: Path, record: RunFile, cfg: DictConfig) -> None:
     """Refuse, in one line naming the differing keys, a new run of another config in a used run dir."""
-    then, now = _flat(record.config), _flat(resolved(cfg))
-    differ = differences(record.config, resolved(cfg))
-    if not differ:
-        return
-    shown = "; ".join(f"{key} is {then.get(key)!r} there, {now.get(key)!r} here" for key in differ[:_SHOWN_DIFFERENCES])
-    more = f" (and {len(differ) - _SHOWN_DIFFERENCES} more)" if len(differ) > _SHOWN_DIFFERENCES else ""
-    raise HydraliError(
-        f"hydra.run.dir={output_dir} holds a run with other settings ({shown}{more}): pass a new hydra.run.dir "
-        f"for a new run, or ckpt_path=last to resume that run as it was"
-    )
+    differ = differences(record.config, resolved(cfg), ignored=NOT_COMPARED)
+    if differ:
+        raise HydraliError(
+            f"hydra.run.dir={output_dir} holds a run with other settings ({differ}): pass a new hydra.run.dir "
+            f"for a new run, or ckpt_path=last to resume that run as it was"
+        )
 
 
 def override_key(override: str) -> str:

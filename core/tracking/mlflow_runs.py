@@ -261,25 +261,19 @@ def check_reachable(uri: str, timeout_s: float) -> None:
         import urllib.error
         import urllib.request
 
-        seconds = f"{timeout_s:g}"
+        silent = HydraliError(
+            f"the MLflow server at tracking.uri={uri} accepted the connection but did not answer within "
+            f"{timeout_s:g} s (tracking.timeout_s): check the server, or use tracking.uri=sqlite:///<path> or "
+            f"tracking=none"
+        )
         try:
             urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s).close()
         except urllib.error.HTTPError:
             return  # it answered (a server without /health answers 404)
-        except (TimeoutError, socket.timeout) as err:
-            raise HydraliError(
-                f"the MLflow server at tracking.uri={uri} accepted the connection but did not answer within "
-                f"{seconds} s (tracking.timeout_s): check the server, or use tracking.uri=sqlite:///<path> or "
-                f"tracking=none"
-            ) from err
         except (urllib.error.URLError, OSError) as err:
-            reason = getattr(err, "reason", err)
+            reason = getattr(err, "reason", err)  # urllib wraps what the socket said
             if isinstance(reason, (TimeoutError, socket.timeout)):
-                raise HydraliError(
-                    f"the MLflow server at tracking.uri={uri} accepted the connection but did not answer within "
-                    f"{seconds} s (tracking.timeout_s): check the server, or use tracking.uri=sqlite:///<path> or "
-                    f"tracking=none"
-                ) from err
+                raise silent from err
             why = getattr(reason, "strerror", None) or reason
             raise HydraliError(
                 f"cannot reach the MLflow server at tracking.uri={uri} ({why}): "
