@@ -19,7 +19,7 @@ QUIET = {"lightning": LIGHTNING_QUIET, "keras": KERAS_QUIET}
 @pytest.mark.parametrize("backend", ["lightning", "keras"])
 def test_ctrl_c_during_an_epoch_exits_130_marks_the_run_killed_and_resumes(tmp_path, data_dir, backend):
     out = tmp_path / "run"
-    args = [f"backend={backend}", "epochs=3", f"paths.data_dir={data_dir}", f"hydra.run.dir={out}", *QUIET[backend]]
+    args = [f"backend={backend}", "epochs=2", f"paths.data_dir={data_dir}", f"hydra.run.dir={out}", *QUIET[backend]]
     proc = start_cli(*args, cwd=tmp_path, stderr=subprocess.PIPE, preexec_fn=as_from_a_terminal)
     deadline = time.monotonic() + 300
     while not (out / "history.json").exists():  # written when the first epoch ends
@@ -41,5 +41,5 @@ def test_ctrl_c_during_an_epoch_exits_130_marks_the_run_killed_and_resumes(tmp_p
     resumed = run_cli(*args, "ckpt_path=last", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = read_summary(out)
-    assert [row["epoch"] for row in summary["history"]] == [1, 2, 3] and summary["first_epoch"] == 2
+    assert [row["epoch"] for row in summary["history"]] == [1, 2] and summary["first_epoch"] == 2
     assert summary["mlflow_run_id"] == run_id and client.get_run(run_id).info.status == "FINISHED"

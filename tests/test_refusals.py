@@ -10,9 +10,10 @@ from mlflow.tracking import MlflowClient
 
 from tests.support.checks import fails_with
 from tests.support.cli import run_cli
+from tests.support.configs import TINY
 
 pytestmark = pytest.mark.slow
-OTHER_WIDTHS = "model.widths=[16,32,64]"  # the default small_resnet is [32, 64, 128]
+OTHER_WIDTHS = "model.widths=[16,32,64]"  # the finished runs have TINY's [8, 16, 32]
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +24,7 @@ def finished(tmp_path_factory, data_dir) -> Path:
         out = run_cli(
             f"backend={backend}",
             "epochs=1",
+            *TINY,
             f"paths.root={root}",
             f"paths.data_dir={data_dir}",
             f"hydra.run.dir={root / backend}",
@@ -82,7 +84,7 @@ def _attempts(root: Path) -> dict:
         ),
         "another model on Lightning": (
             ["epochs=3", OTHER_WIDTHS, "ckpt_path=last", f"hydra.run.dir={lightning}"],
-            "was trained with other settings (model.widths is [32, 64, 128] there, [16, 32, 64] here)",
+            "was trained with other settings (model.widths is [8, 16, 32] there, [16, 32, 64] here)",
         ),
         "another model on Keras": (
             ["backend=keras", "epochs=3", OTHER_WIDTHS, "ckpt_path=last", f"hydra.run.dir={keras}"],

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.configs import SMALL_NET
+from tests.support.configs import SMALL_NET, TINY
 
 
 def read_summary(output_dir: Path) -> dict:
@@ -29,7 +29,7 @@ def fails_with(out: subprocess.CompletedProcess, *needles: str) -> None:
 
 # The worst validation loss is the first epoch's (a small, steady lr): monitoring val/loss with
 # mode=max makes the best epoch fall before an interruption at epoch 2, as a user's best often does.
-RESUME_ARGS = ["epochs=3", "task.monitor=val/loss", "task.mode=max", "optim.lr=0.02", "optim.warmup_epochs=0"]
+RESUME_ARGS = ["epochs=3", "task.monitor=val/loss", "task.mode=max", "optim.lr=0.02", "optim.warmup_epochs=0", *TINY]
 
 
 def check_resume_keeps_the_record(make_cfg, tmp_path: Path, args: list[str], interrupt: str) -> dict:
