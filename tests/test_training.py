@@ -53,7 +53,7 @@ def test_the_run_is_in_mlflow_with_params_metrics_and_config(trained):
     assert params["optim.lr"] == str(cfg.optim.lr)
     assert params["data.batch_size"] == "64"
     assert params["plan/world_size"] == "1" and params["plan/global_batch"] == "64"
-    # the effective lr logged equals the plan's: 0.1 x 64 / 32 (digits' ref_batch) = 0.2
+    # the effective lr logged equals the plan's: 0.1 x 64 / 32 (small_resnet's optimizer, optim=sgd_small) = 0.2
     assert float(params["plan/effective_lr"]) == pytest.approx(summary["effective_lr"]) == pytest.approx(0.2)
     for name in ("train/loss", "val/loss", "val/acc"):
         history = client.get_metric_history(run_.info.run_id, name)

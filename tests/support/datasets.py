@@ -86,3 +86,21 @@ def write_one_image_per_class(root: Path, classes: int, size: int = 24) -> None:
             folder.mkdir(parents=True, exist_ok=True)
             pixels = rng.integers(0, 256, size=(size, size, 3), dtype=np.uint8)
             Image.fromarray(pixels).save(folder / "0.jpg", quality=90)
+
+
+def copy_as_a_users_coco(source: Path, root: Path, first_id: int = 11, step: int = 3) -> Path:
+    """A copy of a COCO-layout set (images and annotation files) under `root` as a user would bring it: the
+    category ids renumbered first_id, first_id + step, ... (not 1..K) and renamed, the list in reverse order;
+    return `root`."""
+    import shutil
+
+    for folder in ("train2017", "val2017"):
+        shutil.copytree(source / folder, root / folder)
+        coco = json.loads((source / "annotations" / f"instances_{folder}.json").read_text())
+        new_id = {c["id"]: first_id + step * n for n, c in enumerate(coco["categories"])}
+        coco["categories"] = [{"id": new_id[c["id"]], "name": f"digit {c['name']}"} for c in coco["categories"]][::-1]
+        for annotation in coco["annotations"]:
+            annotation["category_id"] = new_id[annotation["category_id"]]
+        (root / "annotations").mkdir(parents=True, exist_ok=True)
+        (root / "annotations" / f"instances_{folder}.json").write_text(json.dumps(coco))
+    return root
