@@ -4,6 +4,7 @@ files are read from (`source`), which files it holds (`image_files`) and what el
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,10 +12,19 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from hydrali.core.contracts.task import Dataset
-from hydrali.core.data.image_files import Verify, bad_files_message, find_bad_files, verify_files
+from hydrali.core.data.image_files import (
+    SKIPPED_FILES,
+    BadFiles,
+    Verify,
+    bad_files_message,
+    find_bad_files,
+    verify_files,
+)
 from hydrali.core.data.pipelines import make_pipeline
 from hydrali.core.errors import HydraliError
 from hydrali.core.run.plan import Plan, Shard
+
+log = logging.getLogger("hydrali")
 
 
 @dataclass(kw_only=True)
@@ -39,17 +49,33 @@ class DaliTask:
         """What the task's recipes take beyond the common arguments (none by default)."""
         return {}
 
-    def check_prepared(self, data: DictConfig, dataset: Dataset, verify: Verify, classes_in: str) -> None:
+    def check_prepared(
+        self, data: DictConfig, dataset: Dataset, verify: Verify, classes_in: str
+    ) -> list[tuple[Path, str]]:
         """After the data is prepared: data.num_classes agrees with the `classes_in` counted, and the image files
-        pass the `verify` check (off, quick or full)."""
+        pass the `verify` check (off, quick or full). A file that fails it stops the run, or with
+        data.bad_files=skip is returned (every one, with why) for the task to leave out."""
         if data.num_classes is not None and data.num_classes != dataset.num_classes:
             raise HydraliError(
                 f"data.num_classes={data.num_classes} but {classes_in} has {dataset.num_classes}: set "
                 f"data.num_classes=null or fix the data"
             )
-        bad = verify_files(self.image_files(dataset), verify)
+        skip = BadFiles(data.bad_files) is BadFiles.skip
+        bad = verify_files(self.image_files(dataset), verify, limit=None if skip else 3)
+        if bad and not skip:
+            raise HydraliError(
+                bad_files_message(bad, ", or pass data.bad_files=skip to train without it (data.verify=off: no check)")
+            )
         if bad:
-            raise HydraliError(bad_files_message(bad, " (data.verify=off skips this check)"))
+            log.warning(
+                "leaving out %d image file(s) that cannot be decoded (data.bad_files=skip), the first %s: %s; "
+                "the run dir's %s lists them",
+                len(bad),
+                bad[0][0],
+                bad[0][1],
+                SKIPPED_FILES,
+            )
+        return bad
 
     def build_pipeline(
         self,

@@ -105,6 +105,16 @@ def check_config(cfg: DictConfig) -> None:
             f"throughput_warmup_steps={cfg.throughput_warmup_steps}: it cannot be negative (0 times every step)"
         )
     check_tracking(cfg.tracking)
+    check_bad_files(cfg.data)
+
+
+def check_bad_files(data: DictConfig) -> None:
+    """data.bad_files=skip needs the check that finds them (data.verify quick or full)."""
+    if str(data.get("bad_files", "fail")) == "skip" and str(data.get("verify", "quick")) == "off":
+        raise HydraliError(
+            "data.bad_files=skip with data.verify=off: nothing finds the files to skip; pass data.verify=quick "
+            "(or full, which also finds JPEG files damaged in their middle)"
+        )
 
 
 def check_tracking(tracking: DictConfig) -> None:

@@ -36,6 +36,7 @@ class Dataset(Protocol):
     num_train: int
     num_val: int
     num_classes: int
+    skipped: tuple[tuple[Any, str], ...]  # image files left out (data.bad_files=skip) and why: listed in the run dir
 
     def params(self) -> dict[str, Any]:
         """What describes the data, for the run's tracker (flat names and values)."""

@@ -37,6 +37,19 @@ class Verify(str, Enum):
         return self.value
 
 
+class BadFiles(str, Enum):
+    """What a run does with image files that fail the `data.verify` check (`data.bad_files`; its schema type)."""
+
+    fail = "fail"  # stop before training, naming the first file (and how many more)
+    skip = "skip"  # leave them out of the dataset, list them in the run dir (SKIPPED_FILES) and train on the rest
+
+    def __str__(self) -> str:
+        return self.value
+
+
+SKIPPED_FILES = "skipped_files.txt"  # in the run dir, with data.bad_files=skip: "<path>\t<why>" per skipped file
+
+
 # What DALI's image decoder reads, told by the first bytes of a file.
 _FORMATS: tuple[tuple[str, Callable[[bytes], bool]], ...] = (
     ("JPEG", lambda h: h.startswith(b"\xff\xd8\xff")),
@@ -94,8 +107,9 @@ def decode_problem(path: Path) -> str | None:
     return None
 
 
-def find_bad_files(paths: list[Path], level: Verify | str, limit: int = 3) -> list[tuple[Path, str]]:
-    """The first `limit` files of `paths` that fail the check of `level` (quick or full), with the reason."""
+def find_bad_files(paths: list[Path], level: Verify | str, limit: int | None = 3) -> list[tuple[Path, str]]:
+    """The first `limit` files of `paths` (all of them: None) that fail the check of `level` (quick or full),
+    with the reason."""
     level = Verify(level)
     if level is Verify.off or not paths:
         return []
@@ -106,12 +120,12 @@ def find_bad_files(paths: list[Path], level: Verify | str, limit: int = 3) -> li
         for i in range(0, len(paths), CHUNK):
             part = paths[i : i + CHUNK]
             bad += [(p, why) for p, why in zip(part, pool.map(check, part)) if why]
-            if len(bad) >= limit:
+            if limit is not None and len(bad) >= limit:
                 break
-    return bad[:limit]
+    return bad if limit is None else bad[:limit]
 
 
-def verify_files(paths: list[Path], level: Verify | str, limit: int = 3) -> list[tuple[Path, str]]:
+def verify_files(paths: list[Path], level: Verify | str, limit: int | None = 3) -> list[tuple[Path, str]]:
     """`find_bad_files`, with a log line saying what was checked and how long it took."""
     level = Verify(level)
     if level is Verify.off:
@@ -134,3 +148,11 @@ def bad_files_message(bad: Iterable[tuple[Path, str]], hint: str = "") -> str:
     path, why = bad[0]
     more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
     return f"cannot decode {path}{more}: {why}. Remove or replace the file{hint}"
+
+
+def write_skipped_files(run_dir: Path, skipped: Iterable[tuple[Path, str]]) -> Path:
+    """Write the files a run left out (data.bad_files=skip) to `run_dir`/SKIPPED_FILES, one "<absolute path>\t<why>"
+    line each; return its path."""
+    path = Path(run_dir) / SKIPPED_FILES
+    path.write_text("".join(f"{os.path.abspath(file)}\t{why}\n" for file, why in skipped))
+    return path

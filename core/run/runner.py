@@ -14,6 +14,7 @@ from hydrali.core.config.validate import check_config
 from hydrali.core.contracts.backend import Backend
 from hydrali.core.contracts.registry import backend_spec, load_backend
 from hydrali.core.data import autotune, devices
+from hydrali.core.data.image_files import write_skipped_files
 from hydrali.core.distributed import agreement, gather, local_launch, topology
 from hydrali.core.distributed.launchers import LAUNCHED_BY_HYDRALI
 from hydrali.core.distributed.mpi_ranks import adopt_mpi_ranks
@@ -66,7 +67,9 @@ def _run(attempt: run_dir.Attempt, started: float) -> float | None:
         tracking.check_reachable(cfg.tracking.uri, cfg.tracking.timeout_s)  # in seconds, before anything is loaded
     task = instantiate(cfg.task)
     # before the backend loads, so that bad data fails in a second; files are checked by one process only
-    dataset = task.prepare_data(cfg.data, verify=cfg.data.verify if topology.is_first_process() else "off")
+    # (with data.bad_files=skip every process checks, so that all leave out the same files)
+    checks = topology.is_first_process() or str(cfg.data.get("bad_files", "fail")) == "skip"
+    dataset = task.prepare_data(cfg.data, verify=cfg.data.verify if checks else "off")
     backend = load_backend(cfg.backend.name)
     plan = build_plan(cfg, backend, dataset, seeding.resolve_seed(cfg.seed))
     if agreement.needed(plan.world_size // len(plan.shards)):  # torchrun, srun, TF_CONFIG: rank 0 decides
@@ -147,6 +150,8 @@ def _run(attempt: run_dir.Attempt, started: float) -> float | None:
         tracker.log_text("\n".join(job.overrides) + "\n", "config/overrides.txt")
         if plan.global_rank == 0 and resume_from is None:
             write_trained_with(output_dir, trained_with)
+        if plan.global_rank == 0 and dataset.skipped:
+            tracker.log_artifact(write_skipped_files(output_dir, dataset.skipped))
         result = backend.fit(
             cfg=cfg,
             task=task,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hydrali.core.errors import HydraliError
@@ -30,6 +30,27 @@ class ImageFolderInfo:
     classes: tuple[str, ...]
     num_train: int
     num_val: int
+    skipped: tuple[tuple[Path, str], ...] = ()  # bad files left out (data.bad_files=skip), with why
+
+    def without(self, bad: list[tuple[Path, str]]) -> ImageFolderInfo:
+        """This dataset with the files of `bad` left out (and counted out)."""
+        gone = {path for path, _ in bad}
+        counts = [sum(p in gone for p in image_files([self.root / split])) for split in SPLITS]
+        return replace(self, num_train=self.num_train - counts[0], num_val=self.num_val - counts[1], skipped=tuple(bad))
+
+    def listed_files(self, split_dir: Path) -> tuple[tuple[str, ...], tuple[int, ...]] | None:
+        """The files of a split (relative to it) and their labels when some were left out; None when every file
+        of the split's class folders is read."""
+        if not self.skipped:
+            return None
+        gone = {path for path, _ in self.skipped}
+        kept = [
+            (str(path.relative_to(split_dir)), label)
+            for label, name in enumerate(self.classes)
+            for path in _images_in(split_dir / name)
+            if path not in gone
+        ]
+        return tuple(f for f, _ in kept), tuple(label for _, label in kept)
 
     @property
     def train_dir(self) -> Path:

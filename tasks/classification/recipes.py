@@ -9,18 +9,32 @@ the GPU. A recipe's own options are its keyword-only parameters, set in `pipelin
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import nvidia.dali.fn as fn
 import nvidia.dali.types as types
 from nvidia.dali import pipeline_def
 
-from hydrali.core.data.pipelines import decoder_args
+from hydrali.core.data.pipelines import Source, decoder_args
 
 _DTYPES = {"float": types.FLOAT, "float16": types.FLOAT16}
 
 
-def read_files(source, initial_fill):
-    """The sharded file reader every recipe starts with: (encoded images, labels), named "Reader"."""
-    return fn.readers.file(file_root=source.root, initial_fill=initial_fill, **source.reader_args())
+@dataclass(frozen=True)
+class FolderSource(Source):
+    """A Source whose `root` is a split's class folders: every image in them, or only `files` (relative to root)
+    with their `labels` (when some were left out)."""
+
+    files: tuple[str, ...] | None = None
+    labels: tuple[int, ...] | None = None
+
+
+def read_files(source: Source, initial_fill: int):
+    """The sharded file reader every recipe starts with: (encoded images, labels), named "Reader". A plain Source
+    reads every image of its class folders; a FolderSource may list them."""
+    files = getattr(source, "files", None)
+    listed = {} if files is None else {"files": list(files), "labels": list(source.labels)}
+    return fn.readers.file(file_root=source.root, initial_fill=initial_fill, **listed, **source.reader_args())
 
 
 def _decode(jpegs, device, hw_decoder_load, random_area=None, random_aspect_ratio=None):

@@ -9,7 +9,7 @@ from omegaconf import MISSING
 
 from hydrali.core.config.schema import TaskConfig
 from hydrali.core.contracts.task import TaskSpec
-from hydrali.core.data.image_files import Verify
+from hydrali.core.data.image_files import BadFiles, Verify
 
 
 @dataclass
@@ -31,6 +31,7 @@ class ClassificationDataConfig:
     val_fraction: float = 0.0
     size: int = 0
     verify: Verify = Verify.quick
+    bad_files: BadFiles = BadFiles.fail
 
 
 SPEC = TaskSpec(name="classification", task_schema=ClassificationTaskConfig, data_schema=ClassificationDataConfig)

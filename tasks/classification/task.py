@@ -12,10 +12,10 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from hydrali.core.data.image_files import Verify
-from hydrali.core.data.pipelines import Source
 from hydrali.core.run.plan import Plan, Shard
 from hydrali.tasks.base import DaliTask
 from hydrali.tasks.classification.datasets import ImageFolderInfo, image_files, scan_image_folder, write_digits
+from hydrali.tasks.classification.recipes import FolderSource
 
 
 @dataclass(kw_only=True)
@@ -41,18 +41,19 @@ class ClassificationTask(DaliTask):
         if data.name == "digits":
             write_digits(data.root, size=data.size, val_fraction=data.val_fraction)
         info = scan_image_folder(data.root)
-        self.check_prepared(data, info, verify, classes_in=f"{data.root}/train (class folders)")
-        return info
+        bad = self.check_prepared(data, info, verify, classes_in=f"{data.root}/train (class folders)")
+        return info.without(bad) if bad else info
 
     def image_files(self, dataset: ImageFolderInfo) -> list[Path]:
         """Every image file of train/ and val/."""
         return image_files([dataset.train_dir, dataset.val_dir])
 
-    def source(self, dataset: ImageFolderInfo, shard: Shard, plan: Plan, is_training: bool) -> Source:
-        """The split's class folders, this replica's shard of them."""
-        return Source(
-            str(dataset.train_dir if is_training else dataset.val_dir), shard.shard_id, plan.num_shards, is_training
-        )
+    def source(self, dataset: ImageFolderInfo, shard: Shard, plan: Plan, is_training: bool) -> FolderSource:
+        """The split's class folders (without the files left out), this replica's shard of them."""
+        split_dir = dataset.train_dir if is_training else dataset.val_dir
+        listed = dataset.listed_files(split_dir)
+        files, labels = listed if listed is not None else (None, None)
+        return FolderSource(str(split_dir), shard.shard_id, plan.num_shards, is_training, files=files, labels=labels)
 
     def artifacts(self) -> list:
         """Files the task wrote for the run's tracker: none."""

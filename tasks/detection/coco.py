@@ -23,7 +23,7 @@ import json
 import logging
 import os
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
@@ -70,6 +70,17 @@ class CocoInfo:
     root: Path
     train: CocoSplit
     val: CocoSplit
+    skipped: tuple[tuple[Path, str], ...] = ()  # bad image files left out (data.bad_files=skip), with why
+
+    def without(self, bad: list[tuple[Path, str]], clean_dir: str | os.PathLike) -> CocoInfo:
+        """This dataset with the images of `bad` left out, with their boxes: each split that held one reads a copy
+        of its annotation file without them, written under `clean_dir`/<split>/."""
+        gone = {path for path, _ in bad}
+        train, val = (
+            without_images(split, gone, Path(clean_dir) / name / f"{split.annotation_file.stem}.without_bad_files.json")
+            for name, split in (("train", self.train), ("val", self.val))
+        )
+        return replace(self, train=train, val=val, skipped=tuple(bad))
 
     @property
     def num_train(self) -> int:
@@ -306,6 +317,32 @@ def _clean_annotations(
     return kept, fixes
 
 
+def without_images(split: CocoSplit, files: set[Path], clean_file: Path) -> CocoSplit:
+    """`split` without the images whose files are among `files`, nor their boxes: read through a copy of its
+    annotation file written to `clean_file`; `split` itself when it holds none of them."""
+    data = load_coco_json(split.annotation_file)
+    gone = {image["id"] for image in data["images"] if split.images_dir / image["file_name"] in files}
+    if not gone:
+        return split
+    data = {
+        **data,
+        "images": [image for image in data["images"] if image["id"] not in gone],
+        "annotations": [a for a in data["annotations"] if a["image_id"] not in gone],
+    }
+    _write_json(clean_file, data)
+    return replace(
+        split, annotation_file=clean_file, num_images=len(data["images"]), num_boxes=len(data["annotations"])
+    )
+
+
+def _write_json(path: Path, content) -> None:
+    """Write `content` as JSON to `path` atomically (a reader sees the old file or the new one, whole)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp.write_text(json.dumps(content, separators=(",", ":")))
+    os.replace(tmp, path)
+
+
 def _write_clean_copy(data: dict, target: Path, source: Path) -> None:
     """Write `data` as JSON to `target` atomically, unless a copy made from this very `source` is already there."""
     stat = source.stat()
@@ -321,11 +358,8 @@ def _write_clean_copy(data: dict, target: Path, source: Path) -> None:
             return
     except (OSError, ValueError):
         pass  # no usable stamp: write the copy again
-    target.parent.mkdir(parents=True, exist_ok=True)
     for path, content in ((target, data), (stamp_file, stamp)):
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-        tmp.write_text(json.dumps(content, separators=(",", ":")))
-        os.replace(tmp, path)
+        _write_json(path, content)
 
 
 def scan_coco_split(

@@ -9,7 +9,7 @@ from omegaconf import MISSING
 
 from hydrali.core.config.schema import Choice, TaskConfig
 from hydrali.core.contracts.task import TaskSpec
-from hydrali.core.data.image_files import Verify
+from hydrali.core.data.image_files import BadFiles, Verify
 
 
 class DetectionLoss(Choice):
@@ -66,6 +66,7 @@ class DetectionDataConfig:
     val_annotations: Optional[str] = None
     clean_dir: str = MISSING
     verify: Verify = Verify.quick
+    bad_files: BadFiles = BadFiles.fail
     generate: Optional[DigitsDetectionConfig] = None
 
 

@@ -80,8 +80,8 @@ class DetectionTask(DaliTask):
             train_annotations=data.train_annotations or default_annotations(data.train_dir, data.annotations_dir),
             val_annotations=data.val_annotations or default_annotations(data.val_dir, data.annotations_dir),
         )
-        self.check_prepared(data, info, verify, classes_in=f"{info.train.annotation_file} (categories)")
-        return info
+        bad = self.check_prepared(data, info, verify, classes_in=f"{info.train.annotation_file} (categories)")
+        return info.without(bad, data.clean_dir) if bad else info
 
     def image_files(self, dataset: CocoInfo) -> list[Path]:
         """Every image file of the train and val image folders."""
