@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import typing
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -85,6 +86,24 @@ def check_options(recipe_path: str, options: Mapping[str, Any]) -> None:
             f"recipe {name} needs pipeline.options.{missing[0]}: set it in the pipeline config "
             f"or on the command line (+pipeline.options.{missing[0]}=...)"
         )
+    for key, choices in recipe_choices(load_recipe(recipe_path)).items():
+        if key in options and options[key] not in choices:
+            shown = " | ".join("null" if c is None else str(c) for c in choices)
+            raise HydraliError(f"pipeline.options.{key}={options[key]} is not a choice of recipe {name}: pass {shown}")
+
+
+def recipe_choices(recipe) -> dict[str, tuple]:
+    """The options a recipe declares as one of a few values (`Literal[...]`, or `Optional[Literal[...]]`), with
+    those values."""
+    hints = typing.get_type_hints(inspect.unwrap(recipe))
+    choices = {}
+    for key in recipe_options(recipe):
+        hint = hints.get(key)
+        literals = [hint] if typing.get_origin(hint) is typing.Literal else list(typing.get_args(hint))
+        values = tuple(v for h in literals if typing.get_origin(h) is typing.Literal for v in typing.get_args(h))
+        if values:
+            choices[key] = values + ((None,) if type(None) in typing.get_args(hint) else ())
+    return choices
 
 
 def make_pipeline(

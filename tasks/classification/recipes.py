@@ -10,10 +10,14 @@ the GPU. A recipe's own options are its keyword-only parameters, set in `pipelin
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, Optional
 
 import nvidia.dali.fn as fn
 import nvidia.dali.types as types
 from nvidia.dali import pipeline_def
+from nvidia.dali.auto_aug import auto_augment as dali_auto_augment
+from nvidia.dali.auto_aug import rand_augment as dali_rand_augment
+from nvidia.dali.auto_aug import trivial_augment as dali_trivial_augment
 
 from hydrali.core.data.pipelines import Source, decoder_args
 
@@ -69,7 +73,21 @@ def _labels(labels, device):
     return labels.gpu() if device == "gpu" else labels
 
 
-@pipeline_def
+AutoAugment = Literal["rand_augment", "trivial_augment", "auto_augment"]
+
+
+def _auto_augment(images, policy: str, image_size: int, n: int, m: int):
+    """DALI's automatic augmentation `policy` (nvidia.dali.auto_aug) on uint8 HWC images of image_size sides:
+    RandAugment (n operations of magnitude m out of 30), TrivialAugment Wide, or AutoAugment's ImageNet policy."""
+    shape = (image_size, image_size)
+    if policy == "rand_augment":
+        return dali_rand_augment.rand_augment(images, n=n, m=m, shape=shape)
+    if policy == "trivial_augment":
+        return dali_trivial_augment.trivial_augment_wide(images, shape=shape)
+    return dali_auto_augment.auto_augment_image_net(images, shape=shape)
+
+
+@pipeline_def(enable_conditionals=True)  # DALI's automatic augmentations pick operations per sample by conditionals
 def standard(
     source,
     device,
@@ -85,13 +103,18 @@ def standard(
     std,
     val_crop_fraction,
     initial_fill,
+    auto_augment: Optional[AutoAugment] = None,
+    rand_augment_n: int = 2,
+    rand_augment_m: int = 9,
 ):
-    """Training: random-resized-crop decode, resize, random flip, normalize.
-    Validation: decode, resize the shorter side to image_size / val_crop_fraction, center crop."""
+    """Training: random-resized-crop decode, resize, an automatic augmentation policy if asked, random flip,
+    normalize. Validation: decode, resize the shorter side to image_size / val_crop_fraction, center crop."""
     jpegs, labels = read_files(source, initial_fill)
     if source.is_training:
         images = _decode(jpegs, device, hw_decoder_load, random_area, random_aspect_ratio)
         images = fn.resize(images, resize_x=image_size, resize_y=image_size)
+        if auto_augment is not None:
+            images = _auto_augment(images, auto_augment, image_size, rand_augment_n, rand_augment_m)
         mirror = fn.random.coin_flip(probability=flip_probability)
     else:
         images = _decode(jpegs, device, hw_decoder_load)

@@ -1,0 +1,77 @@
+"""pipeline.options.auto_augment: DALI's automatic augmentation policies in the standard recipe change what training
+reads (and nothing of validation), train on both backends, and a name that is not a policy is one line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from hydrali.core.data.pipelines import Source, make_pipeline
+from hydrali.tasks.classification.datasets import write_digits
+from tests.support.checks import fails_with, read_summary
+from tests.support.cli import run_cli
+from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET, SMALL_NET
+
+BATCH = 16
+QUIET = {"lightning": LIGHTNING_QUIET, "keras": KERAS_QUIET}
+
+
+def _batch(make_cfg, root, is_training: bool, policy: str | None) -> np.ndarray:
+    """The first batch of the standard recipe (no flips) with `policy`, as the CPU pipeline returns it."""
+    cfg = make_cfg("pipeline.options.flip_probability=0")
+    options = {**OmegaConf.to_container(cfg.pipeline.options, resolve=True), "auto_augment": policy}
+    pipe = make_pipeline(
+        cfg.pipeline.recipe,
+        options,
+        batch_size=BATCH,
+        num_threads=1,
+        device_id=None,
+        seed=7,
+        prefetch_queue_depth=1,
+        source=Source(str(root / ("train" if is_training else "val")), 0, 1, is_training),
+        device="cpu",
+        layout="HWC",
+        image_size=32,
+        dtype="float",
+        hw_decoder_load=0.0,
+    )
+    pipe.build()
+    images, _ = pipe.run()
+    return np.stack([np.asarray(images[i]) for i in range(BATCH)])
+
+
+@pytest.mark.parametrize("policy", ["rand_augment", "trivial_augment", "auto_augment"])
+def test_a_policy_changes_training_images_and_leaves_validation_as_it_was(make_cfg, data_dir, policy):
+    root = write_digits(data_dir / "digits", size=32, val_fraction=0.2)
+    plain, augmented = (_batch(make_cfg, root, True, p) for p in (None, policy))
+    changed = [not np.allclose(a, b) for a, b in zip(plain, augmented)]
+    assert sum(changed) >= BATCH // 4, f"{policy} changed {sum(changed)} of {BATCH} images"
+    assert np.allclose(_batch(make_cfg, root, False, None), _batch(make_cfg, root, False, policy))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["lightning", "keras"])
+def test_rand_augment_trains_on_both_backends(tmp_path, data_dir, backend):
+    run_dir = tmp_path / "run"
+    out = run_cli(
+        "pipeline.options.auto_augment=rand_augment",
+        "epochs=1",
+        *SMALL_NET,
+        f"backend={backend}",
+        *QUIET[backend],
+        "tracking=none",
+        f"paths.data_dir={data_dir}",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert read_summary(run_dir)["history"][0]["train/loss"] > 0
+
+
+def test_a_name_that_is_not_a_policy_is_one_line(tmp_path, data_dir):
+    fails_with(
+        run_cli("pipeline.options.auto_augment=randaugment", f"paths.data_dir={data_dir}", cwd=tmp_path),
+        "pipeline.options.auto_augment=randaugment is not a choice of recipe standard",
+        "rand_augment | trivial_augment | auto_augment | null",
+    )
