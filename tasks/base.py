@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hydrali.core.contracts.task import Dataset
 from hydrali.core.data.image_files import (
@@ -25,6 +25,24 @@ from hydrali.core.errors import HydraliError
 from hydrali.core.run.plan import Plan, Shard
 
 log = logging.getLogger("hydrali")
+
+# model settings applied to the built network, not passed to its builder (conf/model_common.yaml)
+FINE_TUNING_KEYS = ("freeze",)
+
+
+def network_spec(model_cfg: DictConfig, framework: str) -> DictConfig:
+    """What to instantiate for the network on `framework` (torch: the config's `_target_`; keras: its
+    `keras_target`), without the settings that are not its builder's (the other framework's builder, fine-tuning)."""
+    spec = model_cfg.copy()
+    with open_dict(spec):
+        keras_target = spec.pop("keras_target", None)
+        for key in FINE_TUNING_KEYS:
+            spec.pop(key, None)
+        if framework == "keras":
+            if keras_target is None:
+                raise ValueError(f"model={spec.get('_target_')} has no keras_target: it cannot be built on Keras")
+            spec._target_ = keras_target
+    return spec
 
 
 @dataclass(kw_only=True)

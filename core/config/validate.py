@@ -106,6 +106,21 @@ def check_config(cfg: DictConfig) -> None:
         )
     check_tracking(cfg.tracking)
     check_bad_files(cfg.data)
+    check_fine_tuning(cfg)
+
+
+FREEZE_CHOICES = (None, "backbone")  # model.freeze (conf/model_common.yaml)
+
+
+def check_fine_tuning(cfg: DictConfig) -> None:
+    """model.freeze is one of its choices, and a task that can freeze part of its network."""
+    freeze = cfg.model.get("freeze")
+    if freeze not in FREEZE_CHOICES:
+        raise HydraliError(f"model.freeze={freeze}: pass null (every layer trains) or backbone (only the head trains)")
+    if freeze is not None and cfg.task.name != "classification":
+        raise HydraliError(
+            f"model.freeze={freeze} is not there yet for task={cfg.task.name}: only classification freezes"
+        )
 
 
 def check_bad_files(data: DictConfig) -> None:

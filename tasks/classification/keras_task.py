@@ -5,7 +5,10 @@ from __future__ import annotations
 import keras
 from hydra.utils import instantiate
 from keras import ops
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
+
+from hydrali.tasks.base import network_spec
+from hydrali.tasks.keras_fine_tuning import freeze
 
 
 @keras.saving.register_keras_serializable(package="hydrali")
@@ -36,14 +39,11 @@ class KerasClassification:
 
     def build_model(self, model_cfg: DictConfig, num_classes: int, image_size: int) -> keras.Model:
         """The network of `model_cfg`, built through its `keras_target` (a callable returning a keras.Model)."""
-        spec = model_cfg.copy()
-        if "keras_target" not in spec:
-            raise ValueError(f"model={spec.get('_target_')} has no keras_target: it cannot be built on Keras")
-        with open_dict(spec):
-            spec._target_ = spec.pop("keras_target")
+        spec = network_spec(model_cfg, "keras")
         model = instantiate(spec, num_classes=num_classes, image_size=image_size)
         if not isinstance(model, keras.Model):
             raise TypeError(f"model.keras_target={spec._target_} returned {type(model).__name__}, not a keras.Model")
+        freeze(model, model_cfg.get("freeze"))
         return model
 
     def loss(self) -> keras.losses.Loss:

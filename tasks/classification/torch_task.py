@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 from torch import nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
+
+from hydrali.tasks.base import network_spec
+from hydrali.tasks.torch_fine_tuning import freeze
 
 
 class TorchClassification(nn.Module):
@@ -18,6 +21,14 @@ class TorchClassification(nn.Module):
         self.model = model
         self.loss_fn = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
         self.val_metrics = MetricCollection({"acc": MulticlassAccuracy(num_classes, average="micro")}, prefix="val/")
+        self.frozen: list[nn.Module] = []  # parts of the network that do not train (model.freeze)
+
+    def train(self, mode: bool = True) -> TorchClassification:
+        """Training or evaluation mode, but the frozen parts always evaluate (their BatchNorm statistics stay)."""
+        super().train(mode)
+        for module in self.frozen:
+            module.eval()
+        return self
 
     @staticmethod
     def unpack(batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,10 +62,9 @@ def build(task, model_cfg: DictConfig, dataset, image_size: int) -> TorchClassif
     """The torch side of `task` with the network described by `model_cfg` (any _target_ returning an nn.Module)
     for `dataset`'s classes."""
     num_classes = dataset.num_classes
-    spec = model_cfg.copy()
-    with open_dict(spec):
-        spec.pop("keras_target", None)  # the Keras side's builder of the same network
-    model = instantiate(spec, num_classes=num_classes)
+    model = instantiate(network_spec(model_cfg, "torch"), num_classes=num_classes)
     if not isinstance(model, nn.Module):
         raise TypeError(f"model._target_={model_cfg._target_} returned {type(model).__name__}, not an nn.Module")
-    return TorchClassification(model, num_classes, task.label_smoothing)
+    side = TorchClassification(model, num_classes, task.label_smoothing)
+    side.frozen = freeze(model, model_cfg.get("freeze"))
+    return side

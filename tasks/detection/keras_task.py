@@ -6,9 +6,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from hydrali.core.distributed.topology import is_first_process
+from hydrali.tasks.base import network_spec
 from hydrali.tasks.detection.keras_decode import decode_detections
 from hydrali.tasks.detection.keras_loss import MultiboxLoss
 from hydrali.tasks.detection.layout import IMAGE_IDS_OUTPUT
@@ -45,11 +46,7 @@ class KerasDetection:
     def build_model(self, model_cfg: DictConfig, num_classes: int, image_size: int) -> keras.Model:
         """The network described by `model_cfg`, built through its `keras_target` (a callable returning a
         keras.Model mapping [B, S, S, 3] images to [B, N, 4 + 1 + K] raw outputs)."""
-        spec = model_cfg.copy()
-        if "keras_target" not in spec:
-            raise ValueError(f"model={spec.get('_target_')} has no keras_target: it cannot be built on Keras")
-        with open_dict(spec):
-            spec._target_ = spec.pop("keras_target")
+        spec = network_spec(model_cfg, "keras")
         model = instantiate(
             spec,
             num_classes=num_classes,

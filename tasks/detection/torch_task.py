@@ -6,10 +6,11 @@ import contextlib
 
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from hydrali.core.distributed.topology import is_first_process
+from hydrali.tasks.base import network_spec
 from hydrali.tasks.detection.layout import BOX_VALUES
 from hydrali.tasks.detection.torch_decode import decode_detections
 from hydrali.tasks.detection.torch_loss import multibox_loss
@@ -75,11 +76,8 @@ class TorchDetection(nn.Module):
 def build(task, model_cfg: DictConfig, dataset, image_size: int) -> TorchDetection:
     """The torch side of `task`: the network of `model_cfg` (any _target_ returning an nn.Module that maps
     [B, 3, S, S] images to [B, N, 4 + 1 + K] raw outputs) for `dataset`'s categories."""
-    spec = model_cfg.copy()
-    with open_dict(spec):
-        spec.pop("keras_target", None)  # the Keras side's builder of the same network
     model = instantiate(
-        spec,
+        network_spec(model_cfg, "torch"),
         num_classes=dataset.num_classes,
         image_size=image_size,
         anchors=OmegaConf.to_container(model_cfg.anchors, resolve=True),

@@ -188,3 +188,48 @@ class RecordPipelineThreads:
                 Path(path).write_text(json.dumps([pipe.num_threads for pipe in iterator._pipes]))
 
         return _Record()
+
+
+class RecordChangedWeights:
+    """On Lightning: write to `path` (JSON) which entries of the network's state (weights and BatchNorm statistics)
+    changed between the start and the end of training, and which did not."""
+
+    def __new__(cls, path: str):
+        import json
+
+        import lightning as L
+
+        class _Record(L.Callback):
+            def on_train_start(self, trainer, pl_module) -> None:
+                self.start = {k: v.detach().clone() for k, v in pl_module.torch_task.model.state_dict().items()}
+
+            def on_train_end(self, trainer, pl_module) -> None:
+                end = pl_module.torch_task.model.state_dict()
+                changed = sorted(k for k, v in self.start.items() if not bool((end[k].cpu() == v.cpu()).all()))
+                with open(path, "w") as fh:
+                    json.dump({"changed": changed, "kept": sorted(set(self.start) - set(changed))}, fh)
+
+        return _Record()
+
+
+class KerasRecordChangedWeights:
+    """On Keras: write to `path` (JSON) which of the network's variables (weights and BatchNorm statistics) changed
+    between the start and the end of training, and which did not."""
+
+    def __new__(cls, path: str):
+        import json
+
+        import keras
+        import numpy as np
+
+        class _Record(keras.callbacks.Callback):
+            def on_train_begin(self, logs=None) -> None:
+                self.start = {v.path: np.array(v.numpy()) for layer in self.model.layers for v in layer.variables}
+
+            def on_train_end(self, logs=None) -> None:
+                end = {v.path: np.array(v.numpy()) for layer in self.model.layers for v in layer.variables}
+                changed = sorted(k for k, v in self.start.items() if not np.array_equal(end[k], v))
+                with open(path, "w") as fh:
+                    json.dump({"changed": changed, "kept": sorted(set(self.start) - set(changed))}, fh)
+
+        return _Record()

@@ -1,0 +1,57 @@
+"""model.freeze=backbone on both backends: after training, only the head's weights moved; the backbone's weights and
+BatchNorm statistics are as they were (recorded by a callback in the training process)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support.checks import fails_with
+from tests.support.cli import run_cli
+from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET, TINY, with_plugin_callback
+
+pytestmark = pytest.mark.slow
+
+RECORDER = {"lightning": "RecordChangedWeights", "keras": "KerasRecordChangedWeights"}
+QUIET = {"lightning": LIGHTNING_QUIET, "keras": KERAS_QUIET}
+HEAD = {"lightning": ["head.2.bias", "head.2.weight"], "keras": ["dense/bias", "dense/kernel"]}  # the last Linear/Dense
+STATISTICS = {"lightning": "running_mean", "keras": "moving_mean"}
+
+
+def _changed_weights(tmp_path, data_dir, backend: str, *extra: str) -> dict:
+    record = tmp_path / f"{backend}.json"
+    out = run_cli(
+        "epochs=1",
+        *TINY,
+        f"backend={backend}",
+        *QUIET[backend],
+        *extra,
+        with_plugin_callback("weights", RECORDER[backend], path=str(record)),
+        "tracking=none",
+        f"paths.data_dir={data_dir}",
+        f"hydra.run.dir={tmp_path / backend}",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(record.read_text())
+
+
+@pytest.mark.parametrize("backend", ["lightning", "keras"])
+def test_a_frozen_backbone_keeps_its_weights_and_statistics_and_the_head_trains(tmp_path, data_dir, backend):
+    weights = _changed_weights(tmp_path, data_dir, backend, "model.freeze=backbone")
+    assert weights["changed"] == HEAD[backend]
+    assert any(STATISTICS[backend] in name for name in weights["kept"]), "BatchNorm statistics are recorded"
+
+
+def test_without_freeze_the_backbone_and_its_statistics_train(tmp_path, data_dir):
+    weights = _changed_weights(tmp_path, data_dir, "lightning")
+    assert set(HEAD["lightning"]) < set(weights["changed"])
+    assert any("running_mean" in name for name in weights["changed"])
+
+
+def test_freeze_takes_its_choices_only(tmp_path, data_dir):
+    fails_with(
+        run_cli("model.freeze=head", f"paths.data_dir={data_dir}", cwd=tmp_path),
+        "model.freeze=head: pass null (every layer trains) or backbone",
+    )
