@@ -5,14 +5,18 @@ from __future__ import annotations
 from torch import nn
 
 
+def backbone(model: nn.Module) -> list[nn.Module]:
+    """The backbone of `model`: its child modules before its head, the last child holding parameters."""
+    return [child for child in model.children() if any(True for _ in child.parameters())][:-1]
+
+
 def freeze(model: nn.Module, what: str | None) -> list[nn.Module]:
     """Stop `what` of `model` from training (None: nothing; "backbone": every child module before its head, the last
     child holding parameters); return the frozen modules, which the caller keeps in eval mode so that their
     BatchNorm statistics stay as they are."""
     if what is None:
         return []
-    children = [child for child in model.children() if any(True for _ in child.parameters())]
-    frozen = children[:-1]
+    frozen = backbone(model)
     for module in frozen:
         module.requires_grad_(False)
         module.eval()

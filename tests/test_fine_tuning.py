@@ -1,5 +1,6 @@
-"""model.freeze=backbone on both backends: after training, only the head's weights moved; the backbone's weights and
-BatchNorm statistics are as they were (recorded by a callback in the training process)."""
+"""Fine-tuning on both backends, recorded by a callback in the training process: with model.freeze=backbone only the
+head's weights move, the backbone's weights and BatchNorm statistics stay; with optim.backbone_lr_mult=0 the
+backbone's weights stay while its BatchNorm statistics follow the data."""
 
 from __future__ import annotations
 
@@ -42,6 +43,14 @@ def test_a_frozen_backbone_keeps_its_weights_and_statistics_and_the_head_trains(
     weights = _changed_weights(tmp_path, data_dir, backend, "model.freeze=backbone")
     assert weights["changed"] == HEAD[backend]
     assert any(STATISTICS[backend] in name for name in weights["kept"]), "BatchNorm statistics are recorded"
+
+
+@pytest.mark.parametrize("backend", ["lightning", "keras"])
+def test_a_backbone_at_lr_0_keeps_its_weights_while_its_statistics_and_the_head_train(tmp_path, data_dir, backend):
+    weights = _changed_weights(tmp_path, data_dir, backend, "optim.backbone_lr_mult=0")
+    moved = [name for name in weights["changed"] if name not in HEAD[backend]]
+    assert set(HEAD[backend]) < set(weights["changed"])
+    assert moved and all(any(s in name for s in ("running_", "moving_", "num_batches")) for name in moved), moved
 
 
 def test_without_freeze_the_backbone_and_its_statistics_train(tmp_path, data_dir):

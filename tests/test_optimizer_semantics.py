@@ -26,7 +26,7 @@ def _data():
     return x, y, [w1, b1, w2, b2]
 
 
-def torch_steps(optim, weights, x, y, lr, steps, label_smoothing):
+def torch_steps(optim, weights, x, y, lr, steps, label_smoothing, backbone=False):
     """The Lightning backend's optimizer and the torch task's loss, for `steps` steps on one batch."""
     import torch
 
@@ -38,7 +38,7 @@ def torch_steps(optim, weights, x, y, lr, steps, label_smoothing):
         net[0].weight.copy_(torch.from_numpy(weights[0].T)), net[0].bias.copy_(torch.from_numpy(weights[1]))
         net[2].weight.copy_(torch.from_numpy(weights[2].T)), net[2].bias.copy_(torch.from_numpy(weights[3]))
     task = TorchClassification(net, CLASSES, label_smoothing)
-    opt = make_optimizer(task.parameters(), optim, lr)
+    opt = make_optimizer(task.parameters(), optim, lr, list(net[0].parameters()) if backbone else ())
     losses = []
     for _ in range(steps):
         opt.zero_grad()
@@ -50,7 +50,7 @@ def torch_steps(optim, weights, x, y, lr, steps, label_smoothing):
     return [t.detach().numpy() for t in out], losses
 
 
-def keras_steps(optim, weights, x, y, lr, steps, label_smoothing):
+def keras_steps(optim, weights, x, y, lr, steps, label_smoothing, backbone=False):
     """The Keras backend's optimizer and the Keras task's loss, for `steps` steps on one batch."""
     import keras
     import tensorflow as tf
@@ -64,6 +64,8 @@ def keras_steps(optim, weights, x, y, lr, steps, label_smoothing):
     net.set_weights(weights)
     loss_fn = CrossEntropy(label_smoothing)
     opt = make_optimizer(optim, lr)
+    if backbone:  # the first Dense is the backbone (as the Keras backend does before building the optimizer)
+        opt.scale_lr(net.layers[1].trainable_variables, optim.backbone_lr_mult)
     losses = []
     for _ in range(steps):
         with tf.GradientTape() as tape:
@@ -109,3 +111,21 @@ def test_label_smoothing_gives_the_same_loss_and_the_same_step_on_both_backends(
     assert keras_loss[0] == pytest.approx(torch_loss[0], abs=1e-6)
     for t, k in zip(torch_w, keras_w):
         np.testing.assert_allclose(k, t, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["sgd", "adamw"])
+def test_a_backbone_lr_multiplier_makes_the_same_steps_on_both_backends(name):
+    x, y, weights = _data()
+    lr = 0.1 if name == "sgd" else 0.01
+    slow = _optim(name, backbone_lr_mult=0.1)
+    torch_w, torch_loss = torch_steps(slow, weights, x, y, lr, 3, 0.0, backbone=True)
+    keras_w, keras_loss = keras_steps(slow, weights, x, y, lr, 3, 0.0, backbone=True)
+    for t, k in zip(torch_w, keras_w):
+        np.testing.assert_allclose(k, t, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(keras_loss, torch_loss, atol=1e-5, rtol=0)
+    # one step: the backbone (first layer) moves by a tenth of what it moves at the head's lr, the head the same
+    once, _ = torch_steps(slow, weights, x, y, lr, 1, 0.0, backbone=True)
+    full, _ = torch_steps(_optim(name), weights, x, y, lr, 1, 0.0)
+    for layer in (0, 1):
+        np.testing.assert_allclose(once[layer] - weights[layer], 0.1 * (full[layer] - weights[layer]), atol=1e-6)
+    np.testing.assert_allclose(once[2], full[2], atol=1e-7)

@@ -74,8 +74,27 @@ def plan_schedule(plan: Plan, optim: DictConfig, steps_per_epoch: int) -> PlanSc
     return PlanSchedule(plan.effective_lr, factors)
 
 
+class LrFactors:
+    """Per-variable lr factors for hydrali's Keras optimizers (optim.backbone_lr_mult): `scale_lr` before the
+    optimizer is built; then every update of a scaled variable takes lr x its factor."""
+
+    def scale_lr(self, variables, factor: float) -> None:
+        """Update `variables` with lr x `factor` (call before the optimizer is built)."""
+        self._scaled = {**getattr(self, "_scaled", {}), **{self._var_key(v): float(factor) for v in variables}}
+
+    def build_lr_factors(self, variables) -> None:
+        """The factor of each variable the optimizer updates, by its index (1 for those not scaled)."""
+        scaled = getattr(self, "_scaled", {})
+        self._lr_factors = [scaled.get(self._var_key(v), 1.0) for v in variables]
+
+    def scaled_lr(self, learning_rate, variable):
+        """`learning_rate` times the variable's factor."""
+        factor = self._lr_factors[self._get_variable_index(variable)]
+        return learning_rate if factor == 1.0 else ops.multiply(learning_rate, ops.cast(factor, learning_rate.dtype))
+
+
 @keras.saving.register_keras_serializable(package="hydrali")
-class TorchSGD(keras.optimizers.Optimizer):
+class TorchSGD(LrFactors, keras.optimizers.Optimizer):
     """SGD with torch.optim.SGD's update rule (hydrali.core.optim.optimizer): coupled weight decay on decaying
     parameters, buf = momentum * buf + g, step = g + momentum * buf (Nesterov) or buf, w -= lr * step."""
 
@@ -98,10 +117,11 @@ class TorchSGD(keras.optimizers.Optimizer):
             return
         super().build(variables)
         self.buffers = self.add_optimizer_variables(variables, "momentum_buffer") if self.momentum else []
+        self.build_lr_factors(variables)
 
     def update_step(self, gradient, variable, learning_rate):
         """One torch-style SGD step of `variable`."""
-        lr = ops.cast(learning_rate, variable.dtype)
+        lr = self.scaled_lr(ops.cast(learning_rate, variable.dtype), variable)
         g = ops.cast(gradient, variable.dtype)
         if self.coupled_weight_decay and decays(variable.shape):
             g = ops.add(g, ops.multiply(ops.cast(self.coupled_weight_decay, variable.dtype), variable))
@@ -122,7 +142,7 @@ class TorchSGD(keras.optimizers.Optimizer):
 
 
 @keras.saving.register_keras_serializable(package="hydrali")
-class TorchAdamW(keras.optimizers.Optimizer):
+class TorchAdamW(LrFactors, keras.optimizers.Optimizer):
     """AdamW with torch.optim.AdamW's update rule (hydrali.core.optim.optimizer): w *= 1 - lr * weight_decay on decaying
     parameters, then m, v moments and w -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + epsilon).
     (Keras' AdamW adds epsilon before the bias correction, which moves small-gradient steps.)"""
@@ -148,11 +168,12 @@ class TorchAdamW(keras.optimizers.Optimizer):
         super().build(variables)
         self.moments = self.add_optimizer_variables(variables, "moment")
         self.squares = self.add_optimizer_variables(variables, "square")
+        self.build_lr_factors(variables)
 
     def update_step(self, gradient, variable, learning_rate):
         """One torch-style AdamW step of `variable`."""
         dtype = variable.dtype
-        lr, g = ops.cast(learning_rate, dtype), ops.cast(gradient, dtype)
+        lr, g = self.scaled_lr(ops.cast(learning_rate, dtype), variable), ops.cast(gradient, dtype)
         t = ops.cast(self.iterations + 1, dtype)
         b1, b2 = ops.cast(self.beta_1, dtype), ops.cast(self.beta_2, dtype)
         if self.decoupled_weight_decay and decays(variable.shape):
@@ -318,8 +339,10 @@ def compile_model(
     precision: str = "32-true",
     jit_compile: bool = False,
     on_val_batch=None,
+    backbone_of=None,
 ) -> ContractModel:
-    """Build the network and its optimizer inside strategy.scope() and compile them under core's contracts."""
+    """Build the network and its optimizer inside strategy.scope() and compile them under core's contracts; with
+    optim.backbone_lr_mult, `backbone_of(network)` names the variables that take it."""
     with strategy.scope(), dtype_policy(precision):
         network = build_network()
         model = ContractModel(
@@ -330,6 +353,9 @@ def compile_model(
         )
         model(keras.ops.zeros((1, *network.input_shape[1:])))  # build the wrapper's variables
         optimizer = make_optimizer(optim, plan_schedule(plan, optim, contract.train_steps))
+        mult = float(optim.get("backbone_lr_mult", 1.0))
+        if mult != 1.0:  # backbone_of: the side's backbone variables of its network
+            optimizer.scale_lr(backbone_of(network), mult)
         model.compile(
             optimizer=optimizer, loss=loss, weighted_metrics=[*metrics, SampleCount()], jit_compile=jit_compile
         )
@@ -369,6 +395,7 @@ def compile_task_model(*, cfg: DictConfig, side, strategy, dataset, plan: Plan) 
             precision=str(cfg.backend.precision),
             jit_compile=bool(cfg.backend.compile),
             on_val_batch=side.on_val_batch,
+            backbone_of=getattr(side, "backbone_variables", None),
         )
     except (InstantiationException, TypeError, ValueError) as err:
         raise HydraliError(

@@ -42,13 +42,20 @@ OPTIMIZERS = {  # optim.name -> torch's optimizer over parameter groups, with th
 }
 
 
-def make_optimizer(parameters, optim: DictConfig, lr: float) -> torch.optim.Optimizer:
+def make_optimizer(parameters, optim: DictConfig, lr: float, backbone=()) -> torch.optim.Optimizer:
     """SGD (torch's coupled weight decay) or AdamW (decoupled), decaying only what
-    hydrali.core.optim.optimizer.decays says."""
-    decay, no_decay = [], []
-    for p in parameters:
-        (decay if decays(p.shape) else no_decay).append(p)
-    groups = [{"params": decay, "weight_decay": optim.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    hydrali.core.optim.optimizer.decays says; the `backbone` parameters at lr x optim.backbone_lr_mult."""
+    parameters, slow = list(parameters), {id(p) for p in backbone}
+    groups = []
+    for in_backbone, factor in ((False, 1.0), (True, float(optim.get("backbone_lr_mult", 1.0)))):
+        part = [p for p in parameters if (id(p) in slow) == in_backbone]
+        if in_backbone and not part:
+            continue
+        decay, no_decay = [p for p in part if decays(p.shape)], [p for p in part if not decays(p.shape)]
+        groups += [
+            {"params": decay, "weight_decay": optim.weight_decay, "lr": lr * factor},
+            {"params": no_decay, "weight_decay": 0.0, "lr": lr * factor},
+        ]
     return OPTIMIZERS[Optimizer.of(optim.name, "optim.name")](groups, optim, lr)
 
 
@@ -151,6 +158,9 @@ class HydraliModule(L.LightningModule):
         self.log_dict({name: float(value) for name, value in metrics.items()}, prog_bar=True, sync_dist=True)
 
     def configure_optimizers(self):
-        opt = make_optimizer(self.torch_task.parameters(), self.optim, self.plan.effective_lr)
+        backbone = []  # with optim.backbone_lr_mult, from a side that tells its backbone from its head
+        if self.optim.get("backbone_lr_mult", 1.0) != 1.0:
+            backbone = self.torch_task.backbone_parameters()
+        opt = make_optimizer(self.torch_task.parameters(), self.optim, self.plan.effective_lr, backbone)
         schedule = make_schedule(opt, self.optim, self.plan, self.steps_per_epoch)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

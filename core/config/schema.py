@@ -152,6 +152,7 @@ class OptimConfig:
     momentum: float = 0.9
     nesterov: bool = False
     betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+    backbone_lr_mult: float = 1.0
 
 
 @dataclass

@@ -113,7 +113,15 @@ FREEZE_CHOICES = (None, "backbone")  # model.freeze (conf/model_common.yaml)
 
 
 def check_fine_tuning(cfg: DictConfig) -> None:
-    """model.freeze is one of its choices, and a task that can freeze part of its network."""
+    """model.freeze is one of its choices, optim.backbone_lr_mult is not negative, and the task can tell its network's
+    backbone from its head."""
+    mult = cfg.optim.get("backbone_lr_mult", 1.0)
+    if mult < 0:
+        raise HydraliError(f"optim.backbone_lr_mult={mult}: pass 0 or more (1: the head's lr)")
+    if mult != 1.0 and cfg.task.name != "classification":
+        raise HydraliError(
+            f"optim.backbone_lr_mult={mult} is not there yet for task={cfg.task.name}: only classification has it"
+        )
     freeze = cfg.model.get("freeze")
     if freeze not in FREEZE_CHOICES:
         raise HydraliError(f"model.freeze={freeze}: pass null (every layer trains) or backbone (only the head trains)")

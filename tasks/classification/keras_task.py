@@ -8,7 +8,7 @@ from keras import ops
 from omegaconf import DictConfig
 
 from hydrali.tasks.base import network_spec
-from hydrali.tasks.keras_fine_tuning import freeze
+from hydrali.tasks.keras_fine_tuning import backbone, freeze
 
 
 @keras.saving.register_keras_serializable(package="hydrali")
@@ -45,6 +45,11 @@ class KerasClassification:
             raise TypeError(f"model.keras_target={spec._target_} returned {type(model).__name__}, not a keras.Model")
         freeze(model, model_cfg.get("freeze"))
         return model
+
+    @staticmethod
+    def backbone_variables(network: keras.Model) -> list:
+        """The trainable variables of the network's backbone (all but its head), for optim.backbone_lr_mult."""
+        return [v for layer in backbone(network) for v in layer.trainable_variables]
 
     def loss(self) -> keras.losses.Loss:
         """Cross-entropy on logits, with the task's label smoothing."""

@@ -10,7 +10,7 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from hydrali.tasks.base import network_spec
-from hydrali.tasks.torch_fine_tuning import freeze
+from hydrali.tasks.torch_fine_tuning import backbone, freeze
 
 
 class TorchClassification(nn.Module):
@@ -22,6 +22,10 @@ class TorchClassification(nn.Module):
         self.loss_fn = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
         self.val_metrics = MetricCollection({"acc": MulticlassAccuracy(num_classes, average="micro")}, prefix="val/")
         self.frozen: list[nn.Module] = []  # parts of the network that do not train (model.freeze)
+
+    def backbone_parameters(self) -> list[nn.Parameter]:
+        """The parameters of the network's backbone (all but its head), for optim.backbone_lr_mult."""
+        return [p for module in backbone(self.model) for p in module.parameters()]
 
     def train(self, mode: bool = True) -> TorchClassification:
         """Training or evaluation mode, but the frozen parts always evaluate (their BatchNorm statistics stay)."""
