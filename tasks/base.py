@@ -78,7 +78,7 @@ class DaliTask:
                 f"data.num_classes={data.num_classes} but {classes_in} has {dataset.num_classes}: set "
                 f"data.num_classes=null or fix the data"
             )
-        skip = BadFiles(data.bad_files) is BadFiles.skip
+        skip = BadFiles(data.get("bad_files", BadFiles.fail)) is BadFiles.skip
         bad = verify_files(self.image_files(dataset), verify, limit=None if skip else 3)
         if bad and not skip:
             raise HydraliError(

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 from torch import nn
 
+from hydrali.core.errors import HydraliError
+
 
 def backbone(model: nn.Module) -> list[nn.Module]:
-    """The backbone of `model`: its child modules before its head, the last child holding parameters."""
-    return [child for child in model.children() if any(True for _ in child.parameters())][:-1]
+    """The backbone of `model`: its child modules before its head, the last child holding parameters; a one-line
+    error when it has none (a network of one child cannot be told apart)."""
+    found = [child for child in model.children() if any(True for _ in child.parameters())][:-1]
+    if not found:
+        raise HydraliError(
+            f"model.freeze / optim.backbone_lr_mult: {type(model).__name__} has no backbone apart from its head "
+            f"(hydrali takes its last child module holding parameters as the head, the ones before as the backbone)"
+        )
+    return found
 
 
 def freeze(model: nn.Module, what: str | None) -> list[nn.Module]:

@@ -64,3 +64,15 @@ def test_freeze_takes_its_choices_only(tmp_path, data_dir):
         run_cli("model.freeze=head", f"paths.data_dir={data_dir}", cwd=tmp_path),
         "model.freeze=head: pass null (every layer trains) or backbone",
     )
+
+
+def test_resuming_with_another_backbone_lr_mult_is_refused_naming_it(tmp_path, data_dir):
+    # the optimizer's parameter groups, and the lrs a checkpoint restores, follow it
+    run_dir = tmp_path / "run"
+    args = [*TINY, *LIGHTNING_QUIET, "tracking=none", f"paths.data_dir={data_dir}", f"hydra.run.dir={run_dir}"]
+    first = run_cli("epochs=1", *args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    fails_with(
+        run_cli("epochs=2", "ckpt_path=last", "optim.backbone_lr_mult=0.1", *args, cwd=tmp_path),
+        "backbone_lr_mult",
+    )

@@ -95,7 +95,10 @@ def check_options(recipe_path: str, options: Mapping[str, Any]) -> None:
 def recipe_choices(recipe) -> dict[str, tuple]:
     """The options a recipe declares as one of a few values (`Literal[...]`, or `Optional[Literal[...]]`), with
     those values."""
-    hints = typing.get_type_hints(inspect.unwrap(recipe))
+    try:
+        hints = typing.get_type_hints(inspect.unwrap(recipe))
+    except Exception:  # annotations naming what only a type checker imports: nothing to check
+        return {}
     choices = {}
     for key in recipe_options(recipe):
         hint = hints.get(key)

@@ -8,8 +8,9 @@
   epsilon ADAM_EPSILON.
 - **Which parameters decay**: those with two or more dimensions (convolution and dense kernels);
   never biases or normalization scales and shifts.
-- **Backbone lr** (optim.backbone_lr_mult = k, classification): the backbone's parameters (all but the head, the
-  network's last layer with weights) step with lr x k, the head's with lr; weight decay as above.
+- **Backbone lr** (optim.backbone_lr_mult = k, classification): the backbone's parameters (all but the head: on
+  torch the network's last child module with parameters, on Keras its last layer with weights) step with lr x k,
+  the head's with lr; weight decay as above.
 - **Label smoothing** (task.label_smoothing = e): cross-entropy against (1 - e) * one-hot + e / classes.
 - **Learning rate**: the plan's effective lr times hydrali.core.optim.schedule.lr_factor(step), the same at every step.
 - **Precision** (backend.precision, hydrali.core.config.schema.Precision): 32-true, bf16-mixed or 16-mixed on

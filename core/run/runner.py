@@ -150,8 +150,9 @@ def _run(attempt: run_dir.Attempt, started: float) -> float | None:
         tracker.log_text("\n".join(job.overrides) + "\n", "config/overrides.txt")
         if plan.global_rank == 0 and resume_from is None:
             write_trained_with(output_dir, trained_with)
-        if plan.global_rank == 0 and dataset.skipped:
-            tracker.log_artifact(write_skipped_files(output_dir, dataset.skipped))
+        skipped = getattr(dataset, "skipped", ())  # a task of an installed package may not leave files out
+        if plan.global_rank == 0 and skipped:
+            tracker.log_artifact(write_skipped_files(output_dir, skipped))
         result = backend.fit(
             cfg=cfg,
             task=task,
@@ -208,6 +209,9 @@ def _trained_with(cfg: DictConfig, dataset) -> dict:
         "model": OmegaConf.to_container(cfg.model, resolve=True),
         "num_classes": dataset.num_classes,
         "optim": str(cfg.optim.name),
+        # the optimizer's parameter groups (and their lrs, which a checkpoint restores) follow it: kept only when
+        # it is not 1, so that records written before it existed still compare equal
+        **({"backbone_lr_mult": mult} if (mult := float(cfg.optim.get("backbone_lr_mult", 1.0))) != 1.0 else {}),
     }
 
 

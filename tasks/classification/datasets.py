@@ -36,6 +36,11 @@ class ImageFolderInfo:
         """This dataset with the files of `bad` left out (and counted out)."""
         gone = {path for path, _ in bad}
         counts = [sum(p in gone for p in image_files([self.root / split])) for split in SPLITS]
+        for split, count, total in zip(SPLITS, counts, (self.num_train, self.num_val)):
+            if count == total:
+                raise HydraliError(
+                    f"every image file of {self.root / split} cannot be decoded: nothing is left to read"
+                )
         return replace(self, num_train=self.num_train - counts[0], num_val=self.num_val - counts[1], skipped=tuple(bad))
 
     def listed_files(self, split_dir: Path) -> tuple[tuple[str, ...], tuple[int, ...]] | None:

@@ -30,8 +30,10 @@ class TorchClassification(nn.Module):
     def train(self, mode: bool = True) -> TorchClassification:
         """Training or evaluation mode, but the frozen parts always evaluate (their BatchNorm statistics stay)."""
         super().train(mode)
-        for module in self.frozen:
-            module.eval()
+        if self.frozen:  # found again: a wrapper (e.g. sync_batchnorm) may have replaced modules since the build
+            self.frozen = backbone(self.model)
+            for module in self.frozen:
+                module.eval()
         return self
 
     @staticmethod

@@ -324,6 +324,8 @@ def without_images(split: CocoSplit, files: set[Path], clean_file: Path) -> Coco
     gone = {image["id"] for image in data["images"] if split.images_dir / image["file_name"] in files}
     if not gone:
         return split
+    if len(gone) == len(data["images"]):
+        raise HydraliError(f"every image of {split.images_dir} cannot be decoded: nothing is left to read")
     data = {
         **data,
         "images": [image for image in data["images"] if image["id"] not in gone],
