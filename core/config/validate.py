@@ -113,21 +113,18 @@ FREEZE_CHOICES = (None, "backbone")  # model.freeze (conf/model_common.yaml)
 
 
 def check_fine_tuning(cfg: DictConfig) -> None:
-    """model.freeze is one of its choices, optim.backbone_lr_mult is not negative, and the task can tell its network's
-    backbone from its head."""
-    mult = cfg.optim.get("backbone_lr_mult", 1.0)
+    """model.freeze is one of its choices, optim.backbone_lr_mult is not negative, and the task's sides can tell its
+    network's backbone from its head (its TaskSpec says so)."""
+    mult, freeze = cfg.optim.get("backbone_lr_mult", 1.0), cfg.model.get("freeze")
     if mult < 0:
         raise HydraliError(f"optim.backbone_lr_mult={mult}: pass 0 or more (1: the head's lr)")
-    if mult != 1.0 and cfg.task.name != "classification":
-        raise HydraliError(
-            f"optim.backbone_lr_mult={mult} is not there yet for task={cfg.task.name}: only classification has it"
-        )
-    freeze = cfg.model.get("freeze")
     if freeze not in FREEZE_CHOICES:
         raise HydraliError(f"model.freeze={freeze}: pass null (every layer trains) or backbone (only the head trains)")
-    if freeze is not None and cfg.task.name != "classification":
+    spec = task_specs().get(str(cfg.task.get("name")))
+    asked = [f"optim.backbone_lr_mult={mult}"] * (mult != 1.0) + [f"model.freeze={freeze}"] * (freeze is not None)
+    if asked and spec is not None and not spec.fine_tunes:
         raise HydraliError(
-            f"model.freeze={freeze} is not there yet for task={cfg.task.name}: only classification freezes"
+            f"{asked[0]} is not there yet for task={spec.name}: its network's backbone and head are not told apart"
         )
 
 

@@ -28,6 +28,7 @@ class TaskSpec:
     name: str  # its option of the `task` config group (task=<name>)
     task_schema: type  # the dataclass of its `task` node (a subclass of core.config.schema.TaskConfig)
     data_schema: type  # the dataclass of the `data` node of every dataset it reads
+    fine_tunes: bool = False  # its sides tell a network's backbone from its head (model.freeze, optim.backbone_lr_mult)
 
 
 class Dataset(Protocol):

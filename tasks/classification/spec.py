@@ -34,4 +34,9 @@ class ClassificationDataConfig:
     bad_files: BadFiles = BadFiles.fail
 
 
-SPEC = TaskSpec(name="classification", task_schema=ClassificationTaskConfig, data_schema=ClassificationDataConfig)
+SPEC = TaskSpec(
+    name="classification",
+    task_schema=ClassificationTaskConfig,
+    data_schema=ClassificationDataConfig,
+    fine_tunes=True,
+)
