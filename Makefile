@@ -4,10 +4,14 @@
 #   make lint    ruff alone: `ruff check` and `ruff format --check` (pyproject.toml [tool.ruff])
 PYTHON ?= python3
 VENV   ?= .venv
-# torch: a CPU build is pinned where no NVIDIA driver is present, so that pip does not pull
-# several GB of CUDA packages; on a GPU machine the index's default (CUDA) build is used.
-TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
+# torch and torchvision (timm needs it), installed first: on a GPU machine the index's newest builds; elsewhere a pinned
+# pair. There is no CPU build of torchvision on PyPI, and its CUDA wheels do not load with a CPU torch, so the pair is
+# the CUDA build, which runs on the CPU (about 4.5 GB, taken from a local wheel index where pip has one).
+TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo "torch torchvision" || echo "torch==2.14.1 torchvision==0.29.1")
 ARGS ?=
+# triton (torch's compiler of GPU kernels) crashes a process that loads it after TensorFlow (in-process tests of both
+# frameworks), and a CPU has no use for it: removed where no NVIDIA driver is present
+REMOVE_TRITON ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo true || echo "$(VENV)/bin/pip uninstall -y triton")
 
 .PHONY: setup train lint test clean
 
@@ -16,9 +20,10 @@ $(VENV)/.installed: pyproject.toml
 	      "and 4.7 GB; pip's output goes to $(VENV)/setup.log)"
 	@$(PYTHON) -m venv $(VENV)
 	@( $(VENV)/bin/pip install --upgrade pip && \
-	   $(VENV)/bin/pip install "$(TORCH_SPEC)" && \
+	   $(VENV)/bin/pip install $(TORCH_SPEC) && \
 	   $(VENV)/bin/pip install -e ".[test,keras]" && \
-	   $(VENV)/bin/pip install --no-build-isolation nvidia-dali-tf-plugin-cuda120 ) > $(VENV)/setup.log 2>&1 \
+	   $(VENV)/bin/pip install --no-build-isolation nvidia-dali-tf-plugin-cuda120 && \
+	   $(REMOVE_TRITON) ) > $(VENV)/setup.log 2>&1 \
 	 || { tail -n 25 $(VENV)/setup.log; echo "hydrali: set-up failed: the whole log is $(VENV)/setup.log"; exit 1; }
 	@# DALI's TensorFlow plugin (last step) builds against the installed TensorFlow: after it, without isolation
 	@touch $@

@@ -28,6 +28,8 @@ log = logging.getLogger("hydrali")
 
 # model settings applied to the built network, not passed to its builder (conf/model_common.yaml)
 FINE_TUNING_KEYS = ("freeze",)
+# model settings read by core before the network is built (core/data/weights_preprocessing.py), not its builder's
+PREPROCESSING_KEYS = ("preprocessing", "weights_preprocessing")
 
 
 def network_spec(model_cfg: DictConfig, framework: str) -> DictConfig:
@@ -36,7 +38,7 @@ def network_spec(model_cfg: DictConfig, framework: str) -> DictConfig:
     spec = model_cfg.copy()
     with open_dict(spec):
         keras_target = spec.pop("keras_target", None)
-        for key in FINE_TUNING_KEYS:
+        for key in FINE_TUNING_KEYS + PREPROCESSING_KEYS:
             spec.pop(key, None)
         if framework == "keras":
             if keras_target is None:

@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from hydrali.core.config.validate import check_config
 from hydrali.core.contracts.backend import Backend
 from hydrali.core.contracts.registry import backend_spec, load_backend
-from hydrali.core.data import autotune, devices
+from hydrali.core.data import autotune, devices, weights_preprocessing
 from hydrali.core.data.image_files import write_skipped_files
 from hydrali.core.distributed import agreement, gather, local_launch, topology
 from hydrali.core.distributed.launchers import LAUNCHED_BY_HYDRALI
@@ -46,6 +46,8 @@ def run(cfg: DictConfig) -> float | None:
     adopt_mpi_ranks()  # mpirun's ranks, as torchrun's variables (the frameworks read those), before anything can fail:
     # a failed job is then recorded by rank 0 alone (sweep.run_job asks is_first_process)
     check_config(cfg)
+    # the pretrained weights' image size, mean and std, before the run dir compares configs or anything reads them
+    weights_preprocessing.apply(cfg, job_context.current().overrides)
     output_dir = Path(cfg.paths.output_dir)
     launched = bool(os.environ.get(LAUNCHED_BY_HYDRALI))  # a process of a job whose own process holds the dir
     with run_dir.claim(output_dir, hold=topology.is_first_process() and not launched):
@@ -54,6 +56,7 @@ def run(cfg: DictConfig) -> float | None:
             attempt = run_dir.Attempt(cfg, list(job.overrides), run_dir.read(output_dir))
         else:
             attempt = run_dir.reconcile(cfg, output_dir, list(job.overrides))
+            weights_preprocessing.apply(attempt.cfg, attempt.overrides)  # a config composed again (ckpt_path)
             check_config(attempt.cfg)
         return _run(attempt, started)
 

@@ -1,0 +1,191 @@
+"""Pretrained backbones (model=timm): timm's weights files, written locally in timm's own layout (these machines
+have no network), load into the same network on both frameworks (timm on Lightning, keras-hub's conversion on Keras);
+the preprocessing follows the weights' config; a model whose weights cannot be had is one line; and weights trained
+on digits 0-4 train digits 5-9 better than random ones, on each backend."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from tests.support.checks import fails_with, read_summary
+from tests.support.cli import run_cli
+from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET
+from tests.support.pretrained import (
+    digits_classes,
+    put_in_hub_cache,
+    timm_network_of_checkpoint,
+    write_timm_weights,
+)
+
+NAME = "resnet18.a1_in1k"  # a timm architecture keras-hub converts, with its hub tag
+QUIET = {"lightning": LIGHTNING_QUIET, "keras": KERAS_QUIET}
+# what the weights' config says of their preprocessing, none of it a default of hydrali's
+WEIGHTS_PREPROCESSING = {"image_size": 24, "mean": [0.4, 0.45, 0.5], "std": [0.3, 0.25, 0.2], "crop_fraction": 0.8}
+
+
+def _random_timm_network(num_classes: int = 10):
+    """timm's resnet18 with random weights and BatchNorm statistics that differ from their defaults."""
+    import timm
+    import torch
+
+    torch.manual_seed(0)
+    network = timm.create_model(NAME, num_classes=num_classes)
+    for module in network.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.weight.data.uniform_(0.5, 1.5)
+            module.bias.data.uniform_(-0.2, 0.2)
+            module.running_mean.uniform_(-0.1, 0.1)
+            module.running_var.uniform_(0.5, 2.0)
+    return network.eval()
+
+
+@pytest.fixture
+def hub_cache(tmp_path):
+    """A Hugging Face cache holding timm's files of NAME (random weights, WEIGHTS_PREPROCESSING's config)."""
+    p = WEIGHTS_PREPROCESSING
+    folder = write_timm_weights(
+        _random_timm_network(), tmp_path / "weights", p["image_size"], p["mean"], p["std"], p["crop_fraction"]
+    )
+    return put_in_hub_cache(folder, tmp_path / "hf-cache", f"timm/{NAME}")
+
+
+@pytest.mark.keras
+def test_timm_weights_load_into_the_same_network_on_both_frameworks(tmp_path):
+    import keras
+    import torch
+
+    from hydrali.tasks.classification.keras_hub_model import TimmNetwork as KerasTimm
+    from hydrali.tasks.classification.timm_model import TimmNetwork as TorchTimm
+
+    written = _random_timm_network()
+    folder = write_timm_weights(written, tmp_path / "weights", 32, [0.5] * 3, [0.25] * 3, 0.9)
+    images = np.random.default_rng(0).uniform(-1, 1, size=(2, 32, 32, 3)).astype("float32")
+    as_torch = torch.from_numpy(images.transpose(0, 3, 1, 2).copy())
+    with torch.no_grad():
+        expected = written.forward_head(written.forward_features(as_torch), pre_logits=True).numpy()
+
+    torch_net = TorchTimm(num_classes=5, name=NAME, weights=str(folder)).eval()
+    keras_net = KerasTimm(num_classes=5, image_size=32, name=NAME, weights=str(folder))
+    with torch.no_grad():
+        torch_features = torch_net.forward_head(torch_net.forward_features(as_torch), pre_logits=True).numpy()
+        assert torch_net(as_torch).shape == (2, 5), "a new head for the dataset's classes"
+    keras_features = np.asarray(keras.Model(keras_net.inputs, keras_net.layers[-2].output)(images, training=False))
+    assert keras_net.output_shape == (None, 5)
+
+    assert np.abs(torch_features - expected).max() < 1e-5
+    assert np.abs(keras_features - expected).max() < 1e-4, "keras-hub's conversion gives timm's features"
+    random_keras = KerasTimm(num_classes=5, image_size=32, name=NAME)
+    random_features = np.asarray(keras.Model(random_keras.inputs, random_keras.layers[-2].output)(images))
+    assert np.abs(random_features - expected).max() > 0.1, "without the file the features differ"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["lightning", "keras"])
+def test_without_network_or_cached_weights_a_pretrained_model_is_one_line_naming_the_cache(tmp_path, backend):
+    cache, run_dir = tmp_path / "empty-cache", tmp_path / "run"
+    out = run_cli(
+        "model=timm",
+        "model.pretrained=true",
+        f"backend={backend}",
+        f"hydra.run.dir={run_dir}",
+        "tracking=none",
+        cwd=tmp_path,
+        # a hub whose host does not resolve (RFC 6761's .invalid): no network, whatever the machine has
+        env={"HF_HUB_CACHE": str(cache), "HF_ENDPOINT": "https://hub.invalid"},
+    )
+    fails_with(out, f"{cache}/models--timm--{NAME}", f"hf download timm/{NAME}", "model.weights=")
+    assert not run_dir.exists() and not cache.exists(), "nothing written"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["lightning", "keras"])
+def test_pretrained_weights_from_the_hub_cache_bring_their_preprocessing(tmp_path, data_dir, hub_cache, backend):
+    run_dir = tmp_path / "run"
+    out = run_cli(
+        "model=timm",
+        "model.pretrained=true",
+        "pipeline.options.std=[0.5,0.5,0.5]",  # given on the command line: it stays
+        "epochs=1",
+        "data.size=32",
+        f"backend={backend}",
+        *QUIET[backend],
+        "tracking=none",
+        f"paths.data_dir={data_dir}",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+        env={"HF_HUB_CACHE": str(hub_cache), "HF_HUB_OFFLINE": "1"},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    config = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
+    p = WEIGHTS_PREPROCESSING
+    assert config["data"]["image_size"] == p["image_size"]
+    assert config["pipeline"]["options"]["mean"] == p["mean"]
+    assert config["pipeline"]["options"]["val_crop_fraction"] == p["crop_fraction"]
+    assert config["pipeline"]["options"]["std"] == [0.5, 0.5, 0.5]
+    assert "preprocessing of model.name=resnet18.a1_in1k's weights" in out.stdout  # logged
+    assert read_summary(run_dir)["history"][-1]["val/acc"] > 0
+
+
+def _train(tmp_path, backend: str, root, name: str, *extra: str) -> dict:
+    run_dir = tmp_path / name
+    out = run_cli(
+        "model=timm",
+        "data=imagefolder",
+        f"data.root={root}",
+        "data.image_size=32",
+        "pipeline.options.flip_probability=0",  # digits are not mirror-symmetric
+        "epochs=2",
+        "seed=0",
+        f"backend={backend}",
+        *QUIET[backend],
+        *extra,
+        "tracking=none",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+        env={"HF_HUB_OFFLINE": "1"},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return {"dir": run_dir, **read_summary(run_dir)}
+
+
+def _keras_backbone_weights(run: dict, path) -> str:
+    """The backbone of a hydrali Keras run's last checkpoint, saved by Keras as a .weights.h5 file."""
+    from hydrali.backends.keras.training import ContractModel
+    from hydrali.tasks.classification.keras_hub_model import TimmNetwork
+
+    network = TimmNetwork(num_classes=5, image_size=32, name=NAME)
+    trained = ContractModel(network, [1], batch=1)  # what a hydrali Keras checkpoint holds: the network, wrapped
+    trained(np.zeros((1, 32, 32, 3), "float32"))
+    trained.load_weights(sorted((run["dir"] / "checkpoints").glob("epoch*.weights.h5"))[-1])
+    network.layers[1].save_weights(path)
+    return str(path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["lightning", "keras"])
+def test_weights_trained_on_digits_0_to_4_train_digits_5_to_9_better_than_random_ones(tmp_path, data_dir, backend):
+    from hydrali.tasks.classification.datasets import write_digits
+
+    digits = write_digits(data_dir / "digits", size=32, val_fraction=0.2)
+    first = digits_classes(digits, tmp_path / "digits0-4", list("01234"))
+    second = digits_classes(digits, tmp_path / "digits5-9", list("56789"))
+    source = _train(tmp_path, backend, first, "pretrain", "epochs=3")
+    if backend == "lightning":  # timm's own layout: config.json and model.safetensors
+        network = timm_network_of_checkpoint(source["dir"] / "checkpoints" / "last.ckpt", NAME, num_classes=5)
+        weights = str(
+            write_timm_weights(
+                network, tmp_path / "digits-weights", 32, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225], 0.875
+            )
+        )
+    else:  # Keras' own format: the backbone's .weights.h5
+        weights = _keras_backbone_weights(source, tmp_path / "digits-backbone.weights.h5")
+
+    scratch = _train(tmp_path, backend, second, "scratch")
+    tuned = _train(tmp_path, backend, second, "tuned", f"model.weights={weights}")
+    scratch_acc, tuned_acc = scratch["history"][-1]["val/acc"], tuned["history"][-1]["val/acc"]
+    print(json.dumps({"backend": backend, "scratch": scratch_acc, "fine-tuned": tuned_acc}))
+    assert tuned_acc > scratch_acc + 0.1, (scratch_acc, tuned_acc)
