@@ -17,7 +17,7 @@ REMOVE_TRITON ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo true || e
 
 $(VENV)/.installed: pyproject.toml
 	@echo "hydrali: setting up $(VENV): torch, DALI, Lightning, TensorFlow, MLflow (the first time 3 to 5 minutes" \
-	      "and 4.7 GB; pip's output goes to $(VENV)/setup.log)"
+	      "and 8.6 GB; pip's output goes to $(VENV)/setup.log)"
 	@$(PYTHON) -m venv $(VENV)
 	@( $(VENV)/bin/pip install --upgrade pip && \
 	   $(VENV)/bin/pip install $(TORCH_SPEC) && \

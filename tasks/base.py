@@ -47,6 +47,20 @@ def network_spec(model_cfg: DictConfig, framework: str) -> DictConfig:
     return spec
 
 
+def instantiate_network(spec: DictConfig, **arguments: Any) -> Any:
+    """The network `spec` (from network_spec) builds with `arguments`; a HydraliError its builder raised (a file
+    that cannot be had or read) comes out as itself, not wrapped in Hydra's instantiation error."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    try:
+        return instantiate(spec, **arguments)
+    except InstantiationException as err:
+        if isinstance(err.__cause__, HydraliError):
+            raise err.__cause__ from None
+        raise
+
+
 @dataclass(kw_only=True)
 class DaliTask:
     """A task fed by DALI recipes; subclasses add their settings and data. Built from the config's `task` node

@@ -62,6 +62,8 @@ def weights_config(model: DictConfig) -> Path | None:
     model.name on timm's hub (model.pretrained=true); None for random weights or a weights file alone."""
     if model.get("weights") is not None:
         path = Path(str(model.weights)).expanduser()
+        if not path.exists():
+            raise HydraliError(f"model.weights={model.weights}: no such file or directory")
         found = (path if path.is_dir() else path.parent) / CONFIG_FILE
         return found if found.is_file() else None
     return hub_file(str(model.name), CONFIG_FILE) if model.get("pretrained") else None

@@ -7,14 +7,32 @@ from torch import nn
 from hydrali.core.errors import HydraliError
 
 
+def _head(model: nn.Module) -> list[nn.Module]:
+    """The network's head: what a timm model names as its classifier(s), else its last child holding parameters."""
+    if hasattr(model, "get_classifier"):  # timm: its classifier, or (head, head_dist) of distilled models
+        found = model.get_classifier()
+        return list(found) if isinstance(found, (tuple, list)) else [found]
+    with_parameters = [child for child in model.children() if any(True for _ in child.parameters())]
+    return with_parameters[-1:]
+
+
 def backbone(model: nn.Module) -> list[nn.Module]:
-    """The backbone of `model`: its child modules before its head, the last child holding parameters; a one-line
-    error when it has none (a network of one child cannot be told apart)."""
-    found = [child for child in model.children() if any(True for _ in child.parameters())][:-1]
+    """The backbone of `model`: its child modules holding parameters but its head (timm's classifier, else the last
+    such child); a one-line error when there is none, or when the network holds parameters outside its children
+    (e.g. a ViT's class token), which neither freezing nor a backbone lr could reach."""
+    head = _head(model)
+    holding = [child for child in model.children() if any(True for _ in child.parameters())]
+    found = [child for child in holding if all(child is not h for h in head)]
     if not found:
         raise HydraliError(
             f"model.freeze / optim.backbone_lr_mult: {type(model).__name__} has no backbone apart from its head "
             f"(hydrali takes its last child module holding parameters as the head, the ones before as the backbone)"
+        )
+    own = [name for name, _ in model.named_parameters(recurse=False)]
+    if own:
+        raise HydraliError(
+            f"model.freeze / optim.backbone_lr_mult: {type(model).__name__} holds parameters of its own outside its "
+            f"modules ({', '.join(own)}): not supported yet"
         )
     return found
 

@@ -15,6 +15,7 @@ from tests.support.checks import fails_with, read_summary
 from tests.support.cli import run_cli
 from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET
 from tests.support.pretrained import (
+    COMMIT,
     digits_classes,
     put_in_hub_cache,
     timm_network_of_checkpoint,
@@ -109,6 +110,7 @@ def test_pretrained_weights_from_the_hub_cache_bring_their_preprocessing(tmp_pat
         "model=timm",
         "model.pretrained=true",
         "pipeline.options.std=[0.5,0.5,0.5]",  # given on the command line: it stays
+        "optim.backbone_lr_mult=0",  # the backbone's weights stay as the file has them: compared below
         "epochs=1",
         "data.size=32",
         f"backend={backend}",
@@ -128,6 +130,22 @@ def test_pretrained_weights_from_the_hub_cache_bring_their_preprocessing(tmp_pat
     assert config["pipeline"]["options"]["std"] == [0.5, 0.5, 0.5]
     assert "preprocessing of model.name=resnet18.a1_in1k's weights" in out.stdout  # logged
     assert read_summary(run_dir)["history"][-1]["val/acc"] > 0
+    from safetensors.numpy import load_file
+
+    cached = load_file(hub_cache / f"models--timm--{NAME}" / "snapshots" / COMMIT / "model.safetensors")
+    trained = _trained_first_conv(run_dir, backend)
+    assert np.array_equal(trained, cached["conv1.weight"]), "trained from the cache's weights"
+
+
+def _trained_first_conv(run_dir, backend: str) -> np.ndarray:
+    """The first convolution's kernel (torch's layout) in the last checkpoint of a model=timm run on `backend`."""
+    if backend == "lightning":
+        import torch
+
+        state = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+        return state["state_dict"]["torch_task.model.conv1.weight"].numpy()
+    network = _keras_network_of_checkpoint(run_dir, num_classes=10, image_size=WEIGHTS_PREPROCESSING["image_size"])
+    return np.transpose(np.asarray(network.layers[1].get_layer("conv1_conv").kernel), (3, 2, 0, 1))
 
 
 def _train(tmp_path, backend: str, root, name: str, *extra: str) -> dict:
@@ -152,16 +170,21 @@ def _train(tmp_path, backend: str, root, name: str, *extra: str) -> dict:
     return {"dir": run_dir, **read_summary(run_dir)}
 
 
-def _keras_backbone_weights(run: dict, path) -> str:
-    """The backbone of a hydrali Keras run's last checkpoint, saved by Keras as a .weights.h5 file."""
+def _keras_network_of_checkpoint(run_dir, num_classes: int, image_size: int):
+    """The network of a hydrali Keras model=timm run's last checkpoint."""
     from hydrali.backends.keras.training import ContractModel
     from hydrali.tasks.classification.keras_hub_model import TimmNetwork
 
-    network = TimmNetwork(num_classes=5, image_size=32, name=NAME)
+    network = TimmNetwork(num_classes=num_classes, image_size=image_size, name=NAME)
     trained = ContractModel(network, [1], batch=1)  # what a hydrali Keras checkpoint holds: the network, wrapped
-    trained(np.zeros((1, 32, 32, 3), "float32"))
-    trained.load_weights(sorted((run["dir"] / "checkpoints").glob("epoch*.weights.h5"))[-1])
-    network.layers[1].save_weights(path)
+    trained(np.zeros((1, image_size, image_size, 3), "float32"))
+    trained.load_weights(sorted((run_dir / "checkpoints").glob("epoch*.weights.h5"))[-1])
+    return network
+
+
+def _keras_backbone_weights(run: dict, path) -> str:
+    """The backbone of a hydrali Keras run's last checkpoint, saved by Keras as a .weights.h5 file."""
+    _keras_network_of_checkpoint(run["dir"], num_classes=5, image_size=32).layers[1].save_weights(path)
     return str(path)
 
 
@@ -189,3 +212,15 @@ def test_weights_trained_on_digits_0_to_4_train_digits_5_to_9_better_than_random
     scratch_acc, tuned_acc = scratch["history"][-1]["val/acc"], tuned["history"][-1]["val/acc"]
     print(json.dumps({"backend": backend, "scratch": scratch_acc, "fine-tuned": tuned_acc}))
     assert tuned_acc > scratch_acc + 0.1, (scratch_acc, tuned_acc)
+
+
+@pytest.mark.slow
+def test_weights_of_another_architecture_are_one_line_naming_model_weights(tmp_path):
+    import timm
+    from safetensors.torch import save_file
+
+    other = tmp_path / "resnet34.safetensors"
+    save_file(timm.create_model("resnet34", num_classes=10).state_dict(), str(other))
+    run_dir = tmp_path / "run"
+    out = run_cli("model=timm", f"model.weights={other}", "tracking=none", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    fails_with(out, f"model.weights={other}", "resnet18")

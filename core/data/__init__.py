@@ -1,1 +1,2 @@
-"""DALI recipes and their options, devices, image-file checks, DALI errors, autotune."""
+"""DALI recipes and their options, devices, image-file checks, DALI errors, autotune, the preprocessing that
+pretrained weights ask for."""

@@ -24,9 +24,12 @@ TARGETS = {
 CHOICES = ("weights", "pipeline")  # model.preprocessing
 
 
-def _overridden(overrides: list[str]) -> set[str]:
-    """The config keys the command line set (key=value, +key=value, ++key=value)."""
-    return {item.split("=", 1)[0].lstrip("+~") for item in overrides if "=" in item}
+def _overridden(key: str, overrides: list[str]) -> bool:
+    """Whether the command line set `key`, or a node holding it (pipeline.options={...}); choosing a config group
+    (data=imagefolder) sets nothing of the weights'."""
+    from hydrali.core.run.run_dir import override_key
+
+    return any(key == set_ or ("." in set_ and key.startswith(f"{set_}.")) for set_ in map(override_key, overrides))
 
 
 def apply(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
@@ -40,10 +43,10 @@ def apply(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
     from hydra.utils import get_method
 
     found = get_method(str(source))(cfg.model) or {}
-    skipped, applied = _overridden(overrides), {}
+    applied = {}
     for what, value in found.items():
         key = TARGETS[what]
-        if key in skipped or OmegaConf.select(cfg, key) is None:
+        if _overridden(key, overrides) or OmegaConf.select(cfg, key) is None:
             continue
         if OmegaConf.select(cfg, key) != value:
             OmegaConf.update(cfg, key, value, merge=False)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import keras
-from hydra.utils import instantiate
 from keras import ops
 from omegaconf import DictConfig
 
-from hydrali.tasks.base import network_spec
+from hydrali.tasks.base import instantiate_network, network_spec
 from hydrali.tasks.keras_fine_tuning import backbone, freeze
 
 
@@ -40,7 +39,7 @@ class KerasClassification:
     def build_model(self, model_cfg: DictConfig, num_classes: int, image_size: int) -> keras.Model:
         """The network of `model_cfg`, built through its `keras_target` (a callable returning a keras.Model)."""
         spec = network_spec(model_cfg, "keras")
-        model = instantiate(spec, num_classes=num_classes, image_size=image_size)
+        model = instantiate_network(spec, num_classes=num_classes, image_size=image_size)
         if not isinstance(model, keras.Model):
             raise TypeError(f"model.keras_target={spec._target_} returned {type(model).__name__}, not a keras.Model")
         freeze(model, model_cfg.get("freeze"))

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torch import nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from hydrali.tasks.base import network_spec
+from hydrali.tasks.base import instantiate_network, network_spec
 from hydrali.tasks.torch_fine_tuning import backbone, freeze
 
 
@@ -68,7 +67,7 @@ def build(task, model_cfg: DictConfig, dataset, image_size: int) -> TorchClassif
     """The torch side of `task` with the network described by `model_cfg` (any _target_ returning an nn.Module)
     for `dataset`'s classes."""
     num_classes = dataset.num_classes
-    model = instantiate(network_spec(model_cfg, "torch"), num_classes=num_classes)
+    model = instantiate_network(network_spec(model_cfg, "torch"), num_classes=num_classes)
     if not isinstance(model, nn.Module):
         raise TypeError(f"model._target_={model_cfg._target_} returned {type(model).__name__}, not an nn.Module")
     side = TorchClassification(model, num_classes, task.label_smoothing)
