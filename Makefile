@@ -7,11 +7,13 @@ VENV   ?= .venv
 # torch and torchvision (timm needs it), installed first: on a GPU machine the index's newest builds; elsewhere a pinned
 # pair. There is no CPU build of torchvision on PyPI, and its CUDA wheels do not load with a CPU torch, so the pair is
 # the CUDA build, which runs on the CPU (about 4.5 GB, taken from a local wheel index where pip has one).
-TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo "torch torchvision" || echo "torch==2.14.1 torchvision==0.29.1")
+# "yes" where an NVIDIA driver is present
+GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo yes)
+TORCH_SPEC ?= $(if $(GPU),torch torchvision,torch==2.14.1 torchvision==0.29.1)
 ARGS ?=
 # triton (torch's compiler of GPU kernels) crashes a process that loads it after TensorFlow (in-process tests of both
 # frameworks), and a CPU has no use for it: removed where no NVIDIA driver is present
-REMOVE_TRITON ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo true || echo "$(VENV)/bin/pip uninstall -y triton")
+REMOVE_TRITON ?= $(if $(GPU),true,$(VENV)/bin/pip uninstall -y triton)
 
 .PHONY: setup train lint test clean
 

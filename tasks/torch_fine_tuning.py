@@ -7,21 +7,16 @@ from torch import nn
 from hydrali.core.errors import HydraliError
 
 
-def _head(model: nn.Module) -> list[nn.Module]:
-    """The network's head: what a timm model names as its classifier(s), else its last child holding parameters."""
-    if hasattr(model, "get_classifier"):  # timm: its classifier, or (head, head_dist) of distilled models
-        found = model.get_classifier()
-        return list(found) if isinstance(found, (tuple, list)) else [found]
-    with_parameters = [child for child in model.children() if any(True for _ in child.parameters())]
-    return with_parameters[-1:]
-
-
 def backbone(model: nn.Module) -> list[nn.Module]:
     """The backbone of `model`: its child modules holding parameters but its head (timm's classifier, else the last
     such child); a one-line error when there is none, or when the network holds parameters outside its children
     (e.g. a ViT's class token), which neither freezing nor a backbone lr could reach."""
-    head = _head(model)
     holding = [child for child in model.children() if any(True for _ in child.parameters())]
+    if hasattr(model, "get_classifier"):  # timm: its classifier, or (head, head_dist) of distilled models
+        head = model.get_classifier()
+        head = list(head) if isinstance(head, (tuple, list)) else [head]
+    else:
+        head = holding[-1:]
     found = [child for child in holding if all(child is not h for h in head)]
     if not found:
         raise HydraliError(

@@ -56,8 +56,6 @@ def TimmNetwork(
     image_size x image_size, pooled into a new logits head of `num_classes`."""
     try:
         backbone = _backbone(name, pretrained, weights)
-    except HydraliError:
-        raise
     except ValueError as err:  # keras-hub has no converter for this architecture, or the files do not fit it
         raise HydraliError(
             f"model.name={name} on Keras: {first_line(err)} (keras-hub converts timm's resnet, efficientnet, "
