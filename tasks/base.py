@@ -11,7 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hydrali.core.contracts.task import Dataset
+from hydrali.core.contracts.task import FINE_TUNING_KEYS, PREPROCESSING_KEYS, Dataset
 from hydrali.core.data.image_files import (
     SKIPPED_FILES,
     BadFiles,
@@ -23,23 +23,22 @@ from hydrali.core.data.image_files import (
 from hydrali.core.data.pipelines import make_pipeline
 from hydrali.core.errors import HydraliError
 from hydrali.core.run.plan import Plan, Shard
+from hydrali.core.run.weights_from_run import names_a_run
 
 log = logging.getLogger("hydrali")
-
-# model settings applied to the built network, not passed to its builder (conf/model_common.yaml)
-FINE_TUNING_KEYS = ("freeze",)
-# model settings read by core before the network is built (core/data/weights_preprocessing.py), not its builder's
-PREPROCESSING_KEYS = ("preprocessing", "weights_preprocessing")
 
 
 def network_spec(model_cfg: DictConfig, framework: str) -> DictConfig:
     """What to instantiate for the network on `framework` (torch: the config's `_target_`; keras: its
-    `keras_target`), without the settings that are not its builder's (the other framework's builder, fine-tuning)."""
+    `keras_target`), without the settings that are not its builder's (the other framework's builder, fine-tuning,
+    model.weights but when they are files the builder reads itself)."""
     spec = model_cfg.copy()
     with open_dict(spec):
         keras_target = spec.pop("keras_target", None)
         for key in FINE_TUNING_KEYS + PREPROCESSING_KEYS:
             spec.pop(key, None)
+        if spec.get("weights") is None or names_a_run(spec.weights):  # a run's weights: the backend loads them
+            spec.pop("weights", None)
         if framework == "keras":
             if keras_target is None:
                 raise ValueError(f"model={spec.get('_target_')} has no keras_target: it cannot be built on Keras")

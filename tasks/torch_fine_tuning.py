@@ -1,4 +1,5 @@
-"""Fine-tuning a torch network (conf/model_common.yaml): which of its parts train."""
+"""Fine-tuning a torch network (conf/model_common.yaml): which of its parts train, and starting it from the weights
+of an earlier run (a new head when the classes differ)."""
 
 from __future__ import annotations
 
@@ -43,3 +44,21 @@ def freeze(model: nn.Module, what: str | None) -> list[nn.Module]:
         module.requires_grad_(False)
         module.eval()
     return frozen
+
+
+def start_from(model: nn.Module, state: dict) -> bool:
+    """Load `state` (another run's state_dict of the same network) into `model`, but its head where the shapes
+    differ (another number of classes: the head stays new); return whether the head was loaded too. A HydraliError
+    says which tensors do not fit when the network is another one."""
+    own = model.state_dict()
+    body = {name for name, child in model.named_children() if any(child is b for b in backbone(model))}
+    in_head = {key for key in own if key.split(".", 1)[0] not in body}
+    unfit = sorted(key for key in own.keys() & state.keys() if own[key].shape != state[key].shape)
+    wrong = sorted(own.keys() ^ state.keys()) + [key for key in unfit if key not in in_head]
+    if wrong:
+        key = wrong[0]
+        shapes = f"{tuple(state[key].shape) if key in state else 'absent'} there, "
+        shapes += f"{tuple(own[key].shape) if key in own else 'absent'} here"
+        raise HydraliError(f"its weights do not fit this network: {len(wrong)} tensors differ, e.g. {key} ({shapes})")
+    model.load_state_dict({key: value for key, value in state.items() if key not in unfit}, strict=False)
+    return not unfit

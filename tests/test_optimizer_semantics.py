@@ -26,7 +26,7 @@ def _data():
     return x, y, [w1, b1, w2, b2]
 
 
-def torch_steps(optim, weights, x, y, lr, steps, label_smoothing, backbone=False):
+def torch_steps(optim, weights, x, y, lr, steps, label_smoothing, backbone=False, class_weights=None):
     """The Lightning backend's optimizer and the torch task's loss, for `steps` steps on one batch."""
     import torch
 
@@ -37,7 +37,7 @@ def torch_steps(optim, weights, x, y, lr, steps, label_smoothing, backbone=False
     with torch.no_grad():  # torch keeps Linear weights as (out, in)
         net[0].weight.copy_(torch.from_numpy(weights[0].T)), net[0].bias.copy_(torch.from_numpy(weights[1]))
         net[2].weight.copy_(torch.from_numpy(weights[2].T)), net[2].bias.copy_(torch.from_numpy(weights[3]))
-    task = TorchClassification(net, CLASSES, label_smoothing)
+    task = TorchClassification(net, CLASSES, label_smoothing, class_weights)
     opt = make_optimizer(task.parameters(), optim, lr, list(net[0].parameters()) if backbone else ())
     losses = []
     for _ in range(steps):
@@ -50,7 +50,7 @@ def torch_steps(optim, weights, x, y, lr, steps, label_smoothing, backbone=False
     return [t.detach().numpy() for t in out], losses
 
 
-def keras_steps(optim, weights, x, y, lr, steps, label_smoothing, backbone=False):
+def keras_steps(optim, weights, x, y, lr, steps, label_smoothing, backbone=False, class_weights=None):
     """The Keras backend's optimizer and the Keras task's loss, for `steps` steps on one batch."""
     import keras
     import tensorflow as tf
@@ -62,7 +62,7 @@ def keras_steps(optim, weights, x, y, lr, steps, label_smoothing, backbone=False
     hidden = keras.layers.Dense(HIDDEN, activation="relu")(inputs)
     net = keras.Model(inputs, keras.layers.Dense(CLASSES)(hidden))
     net.set_weights(weights)
-    loss_fn = CrossEntropy(label_smoothing)
+    loss_fn = CrossEntropy(label_smoothing, class_weights)
     opt = make_optimizer(optim, lr)
     if backbone:  # the first Dense is the backbone (as the Keras backend does before building the optimizer)
         opt.scale_lr(net.layers[1].trainable_variables, optim.backbone_lr_mult)
@@ -129,3 +129,29 @@ def test_a_backbone_lr_multiplier_makes_the_same_steps_on_both_backends(name):
     for layer in (0, 1):
         np.testing.assert_allclose(once[layer] - weights[layer], 0.1 * (full[layer] - weights[layer]), atol=1e-6)
     np.testing.assert_allclose(once[2], full[2], atol=1e-7)
+
+
+def _weighted_loss(x, y, weights, class_weights, label_smoothing: float) -> float:
+    """hydrali.core.optim.optimizer's class-weighted loss of the first step, in NumPy: the mean over the samples of
+    each sample's smoothed cross-entropy times its class's weight."""
+    w1, b1, w2, b2 = weights
+    logits = np.maximum(x @ w1 + b1, 0) @ w2 + b2
+    log_p = logits - logits.max(1, keepdims=True)
+    log_p = log_p - np.log(np.exp(log_p).sum(1, keepdims=True))
+    labels = y.reshape(-1)
+    target = (1 - label_smoothing) * np.eye(CLASSES)[labels] + label_smoothing / CLASSES
+    return float(np.mean(np.asarray(class_weights)[labels] * -(target * log_p).sum(1)))
+
+
+def test_class_weights_give_the_same_loss_and_the_same_steps_on_both_backends():
+    x, y, weights = _data()
+    optim, class_weights = _optim("sgd"), (0.5, 2.0, 1.0, 3.0, 0.25)
+    torch_w, torch_loss = torch_steps(optim, weights, x, y, 0.1, 3, 0.1, class_weights=class_weights)
+    keras_w, keras_loss = keras_steps(optim, weights, x, y, 0.1, 3, 0.1, class_weights=class_weights)
+    _, unweighted = torch_steps(optim, weights, x, y, 0.1, 1, 0.1)
+    expected = _weighted_loss(x, y, weights, class_weights, 0.1)
+    assert expected != pytest.approx(unweighted[0], abs=1e-3), "the weights change the loss"
+    assert torch_loss[0] == pytest.approx(expected, abs=1e-5)
+    np.testing.assert_allclose(keras_loss, torch_loss, atol=1e-5, rtol=0)
+    for t, k in zip(torch_w, keras_w):
+        np.testing.assert_allclose(k, t, atol=1e-5, rtol=0)

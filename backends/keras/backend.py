@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from hydrali.backends.keras.quiet_start import import_tensorflow
+from hydrali.backends.keras.spec import SPEC
 
 import_tensorflow()  # first, so that no other import starts TensorFlow with its chatter
 
@@ -26,6 +27,7 @@ from hydrali.backends.keras.training import (  # noqa: E402
 )
 from hydrali.core.data.dali_errors import explain_dali_error  # noqa: E402
 from hydrali.core.errors import HydraliError  # noqa: E402
+from hydrali.core.run import weights_from_run  # noqa: E402
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR  # noqa: E402
 from hydrali.core.run.observer import TrainingObserver  # noqa: E402
 from hydrali.core.run.plan import Plan  # noqa: E402
@@ -73,7 +75,8 @@ def _fit(
         )
 
     with placement(devices):  # one replica: the model sits where it computes
-        model = compile_task_model(cfg=cfg, side=framework, strategy=strategy, dataset=dataset, plan=plan)
+        start = None if resume_from else weights_from_run.find(cfg.model.get("weights"), SPEC.name, checkpoints.newest)
+        model = compile_task_model(cfg=cfg, side=framework, strategy=strategy, dataset=dataset, plan=plan, start=start)
         if chief:
             trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
             log.info("%s", model_line(network_name(cfg.model), trainable))

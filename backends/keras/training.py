@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 
 import keras
 import numpy as np
@@ -26,17 +27,20 @@ from omegaconf import DictConfig
 from hydrali.backends.keras.spec import SPEC
 from hydrali.core.config.schema import Optimizer, Precision
 from hydrali.core.contracts.task import side_builder
-from hydrali.core.errors import HydraliError
+from hydrali.core.errors import HydraliError, first_line
 from hydrali.core.optim.optimizer import ADAM_EPSILON, decays
 from hydrali.core.optim.schedule import lr_factor
 from hydrali.core.run.epoch import EpochContract
 from hydrali.core.run.plan import Plan
+from hydrali.core.run.weights_from_run import RunWeights
 
 POLICIES = {
     Precision["32-true"]: "float32",
     Precision["bf16-mixed"]: "mixed_bfloat16",
     Precision["16-mixed"]: "mixed_float16",
 }  # backend.precision -> the Keras dtype policy
+
+log = logging.getLogger("hydrali")
 
 
 @keras.saving.register_keras_serializable(package="hydrali")
@@ -373,15 +377,55 @@ def build_keras_side(task, dataset):
         raise HydraliError(f"task.sides.{SPEC.framework}={task.sides[SPEC.framework]} cannot be built: {err}") from err
 
 
-def compile_task_model(*, cfg: DictConfig, side, strategy, dataset, plan: Plan) -> ContractModel:
+def start_network_from(network: keras.Model, side, start: RunWeights, weights: str, image_size: int) -> None:
+    """Start `network` (built by the task's Keras `side`) from the checkpoint of an earlier run (model.weights,
+    found by hydrali.core.run.weights_from_run): that run's network is built as it was and loaded from its
+    checkpoint, then the side copies its weights, with a new head when the classes differ."""
+    initialise = getattr(side, "initialise_from", None)
+    if initialise is None:
+        raise HydraliError(f"model.weights={weights}: the task's Keras side ({type(side).__name__}) cannot take it")
+    trained = side.build_model(start.model(), start.num_classes, image_size)
+    holder = ContractModel(trained, [1], batch=1)  # what a hydrali Keras checkpoint holds: the network, wrapped
+    holder(keras.ops.zeros((1, *trained.input_shape[1:])))
+    try:
+        with _quiet_keras_loading():  # it skips the optimizer's state, as it should
+            holder.load_weights(start.checkpoint)
+        head = initialise(network, trained)
+    except HydraliError as err:
+        raise HydraliError(f"model.weights={weights}: {start.checkpoint}: {err}") from err
+    except Exception as err:
+        raise HydraliError(f"model.weights={weights}: {start.checkpoint} cannot be read ({first_line(err)})") from err
+    log.info(
+        "model.weights: the network starts from %s (%s)",
+        start.checkpoint,
+        "its head too" if head else f"a new head: {start.num_classes} classes there",
+    )
+
+
+@contextlib.contextmanager
+def _quiet_keras_loading():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*[Ss]kipping variable loading.*")
+        yield
+
+
+def compile_task_model(
+    *, cfg: DictConfig, side, strategy, dataset, plan: Plan, start: RunWeights | None = None
+) -> ContractModel:
     """The model a Keras run trains: the side's network of `cfg.model`, compiled by compile_model with the plan's
-    optimizer and schedule, `backend.precision` and `backend.compile`; a HydraliError names what cannot be built."""
+    optimizer and schedule, `backend.precision` and `backend.compile`; a HydraliError names what cannot be built.
+    `start`: the earlier run (model.weights) its network starts from."""
 
     def network():
         try:
-            return side.build_model(cfg.model, dataset.num_classes, cfg.data.image_size)
+            built = side.build_model(cfg.model, dataset.num_classes, cfg.data.image_size)
         except (InstantiationException, TypeError, ValueError) as err:
             raise HydraliError(f"model={cfg.model.get('_target_')} cannot be built on Keras: {err}") from err
+        if start is not None:
+            start_network_from(built, side, start, str(cfg.model.weights), cfg.data.image_size)
+        return built
 
     try:
         return compile_model(

@@ -18,10 +18,11 @@ from hydrali.backends.lightning import agreement
 from hydrali.backends.lightning.callbacks import EpochNumberCheckpoint, Observe, progress_bar
 from hydrali.backends.lightning.collectives import all_gather_bytes
 from hydrali.backends.lightning.data import LAYOUT, DaliDataModule
-from hydrali.backends.lightning.module import HydraliModule, build_torch_side, compile_torch_side
+from hydrali.backends.lightning.module import HydraliModule, build_torch_side, compile_torch_side, start_side_from
+from hydrali.backends.lightning.spec import SPEC
 from hydrali.core.distributed import gather, topology
 from hydrali.core.errors import HydraliError, SweepRefused, first_line
-from hydrali.core.run import job_context
+from hydrali.core.run import job_context, weights_from_run
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR
 from hydrali.core.run.observer import TrainingObserver
 from hydrali.core.run.plan import Plan
@@ -36,6 +37,12 @@ warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*
 warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
 SELF_LAUNCHED = ("auto", "ddp", "ddp_find_unused_parameters_true")  # strategies whose processes hydrali starts
 LAST = "last.ckpt"
+
+
+def newest_checkpoint(checkpoint_dir: Path) -> Path | None:
+    """The last.ckpt in `checkpoint_dir`, if there is one."""
+    last = Path(checkpoint_dir) / LAST
+    return last if last.is_file() else None
 
 
 def _in_sweep() -> bool:
@@ -77,8 +84,12 @@ def _fit(
     trainer_options = OmegaConf.to_container(cfg.backend.trainer, resolve=True)
     show_bar = trainer_options.pop("enable_progress_bar", None)
     show_bar = sys.stdout.isatty() if show_bar is None else show_bar
+    side = build_torch_side(task, cfg, dataset)
+    start = weights_from_run.find(cfg.model.get("weights"), SPEC.name, newest_checkpoint) if not resume_from else None
+    if start is not None:  # model.weights names an earlier run (a resumed run has its own weights)
+        start_side_from(side, start, str(cfg.model.weights))
     module = HydraliModule(
-        build_torch_side(task, cfg, dataset),
+        side,
         cfg.optim,
         plan,
         max(1, steps_per_epoch),
@@ -202,8 +213,7 @@ class LightningBackend:
 
     def newest_checkpoint(self, checkpoint_dir: Path) -> Path | None:
         """This run dir's last.ckpt, if there is one."""
-        last = Path(checkpoint_dir) / LAST
-        return last if last.is_file() else None
+        return newest_checkpoint(checkpoint_dir)
 
     def checkpoint_epochs(self, path: Path) -> int:
         """How many whole epochs a Lightning checkpoint holds; one line if it cannot be read as one."""

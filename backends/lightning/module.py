@@ -7,6 +7,8 @@ precision plugin of `backend.precision`.
 
 from __future__ import annotations
 
+import logging
+
 import lightning as L
 import torch
 from hydra.errors import InstantiationException
@@ -20,6 +22,7 @@ from hydrali.core.errors import HydraliError
 from hydrali.core.optim.optimizer import ADAM_EPSILON, decays
 from hydrali.core.optim.schedule import lr_factor
 from hydrali.core.run.plan import Plan
+from hydrali.core.run.weights_from_run import RunWeights
 
 
 def build_torch_side(task, cfg: DictConfig, dataset) -> torch.nn.Module:
@@ -30,6 +33,29 @@ def build_torch_side(task, cfg: DictConfig, dataset) -> torch.nn.Module:
         return build(task, cfg.model, dataset, cfg.data.image_size)
     except (InstantiationException, TypeError, ValueError) as err:
         raise HydraliError(f"model={cfg.model.get('_target_')} cannot be built: {err}") from err
+
+
+SIDE = "torch_task"  # HydraliModule's attribute holding the task's torch side: its checkpoint keys start so
+log = logging.getLogger("hydrali")
+
+
+def start_side_from(side: torch.nn.Module, start: RunWeights, weights: str) -> None:
+    """Start the network of the task's torch `side` from the checkpoint of an earlier run (model.weights, found by
+    hydrali.core.run.weights_from_run): its network's weights only, a new head when the classes differ."""
+    initialise = getattr(side, "initialise_from", None)
+    if initialise is None:
+        raise HydraliError(f"model.weights={weights}: the task's torch side ({type(side).__name__}) cannot take it")
+    state = torch.load(start.checkpoint, map_location="cpu", weights_only=True)["state_dict"]
+    prefix = SIDE + "."
+    try:
+        head = initialise({key[len(prefix) :]: value for key, value in state.items() if key.startswith(prefix)})
+    except HydraliError as err:
+        raise HydraliError(f"model.weights={weights}: {start.checkpoint}: {err}") from err
+    log.info(
+        "model.weights: the network starts from %s (%s)",
+        start.checkpoint,
+        "its head too" if head else f"a new head: {start.num_classes} classes there",
+    )
 
 
 OPTIMIZERS = {  # optim.name -> torch's optimizer over parameter groups, with the optim node's settings
@@ -125,7 +151,7 @@ class HydraliModule(L.LightningModule):
         step_loss_in_bar: bool = False,
     ):
         super().__init__()
-        self.torch_task = torch_task
+        self.torch_task = torch_task  # named SIDE
         self.optim = optim
         self.plan = plan
         self.steps_per_epoch = steps_per_epoch

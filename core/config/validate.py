@@ -114,14 +114,19 @@ FREEZE_CHOICES = (None, "backbone")  # model.freeze (conf/model_common.yaml)
 
 def check_fine_tuning(cfg: DictConfig) -> None:
     """model.freeze is one of its choices, optim.backbone_lr_mult is not negative, and the task's sides can tell its
-    network's backbone from its head (its TaskSpec says so)."""
+    network's backbone from its head (its TaskSpec says so) where these or model.weights ask them to."""
     mult, freeze = cfg.optim.get("backbone_lr_mult", 1.0), cfg.model.get("freeze")
     if mult < 0:
         raise HydraliError(f"optim.backbone_lr_mult={mult}: pass 0 or more (1: the head's lr)")
     if freeze not in FREEZE_CHOICES:
         raise HydraliError(f"model.freeze={freeze}: pass null (every layer trains) or backbone (only the head trains)")
     spec = task_specs().get(str(cfg.task.get("name")))
-    asked = [f"optim.backbone_lr_mult={mult}"] * (mult != 1.0) + [f"model.freeze={freeze}"] * (freeze is not None)
+    weights = cfg.model.get("weights")
+    asked = (
+        [f"optim.backbone_lr_mult={mult}"] * (mult != 1.0)
+        + [f"model.freeze={freeze}"] * (freeze is not None)
+        + [f"model.weights={weights}"] * (weights is not None)
+    )
     if asked and spec is not None and not spec.fine_tunes:
         raise HydraliError(
             f"{asked[0]} is not there yet for task={spec.name}: its network's backbone and head are not told apart"

@@ -21,6 +21,13 @@ if TYPE_CHECKING:
     from hydrali.core.run.plan import Plan, Shard
 
 
+# Settings of a `model` node that are not its builder's (conf/model_common.yaml): applied to the built network, read
+# by core before it is built (core/data/weights_preprocessing.py), or saying where its weights come from.
+FINE_TUNING_KEYS = ("freeze",)
+PREPROCESSING_KEYS = ("preprocessing", "weights_preprocessing")
+STARTING_POINT_KEYS = ("weights", "pretrained")  # where the weights come from, not which network it is
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     """A task as core sees it before building it: the schemas of its config nodes."""
@@ -28,7 +35,8 @@ class TaskSpec:
     name: str  # its option of the `task` config group (task=<name>)
     task_schema: type  # the dataclass of its `task` node (a subclass of core.config.schema.TaskConfig)
     data_schema: type  # the dataclass of the `data` node of every dataset it reads
-    fine_tunes: bool = False  # its sides tell a network's backbone from its head (model.freeze, optim.backbone_lr_mult)
+    fine_tunes: bool = False  # its sides tell a network's backbone from its head (model.freeze, optim.backbone_lr_mult,
+    #   model.weights=<a hydrali run>: `initialise_from` on each side)
 
 
 class Dataset(Protocol):

@@ -12,6 +12,9 @@
   torch the network's last child module with parameters, on Keras its last layer with weights) step with lr x k,
   the head's with lr; weight decay as above.
 - **Label smoothing** (task.label_smoothing = e): cross-entropy against (1 - e) * one-hot + e / classes.
+- **Class weights** (task.class_weights, hydrali.core.optim.class_weights): each sample's loss times its class's
+  weight, averaged over the batch's samples (not over the weights: torch's `weight=` mean is not it), in training
+  and in validation's val/loss.
 - **Learning rate**: the plan's effective lr times hydrali.core.optim.schedule.lr_factor(step), the same at every step.
 - **Precision** (backend.precision, hydrali.core.config.schema.Precision): 32-true, bf16-mixed or 16-mixed on
   both backends (Lightning's names; Keras uses the mixed_bfloat16 / mixed_float16 dtype policies, 16-mixed

@@ -29,7 +29,14 @@ from hydrali.core.errors import HydraliError
 
 RUN_FILE = "run.json"
 # what a run reads or writes outside its dir: recorded as absolute locations, pinned when it is run again
-LOCATION_KEYS = ("paths.root", "paths.data_dir", "tracking.uri", "tracking.artifact_location", "data.root")
+LOCATION_KEYS = (
+    "paths.root",
+    "paths.data_dir",
+    "tracking.uri",
+    "tracking.artifact_location",
+    "data.root",
+    "model.weights",
+)
 NOT_COMPARED = ("ckpt_path", "paths.output_dir")  # differ between the attempts of one run by design
 _SQLITE = "sqlite:///"
 _SHOWN_DIFFERENCES = 4  # how many differing keys a refusal names

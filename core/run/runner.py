@@ -18,7 +18,7 @@ from hydrali.core.data.image_files import write_skipped_files
 from hydrali.core.distributed import agreement, gather, local_launch, topology
 from hydrali.core.distributed.launchers import LAUNCHED_BY_HYDRALI
 from hydrali.core.distributed.mpi_ranks import adopt_mpi_ranks
-from hydrali.core.run import job_context, run_dir, seeding
+from hydrali.core.run import job_context, run_dir, seeding, weights_from_run
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR, resolve_checkpoint, write_trained_with
 from hydrali.core.run.plan import Plan, plan_run
 from hydrali.core.run.record import RunRecord
@@ -99,6 +99,8 @@ def _run(attempt: run_dir.Attempt, started: float) -> float | None:
         cfg.epochs,
         trained_with,
     )
+    if resume_from is None:  # model.weights naming an earlier run: of this backend, task and network
+        weights_from_run.check(cfg, backend.newest_checkpoint)
     processes = backend.processes_to_start(cfg.backend)
     if processes > 1:  # the job's processes, started from its resolved config (one seed, one run dir)
         local_launch.run_processes(cfg, processes, int(cfg.backend.get("num_nodes", 1)), plan.seed, attempt.overrides)

@@ -11,6 +11,8 @@ from hydrali.core.run.plan import Plan
 from hydrali.core.run.record import RunRecord
 from hydrali.core.run.results import FitResult
 
+SUMMARY_FILE = "summary.json"  # in the run dir: the finished run in numbers
+
 
 def build_summary(
     *,
@@ -71,7 +73,7 @@ def build_summary(
 def write_summary(summary: dict, output_dir: Path) -> Path:
     """Write summary.json into the run's output dir and return its path."""
     output_dir.mkdir(parents=True, exist_ok=True)
-    path = output_dir / "summary.json"
+    path = output_dir / SUMMARY_FILE
     path.write_text(json.dumps(summary, indent=2) + "\n")
     return path
 
@@ -125,7 +127,7 @@ def format_table(summary: dict) -> str:
 
 def read_summary(output_dir: Path) -> dict:
     """The summary.json a run wrote into `output_dir`."""
-    return json.loads((Path(output_dir) / "summary.json").read_text())
+    return json.loads((Path(output_dir) / SUMMARY_FILE).read_text())
 
 
 def network_name(model: DictConfig) -> str:

@@ -31,6 +31,8 @@ class ImageFolderInfo:
     num_train: int
     num_val: int
     skipped: tuple[tuple[Path, str], ...] = ()  # bad files left out (data.bad_files=skip), with why
+    train_per_class: tuple[int, ...] = ()  # training images of each class (in the order of `classes`)
+    class_weights: tuple[float, ...] | None = None  # the loss's weight of each class (task.class_weights); None: 1
 
     def without(self, bad: list[tuple[Path, str]]) -> ImageFolderInfo:
         """This dataset with the files of `bad` left out (and counted out)."""
@@ -41,7 +43,15 @@ class ImageFolderInfo:
                 raise HydraliError(
                     f"every image file of {self.root / split} cannot be decoded: nothing is left to read"
                 )
-        return replace(self, num_train=self.num_train - counts[0], num_val=self.num_val - counts[1], skipped=tuple(bad))
+        gone_from = [path.parent for path in gone]
+        per_class = tuple(n - gone_from.count(self.train_dir / c) for c, n in zip(self.classes, self.train_per_class))
+        return replace(
+            self,
+            num_train=self.num_train - counts[0],
+            num_val=self.num_val - counts[1],
+            skipped=tuple(bad),
+            train_per_class=per_class,
+        )
 
     def listed_files(self, split_dir: Path) -> tuple[tuple[str, ...], tuple[int, ...]] | None:
         """The files of a split (relative to it) and their labels when some were left out; None when every file
@@ -74,10 +84,13 @@ class ImageFolderInfo:
 
     def params(self) -> dict:
         """What is logged to MLflow about the data."""
+        w = self.class_weights
+        weights = {"dataset/class_weight_min": min(w), "dataset/class_weight_max": max(w)} if w else {}
         return {
             "dataset/num_classes": self.num_classes,
             "dataset/num_train": self.num_train,
             "dataset/num_val": self.num_val,
+            **weights,
         }
 
 
@@ -110,7 +123,8 @@ def scan_image_folder(root: str | os.PathLike) -> ImageFolderInfo:
             f"train/ and val/ of {root} have different class folders ({', '.join(only[:5])}): "
             f"give both the same classes"
         )
-    return ImageFolderInfo(root, classes_of["train"], counts["train"], counts["val"])
+    per_class = tuple(len(_images_in(root / "train" / c)) for c in classes_of["train"])
+    return ImageFolderInfo(root, classes_of["train"], counts["train"], counts["val"], train_per_class=per_class)
 
 
 def image_files(folders: list[Path]) -> list[Path]:

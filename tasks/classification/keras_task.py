@@ -7,34 +7,40 @@ from keras import ops
 from omegaconf import DictConfig
 
 from hydrali.tasks.base import instantiate_network, network_spec
-from hydrali.tasks.keras_fine_tuning import backbone, freeze
+from hydrali.tasks.keras_fine_tuning import backbone, freeze, start_from
 
 
 @keras.saving.register_keras_serializable(package="hydrali")
 class CrossEntropy(keras.losses.Loss):
     """Cross-entropy on logits with integer labels and label smoothing as torch defines it:
-    against (1 - e) * one-hot + e / classes (hydrali.core.optim.optimizer)."""
+    against (1 - e) * one-hot + e / classes; each sample's loss times its class's weight when `class_weights` are
+    given (hydrali.core.optim.optimizer). Keras averages the per-sample losses over the batch."""
 
-    def __init__(self, label_smoothing: float = 0.0, name: str = "cross_entropy", **kwargs):
+    def __init__(self, label_smoothing: float = 0.0, class_weights=None, name: str = "cross_entropy", **kwargs):
         super().__init__(name=name, **kwargs)
         self.label_smoothing = float(label_smoothing)
+        self.class_weights = [float(w) for w in class_weights] if class_weights else None
 
     def call(self, y_true, y_pred):
         labels = ops.reshape(ops.cast(y_true, "int32"), (-1,))
         onehot = ops.one_hot(labels, ops.shape(y_pred)[-1], dtype=y_pred.dtype)
-        return keras.losses.categorical_crossentropy(
+        per_sample = keras.losses.categorical_crossentropy(
             onehot, y_pred, from_logits=True, label_smoothing=self.label_smoothing
         )
+        if self.class_weights is None:
+            return per_sample
+        return per_sample * ops.take(ops.convert_to_tensor(self.class_weights, dtype=per_sample.dtype), labels)
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "label_smoothing": self.label_smoothing}
+        return {**super().get_config(), "label_smoothing": self.label_smoothing, "class_weights": self.class_weights}
 
 
 class KerasClassification:
     """The Keras side of a classification task: the network of `model`, the loss and the metrics."""
 
-    def __init__(self, task):
+    def __init__(self, task, class_weights=None):
         self.task = task
+        self.class_weights = class_weights  # the loss's weight of each class (task.class_weights), None: all 1
 
     def build_model(self, model_cfg: DictConfig, num_classes: int, image_size: int) -> keras.Model:
         """The network of `model_cfg`, built through its `keras_target` (a callable returning a keras.Model)."""
@@ -46,13 +52,19 @@ class KerasClassification:
         return model
 
     @staticmethod
+    def initialise_from(network: keras.Model, trained: keras.Model) -> bool:
+        """Start `network` from `trained`, another run's network of the same config (start_from: a new head when the
+        number of classes differs); return whether the head was copied too."""
+        return start_from(network, trained)
+
+    @staticmethod
     def backbone_variables(network: keras.Model) -> list:
         """The trainable variables of the network's backbone (all but its head), for optim.backbone_lr_mult."""
         return [v for layer in backbone(network) for v in layer.trainable_variables]
 
     def loss(self) -> keras.losses.Loss:
-        """Cross-entropy on logits, with the task's label smoothing."""
-        return CrossEntropy(self.task.label_smoothing)
+        """Cross-entropy on logits, with the task's label smoothing and class weights."""
+        return CrossEntropy(self.task.label_smoothing, self.class_weights)
 
     def metrics(self) -> list:
         """Top-1 accuracy, logged as `acc` (val/acc once mapped)."""
@@ -67,4 +79,4 @@ class KerasClassification:
 
 def build(task, dataset) -> KerasClassification:
     """The Keras side of `task` (its config's task.sides.keras) for `dataset`."""
-    return KerasClassification(task)
+    return KerasClassification(task, getattr(dataset, "class_weights", None))

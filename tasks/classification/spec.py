@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from omegaconf import MISSING
 
@@ -17,6 +17,7 @@ class ClassificationTaskConfig(TaskConfig):
     """conf/task/classification.yaml: what is learned and which metric picks the best checkpoint."""
 
     label_smoothing: float = 0.0
+    class_weights: Any = None  # null | auto | [one weight per class] (hydrali.core.optim.class_weights)
 
 
 @dataclass

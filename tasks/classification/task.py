@@ -6,16 +6,21 @@ imported only by the backend that uses it, so that choosing a backend decides wh
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig
 
 from hydrali.core.data.image_files import Verify
+from hydrali.core.optim.class_weights import describe, resolve_class_weights
 from hydrali.core.run.plan import Plan, Shard
 from hydrali.tasks.base import DaliTask
 from hydrali.tasks.classification.datasets import ImageFolderInfo, image_files, scan_image_folder, write_digits
 from hydrali.tasks.classification.recipes import FolderSource
+
+log = logging.getLogger("hydrali")
 
 
 @dataclass(kw_only=True)
@@ -24,6 +29,7 @@ class ClassificationTask(DaliTask):
     from the config (conf/task/classification.yaml, its schema: tasks/classification/spec.py)."""
 
     label_smoothing: float
+    class_weights: Any = None  # null | auto | a list (hydrali.core.optim.class_weights)
 
     def output_names(self, is_training: bool) -> tuple[str, ...]:
         """What the recipes return, in order (the same for both splits)."""
@@ -42,7 +48,11 @@ class ClassificationTask(DaliTask):
             write_digits(data.root, size=data.size, val_fraction=data.val_fraction)
         info = scan_image_folder(data.root)
         bad = self.check_prepared(data, info, verify, classes_in=f"{data.root}/train (class folders)")
-        return info.without(bad) if bad else info
+        info = info.without(bad) if bad else info
+        weights = resolve_class_weights(self.class_weights, info.train_per_class, info.classes)
+        if weights is not None:
+            log.info("class weights (task.class_weights=%s): %s", self.class_weights, describe(weights, info.classes))
+        return replace(info, class_weights=weights)
 
     def image_files(self, dataset: ImageFolderInfo) -> list[Path]:
         """Every image file of train/ and val/."""

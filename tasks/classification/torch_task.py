@@ -5,26 +5,38 @@ from __future__ import annotations
 import torch
 from omegaconf import DictConfig
 from torch import nn
+from torch.nn import functional as F
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from hydrali.tasks.base import instantiate_network, network_spec
-from hydrali.tasks.torch_fine_tuning import backbone, freeze
+from hydrali.tasks.torch_fine_tuning import backbone, freeze, start_from
 
 
 class TorchClassification(nn.Module):
     """Holds the network, the cross-entropy loss and the validation metrics of one run."""
 
-    def __init__(self, model: nn.Module, num_classes: int, label_smoothing: float = 0.0):
+    def __init__(
+        self, model: nn.Module, num_classes: int, label_smoothing: float = 0.0, class_weights: tuple | None = None
+    ):
         super().__init__()
         self.model = model
-        self.loss_fn = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+        self.label_smoothing = label_smoothing
+        # task.class_weights: not in the state_dict (a checkpoint holds the network, not the data's counts)
+        weights = torch.tensor(class_weights, dtype=torch.float32) if class_weights else None
+        self.register_buffer("class_weights", weights, persistent=False)
         self.val_metrics = MetricCollection({"acc": MulticlassAccuracy(num_classes, average="micro")}, prefix="val/")
         self.frozen: list[nn.Module] = []  # parts of the network that do not train (model.freeze)
 
     def backbone_parameters(self) -> list[nn.Parameter]:
         """The parameters of the network's backbone (all but its head), for optim.backbone_lr_mult."""
         return [p for module in backbone(self.model) for p in module.parameters()]
+
+    def initialise_from(self, state: dict) -> bool:
+        """Start the network from another run's state_dict of this side (keys `model.*`); a new head when the number
+        of classes differs. Return whether the head was loaded too."""
+        prefix = "model."
+        return start_from(self.model, {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)})
 
     def train(self, mode: bool = True) -> TorchClassification:
         """Training or evaluation mode, but the frozen parts always evaluate (their BatchNorm statistics stay)."""
@@ -39,6 +51,14 @@ class TorchClassification(nn.Module):
     def unpack(batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """(images, labels as int64 class indices) from a batch of the recipe's outputs."""
         return batch["images"], batch["labels"].reshape(-1).long()
+
+    def loss_fn(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy with label smoothing, each sample's loss times its class's weight (task.class_weights),
+        averaged over the samples (hydrali.core.optim.optimizer)."""
+        per_sample = F.cross_entropy(logits, labels, label_smoothing=self.label_smoothing, reduction="none")
+        if self.class_weights is not None:
+            per_sample = per_sample * self.class_weights[labels]
+        return per_sample.mean()
 
     def training_loss(self, batch: dict) -> tuple[torch.Tensor, int]:
         """The loss of one training batch and the number of samples in it."""
@@ -70,6 +90,6 @@ def build(task, model_cfg: DictConfig, dataset, image_size: int) -> TorchClassif
     model = instantiate_network(network_spec(model_cfg, "torch"), num_classes=num_classes)
     if not isinstance(model, nn.Module):
         raise TypeError(f"model._target_={model_cfg._target_} returned {type(model).__name__}, not an nn.Module")
-    side = TorchClassification(model, num_classes, task.label_smoothing)
+    side = TorchClassification(model, num_classes, task.label_smoothing, getattr(dataset, "class_weights", None))
     side.frozen = freeze(model, model_cfg.get("freeze"))
     return side

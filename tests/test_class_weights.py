@@ -1,0 +1,79 @@
+"""task.class_weights on an imbalanced image folder: `auto` weighs each class by its inverse frequency, as
+scikit-learn's "balanced" weights do, both backends train with them, and weights that do not fit the classes are one
+line before anything is written. (The weighted loss is the same on both backends: tests/test_optimizer_semantics.py.)"""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+from tests.support.checks import fails_with
+from tests.support.cli import run_cli
+from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET, TINY
+
+TRAIN_IMAGES = {"0": 60, "1": 20, "2": 10}  # an imbalanced training split; val/ keeps every image
+
+
+@pytest.fixture(scope="module")
+def imbalanced(tmp_path_factory, data_dir):
+    from hydrali.tasks.classification.datasets import write_digits
+
+    digits = write_digits(data_dir / "digits", size=32, val_fraction=0.2)
+    root = tmp_path_factory.mktemp("imbalanced")
+    for name, count in TRAIN_IMAGES.items():
+        (root / "train" / name).mkdir(parents=True)
+        for path in sorted((digits / "train" / name).iterdir())[:count]:
+            shutil.copy(path, root / "train" / name / path.name)
+        shutil.copytree(digits / "val" / name, root / "val" / name)
+    return root
+
+
+def _run(tmp_path, root, backend: str, *extra: str):
+    run_dir = tmp_path / backend
+    out = run_cli(
+        "data=imagefolder",
+        f"data.root={root}",
+        "epochs=1",
+        f"backend={backend}",
+        *TINY,
+        *(LIGHTNING_QUIET if backend == "lightning" else KERAS_QUIET),
+        *extra,
+        "tracking=none",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+    )
+    return out, run_dir
+
+
+@pytest.mark.parametrize("backend", ["lightning", "keras"])
+def test_auto_weights_are_the_inverse_class_frequencies_and_train_on_both_backends(tmp_path, imbalanced, backend):
+    from sklearn.utils.class_weight import compute_class_weight
+
+    out, _ = _run(tmp_path, imbalanced, backend, "task.class_weights=auto")
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = re.search(r"class weights \(task.class_weights=auto\): (.*)", out.stderr + out.stdout)
+    assert line, out.stderr[-3000:]
+    logged = {name: float(weight) for name, weight in (pair.split() for pair in line.group(1).split(", "))}
+    labels = np.repeat(list(TRAIN_IMAGES), list(TRAIN_IMAGES.values()))
+    balanced = compute_class_weight("balanced", classes=np.array(list(TRAIN_IMAGES)), y=labels)
+    assert list(logged) == list(TRAIN_IMAGES)
+    np.testing.assert_allclose(list(logged.values()), balanced, rtol=5e-3)  # logged with 3 significant digits
+
+
+@pytest.mark.parametrize(
+    "weights, needle",
+    [
+        ("[1,2]", "task.class_weights has 2 weights for 3 classes (0, 1, 2)"),
+        ("[1,0,2]", "every weight must be positive"),
+        ("often", "task.class_weights=often: pass null, auto, or a list of 3 weights"),
+    ],
+)
+def test_class_weights_that_do_not_fit_the_classes_are_one_line_and_write_nothing(
+    tmp_path, imbalanced, weights, needle
+):
+    out, run_dir = _run(tmp_path, imbalanced, "lightning", f"task.class_weights={weights}")
+    fails_with(out, needle)
+    assert not run_dir.exists()
