@@ -23,7 +23,7 @@ from hydrali.core.data.image_files import (
 from hydrali.core.data.pipelines import make_pipeline
 from hydrali.core.errors import HydraliError
 from hydrali.core.run.plan import Plan, Shard
-from hydrali.core.run.weights_from_run import names_a_run
+from hydrali.core.run.weights_from_run import builder_reads_files, names_a_run
 
 log = logging.getLogger("hydrali")
 
@@ -37,12 +37,13 @@ def network_spec(model_cfg: DictConfig, framework: str) -> DictConfig:
         keras_target = spec.pop("keras_target", None)
         for key in FINE_TUNING_KEYS + PREPROCESSING_KEYS:
             spec.pop(key, None)
-        if spec.get("weights") is None or names_a_run(spec.weights):  # a run's weights: the backend loads them
-            spec.pop("weights", None)
         if framework == "keras":
             if keras_target is None:
                 raise ValueError(f"model={spec.get('_target_')} has no keras_target: it cannot be built on Keras")
             spec._target_ = keras_target
+        weights = spec.get("weights")  # a run's weights: the backend loads them; files: a builder that reads them
+        if weights is None or names_a_run(weights) or not builder_reads_files(spec._target_):
+            spec.pop("weights", None)
     return spec
 
 

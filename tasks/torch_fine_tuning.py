@@ -46,15 +46,25 @@ def freeze(model: nn.Module, what: str | None) -> list[nn.Module]:
     return frozen
 
 
+def head_names(model: nn.Module) -> list[str]:
+    """The qualified names of `model`'s head modules: timm's classifier (wherever it sits), else its last child
+    module holding parameters."""
+    if hasattr(model, "get_classifier"):
+        head = model.get_classifier()
+        heads = list(head) if isinstance(head, (tuple, list)) else [head]
+        return [name for name, module in model.named_modules() if any(module is h for h in heads)]
+    holding = [name for name, child in model.named_children() if any(True for _ in child.parameters())]
+    return holding[-1:]
+
+
 def start_from(model: nn.Module, state: dict) -> bool:
     """Load `state` (another run's state_dict of the same network) into `model`, but its head where the shapes
     differ (another number of classes: the head stays new); return whether the head was loaded too. A HydraliError
     says which tensors do not fit when the network is another one."""
     own = model.state_dict()
-    body = {name for name, child in model.named_children() if any(child is b for b in backbone(model))}
-    in_head = {key for key in own if key.split(".", 1)[0] not in body}
     unfit = sorted(key for key in own.keys() & state.keys() if own[key].shape != state[key].shape)
-    wrong = sorted(own.keys() ^ state.keys()) + [key for key in unfit if key not in in_head]
+    head = tuple(f"{name}." for name in head_names(model)) if unfit else ()
+    wrong = sorted(own.keys() ^ state.keys()) + [key for key in unfit if not key.startswith(head)]
     if wrong:
         key = wrong[0]
         shapes = f"{tuple(state[key].shape) if key in state else 'absent'} there, "

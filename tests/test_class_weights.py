@@ -12,7 +12,9 @@ import pytest
 
 from tests.support.checks import fails_with
 from tests.support.cli import run_cli
-from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET, TINY
+from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET, TINY, compose_config
+
+pytestmark = pytest.mark.slow  # its fixture and runs train
 
 TRAIN_IMAGES = {"0": 60, "1": 20, "2": 10}  # an imbalanced training split; val/ keeps every image
 
@@ -67,7 +69,7 @@ def test_auto_weights_are_the_inverse_class_frequencies_and_train_on_both_backen
     "weights, needle",
     [
         ("[1,2]", "task.class_weights has 2 weights for 3 classes (0, 1, 2)"),
-        ("[1,0,2]", "every weight must be positive"),
+        ("[1,0,2]", "every weight must be a positive finite number"),
         ("often", "task.class_weights=often: pass null, auto, or a list of 3 weights"),
     ],
 )
@@ -77,3 +79,19 @@ def test_class_weights_that_do_not_fit_the_classes_are_one_line_and_write_nothin
     out, run_dir = _run(tmp_path, imbalanced, "lightning", f"task.class_weights={weights}")
     fails_with(out, needle)
     assert not run_dir.exists()
+
+
+@pytest.mark.keras
+def test_both_sides_of_the_task_take_the_weights_it_resolved(tmp_path, data_dir, imbalanced):
+    """What the backends build: the torch side's loss and the Keras side's loss hold the task's weights."""
+    from hydra.utils import get_method, instantiate
+
+    cfg = compose_config(
+        ["data=imagefolder", f"data.root={imbalanced}", "task.class_weights=[1,2,3]", *TINY], tmp_path, data_dir
+    )
+    task = instantiate(cfg.task)
+    dataset = task.prepare_data(cfg.data, verify="off")
+    torch_side = get_method(task.sides["torch"])(task, cfg.model, dataset, 16)
+    keras_side = get_method(task.sides["keras"])(task, dataset)
+    assert torch_side.class_weights.tolist() == [1.0, 2.0, 3.0]
+    assert keras_side.loss().class_weights == [1.0, 2.0, 3.0]

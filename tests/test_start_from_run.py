@@ -4,6 +4,7 @@ anything is written."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
@@ -15,6 +16,7 @@ from tests.support.cli import run_cli
 from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET, TINY
 from tests.support.pretrained import digits_classes
 
+pytestmark = pytest.mark.slow  # its fixture trains a run on each backend
 QUIET = {"lightning": LIGHTNING_QUIET, "keras": KERAS_QUIET}
 
 
@@ -136,6 +138,19 @@ def test_a_checkpoint_file_of_a_run_starts_the_network_as_its_run_dir_does(tmp_p
     assert f"the network starts from {checkpoint} (its head too)" in out.stderr + out.stdout
     config = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
     assert config["model"]["weights"] == str(checkpoint)
+
+
+def test_a_run_started_from_a_run_named_relative_to_the_working_dir_resumes(tmp_path, digits_sets, first_runs):
+    """Its model.weights recorded as typed, pinned absolute on resume: ckpt_path=last trains on from its own
+    checkpoint."""
+    relative = os.path.relpath(first_runs["lightning"], tmp_path)
+    out, run_dir = _train(tmp_path, "lightning", digits_sets[1], "second", f"model.weights={relative}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    out, _ = _train(
+        tmp_path, "lightning", digits_sets[1], "second", f"model.weights={relative}", "ckpt_path=last", epochs=2
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [row["epoch"] for row in read_summary(run_dir)["history"]] == [1, 2]
 
 
 REFUSALS = {  # what is asked on top of model.weights=<the Lightning run on digits 0-4>, and the line's words

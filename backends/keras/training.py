@@ -384,10 +384,10 @@ def start_network_from(network: keras.Model, side, start: RunWeights, weights: s
     initialise = getattr(side, "initialise_from", None)
     if initialise is None:
         raise HydraliError(f"model.weights={weights}: the task's Keras side ({type(side).__name__}) cannot take it")
-    trained = side.build_model(start.model(), start.num_classes, image_size)
-    holder = ContractModel(trained, [1], batch=1)  # what a hydrali Keras checkpoint holds: the network, wrapped
-    holder(keras.ops.zeros((1, *trained.input_shape[1:])))
     try:
+        trained = side.build_model(start.model(), start.num_classes, image_size)  # that run's network, as built
+        holder = ContractModel(trained, [1], batch=1)  # what a hydrali Keras checkpoint holds: the network, wrapped
+        holder(keras.ops.zeros((1, *trained.input_shape[1:])))
         with _quiet_keras_loading():  # it skips the optimizer's state, as it should
             holder.load_weights(start.checkpoint)
         head = initialise(network, trained)

@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from hydrali.backends.lightning.spec import SPEC
 from hydrali.core.config.schema import Optimizer
 from hydrali.core.contracts.task import side_builder
-from hydrali.core.errors import HydraliError
+from hydrali.core.errors import HydraliError, first_line
 from hydrali.core.optim.optimizer import ADAM_EPSILON, decays
 from hydrali.core.optim.schedule import lr_factor
 from hydrali.core.run.plan import Plan
@@ -45,7 +45,10 @@ def start_side_from(side: torch.nn.Module, start: RunWeights, weights: str) -> N
     initialise = getattr(side, "initialise_from", None)
     if initialise is None:
         raise HydraliError(f"model.weights={weights}: the task's torch side ({type(side).__name__}) cannot take it")
-    state = torch.load(start.checkpoint, map_location="cpu", weights_only=True)["state_dict"]
+    try:
+        state = torch.load(start.checkpoint, map_location="cpu", weights_only=True, mmap=True)["state_dict"]
+    except Exception as err:  # torch raises many types for a file that is not a checkpoint
+        raise HydraliError(f"model.weights={weights}: {start.checkpoint} cannot be read ({first_line(err)})") from err
     prefix = SIDE + "."
     try:
         head = initialise({key[len(prefix) :]: value for key, value in state.items() if key.startswith(prefix)})

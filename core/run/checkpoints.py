@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from hydrali.core.contracts.registry import backend_of_checkpoint, backend_spec
+from hydrali.core.contracts.task import STARTING_POINT_KEYS
 from hydrali.core.errors import HydraliError
 from hydrali.core.run.run_dir import differences
 
@@ -58,7 +59,12 @@ def write_trained_with(output_dir: Path, trained_with: dict) -> None:
 def _check_trained_with(ckpt_path: str, recorded: Path, trained_with: dict) -> None:
     if not recorded.is_file():
         return  # a checkpoint from elsewhere: the backend's loader is the judge
-    what = differences(json.loads(recorded.read_text()), json.loads(json.dumps(trained_with)), shown=3)
+    # where a network's first weights came from (model.weights, model.pretrained) decides no shape, and a relative
+    # model.weights is recorded as typed but pinned absolute when the run is resumed
+    starting_point = tuple(f"model.{key}" for key in STARTING_POINT_KEYS)
+    what = differences(
+        json.loads(recorded.read_text()), json.loads(json.dumps(trained_with)), ignored=starting_point, shown=3
+    )
     if what:
         raise HydraliError(
             f"ckpt_path={ckpt_path} was trained with other settings ({what}): resume with the "

@@ -44,9 +44,9 @@ class RunWeights:
         """That run's model node, building its network as it was before training (no weights of its own, nothing
         frozen), so that the checkpoint can be loaded into it."""
         node = OmegaConf.create(self.trained_with["model"])
-        for key, value in (("weights", None), ("pretrained", False), ("freeze", None)):
+        for key in STARTING_POINT_KEYS + FINE_TUNING_KEYS:  # weights: null, pretrained: false, freeze: null
             if key in node:
-                node[key] = value
+                node[key] = False if key == "pretrained" else None
         return node
 
 
@@ -127,20 +127,25 @@ def _best_or_newest(run: Path, folder: Path, newest: Callable[[Path], Path | Non
     return newest(folder)
 
 
-def _check_builder_reads(cfg: DictConfig, weights) -> None:
-    """model.weights that names no run: a file or dir the network's builder reads itself (model=timm), or one line."""
+def builder_reads_files(target: str) -> bool:
+    """Whether the network builder `target` ("module.callable") reads weights files itself (takes `weights`, as
+    model=timm's do); True when it cannot be imported (the build then names it)."""
     from hydra.utils import get_method
 
+    try:
+        return "weights" in inspect.signature(get_method(str(target))).parameters
+    except Exception:  # noqa: BLE001 - a builder that cannot be imported is named when the network is built
+        return True
+
+
+def _check_builder_reads(cfg: DictConfig, weights) -> None:
+    """model.weights that names no run: a file or dir the network's builder reads itself (model=timm), or one line."""
     path = Path(str(weights)).expanduser()
     if not path.exists():
         raise HydraliError(f"model.weights={weights}: no such file or directory")
     framework = backend_spec(str(cfg.backend.name)).framework
     target = cfg.model.get("keras_target") if framework == "keras" else cfg.model.get("_target_")
-    try:
-        reads = "weights" in inspect.signature(get_method(str(target))).parameters
-    except Exception:  # noqa: BLE001 - a builder that cannot be imported is named when the network is built
-        return
-    if not reads:
+    if not builder_reads_files(str(target)):
         raise HydraliError(
             f"model.weights={weights} is not a hydrali run (its dir, or a checkpoint in its checkpoints/ folder): "
             f"model={target} starts from such a run only (model=timm also reads timm's weights files)"
