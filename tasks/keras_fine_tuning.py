@@ -8,9 +8,14 @@ import keras
 from hydrali.core.errors import HydraliError
 
 
+def _holding(model: keras.Model) -> list:
+    """The layers of `model` that hold weights."""
+    return [layer for layer in model.layers if layer.weights]
+
+
 def backbone(model: keras.Model) -> list:
     """The backbone of `model`: its layers before its head, the last layer holding weights."""
-    return [layer for layer in model.layers if layer.weights][:-1]
+    return _holding(model)[:-1]
 
 
 def freeze(model: keras.Model, what: str | None) -> None:
@@ -26,7 +31,7 @@ def start_from(model: keras.Model, trained: keras.Model) -> bool:
     """Copy the weights of `trained` (another run's network, built from the same config) into `model`, but its head
     where the shapes differ (another number of classes: the head stays new); return whether the head was copied too.
     A HydraliError says which layer does not fit when the network is another one."""
-    own, then = [layer for layer in model.layers if layer.weights], [layer for layer in trained.layers if layer.weights]
+    own, then = _holding(model), _holding(trained)
     if len(own) != len(then):
         raise HydraliError(
             f"its weights do not fit this network: {len(then)} layers with weights there, {len(own)} here"

@@ -8,17 +8,26 @@ from torch import nn
 from hydrali.core.errors import HydraliError
 
 
-def backbone(model: nn.Module) -> list[nn.Module]:
-    """The backbone of `model`: its child modules holding parameters but its head (timm's classifier, else the last
-    such child); a one-line error when there is none, or when the network holds parameters outside its children
-    (e.g. a ViT's class token), which neither freezing nor a backbone lr could reach."""
-    holding = [child for child in model.children() if any(True for _ in child.parameters())]
-    if hasattr(model, "get_classifier"):  # timm: its classifier, or (head, head_dist) of distilled models
+def _holding(model: nn.Module) -> list[nn.Module]:
+    """The child modules of `model` that hold parameters."""
+    return [child for child in model.children() if any(True for _ in child.parameters())]
+
+
+def heads(model: nn.Module) -> list[nn.Module]:
+    """The head of `model`: timm's classifier (or (head, head_dist) of distilled models), else its last child module
+    holding parameters."""
+    if hasattr(model, "get_classifier"):
         head = model.get_classifier()
-        head = list(head) if isinstance(head, (tuple, list)) else [head]
-    else:
-        head = holding[-1:]
-    found = [child for child in holding if all(child is not h for h in head)]
+        return list(head) if isinstance(head, (tuple, list)) else [head]
+    return _holding(model)[-1:]
+
+
+def backbone(model: nn.Module) -> list[nn.Module]:
+    """The backbone of `model`: its child modules holding parameters but its head; a one-line error when there is
+    none, or when the network holds parameters outside its children (e.g. a ViT's class token), which neither
+    freezing nor a backbone lr could reach."""
+    head = heads(model)
+    found = [child for child in _holding(model) if all(child is not h for h in head)]
     if not found:
         raise HydraliError(
             f"model.freeze / optim.backbone_lr_mult: {type(model).__name__} has no backbone apart from its head "
@@ -46,24 +55,14 @@ def freeze(model: nn.Module, what: str | None) -> list[nn.Module]:
     return frozen
 
 
-def head_names(model: nn.Module) -> list[str]:
-    """The qualified names of `model`'s head modules: timm's classifier (wherever it sits), else its last child
-    module holding parameters."""
-    if hasattr(model, "get_classifier"):
-        head = model.get_classifier()
-        heads = list(head) if isinstance(head, (tuple, list)) else [head]
-        return [name for name, module in model.named_modules() if any(module is h for h in heads)]
-    holding = [name for name, child in model.named_children() if any(True for _ in child.parameters())]
-    return holding[-1:]
-
-
 def start_from(model: nn.Module, state: dict) -> bool:
     """Load `state` (another run's state_dict of the same network) into `model`, but its head where the shapes
     differ (another number of classes: the head stays new); return whether the head was loaded too. A HydraliError
     says which tensors do not fit when the network is another one."""
     own = model.state_dict()
     unfit = sorted(key for key in own.keys() & state.keys() if own[key].shape != state[key].shape)
-    head = tuple(f"{name}." for name in head_names(model)) if unfit else ()
+    head_modules = heads(model)
+    head = tuple(f"{name}." for name, module in model.named_modules() if any(module is h for h in head_modules))
     wrong = sorted(own.keys() ^ state.keys()) + [key for key in unfit if not key.startswith(head)]
     if wrong:
         key = wrong[0]

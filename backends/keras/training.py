@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 
 import keras
 import numpy as np
@@ -39,8 +38,6 @@ POLICIES = {
     Precision["bf16-mixed"]: "mixed_bfloat16",
     Precision["16-mixed"]: "mixed_float16",
 }  # backend.precision -> the Keras dtype policy
-
-log = logging.getLogger("hydrali")
 
 
 @keras.saving.register_keras_serializable(package="hydrali")
@@ -395,11 +392,7 @@ def start_network_from(network: keras.Model, side, start: RunWeights, weights: s
         raise HydraliError(f"model.weights={weights}: {start.checkpoint}: {err}") from err
     except Exception as err:
         raise HydraliError(f"model.weights={weights}: {start.checkpoint} cannot be read ({first_line(err)})") from err
-    log.info(
-        "model.weights: the network starts from %s (%s)",
-        start.checkpoint,
-        "its head too" if head else f"a new head: {start.num_classes} classes there",
-    )
+    start.announce(head)
 
 
 @contextlib.contextmanager

@@ -7,8 +7,6 @@ precision plugin of `backend.precision`.
 
 from __future__ import annotations
 
-import logging
-
 import lightning as L
 import torch
 from hydra.errors import InstantiationException
@@ -36,7 +34,6 @@ def build_torch_side(task, cfg: DictConfig, dataset) -> torch.nn.Module:
 
 
 SIDE = "torch_task"  # HydraliModule's attribute holding the task's torch side: its checkpoint keys start so
-log = logging.getLogger("hydrali")
 
 
 def start_side_from(side: torch.nn.Module, start: RunWeights, weights: str) -> None:
@@ -54,11 +51,7 @@ def start_side_from(side: torch.nn.Module, start: RunWeights, weights: str) -> N
         head = initialise({key[len(prefix) :]: value for key, value in state.items() if key.startswith(prefix)})
     except HydraliError as err:
         raise HydraliError(f"model.weights={weights}: {start.checkpoint}: {err}") from err
-    log.info(
-        "model.weights: the network starts from %s (%s)",
-        start.checkpoint,
-        "its head too" if head else f"a new head: {start.num_classes} classes there",
-    )
+    start.announce(head)
 
 
 OPTIMIZERS = {  # optim.name -> torch's optimizer over parameter groups, with the optim node's settings

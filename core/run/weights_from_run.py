@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -26,6 +27,8 @@ from hydrali.core.run.run_dir import differences
 from hydrali.core.run.summary import SUMMARY_FILE
 
 NOT_THE_NETWORK = FINE_TUNING_KEYS + PREPROCESSING_KEYS + STARTING_POINT_KEYS  # model keys that may differ
+AS_BUILT = {"weights": None, "pretrained": False, "freeze": None}  # a network as its builder makes it, untrained
+log = logging.getLogger("hydrali")
 
 
 @dataclass(frozen=True)
@@ -44,10 +47,15 @@ class RunWeights:
         """That run's model node, building its network as it was before training (no weights of its own, nothing
         frozen), so that the checkpoint can be loaded into it."""
         node = OmegaConf.create(self.trained_with["model"])
-        for key in STARTING_POINT_KEYS + FINE_TUNING_KEYS:  # weights: null, pretrained: false, freeze: null
+        for key, value in AS_BUILT.items():
             if key in node:
-                node[key] = False if key == "pretrained" else None
+                node[key] = value
         return node
+
+    def announce(self, head_taken: bool) -> None:
+        """Log, the same on every backend, that the network started from this checkpoint, and whether its head did."""
+        head = "its head too" if head_taken else f"a new head: {self.num_classes} classes there"
+        log.info("model.weights: the network starts from %s (%s)", self.checkpoint, head)
 
 
 def names_a_run(weights) -> bool:
