@@ -185,6 +185,12 @@ class KerasBackend:
             )
         return count, 1, count
 
+    def load_trained(self, *, cfg: DictConfig, task, dataset, checkpoint: Path):
+        """The run's network with the weights of a Keras checkpoint, for inference."""
+        from hydrali.backends.keras.trained import load_trained
+
+        return load_trained(cfg=cfg, task=task, dataset=dataset, checkpoint=checkpoint)
+
     def share_from_rank0(self, values: dict, plan: Plan) -> dict:
         """Rank 0's `values` (JSON-able) on every Keras worker (TF_CONFIG's or SLURM's), through the job's
         MultiWorkerMirroredStrategy (created here: it must exist before TensorFlow runs its first op)."""

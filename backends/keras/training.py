@@ -382,17 +382,24 @@ def start_network_from(network: keras.Model, side, start: RunWeights, weights: s
     if initialise is None:
         raise HydraliError(f"model.weights={weights}: the task's Keras side ({type(side).__name__}) cannot take it")
     try:
-        trained = side.build_model(start.model(), start.num_classes, image_size)  # that run's network, as built
-        holder = ContractModel(trained, [1], batch=1)  # what a hydrali Keras checkpoint holds: the network, wrapped
-        holder(keras.ops.zeros((1, *trained.input_shape[1:])))
-        with _quiet_keras_loading():  # it skips the optimizer's state, as it should
-            holder.load_weights(start.checkpoint)
+        trained = load_network(side, start.model(), start.num_classes, image_size, start.checkpoint)
         head = initialise(network, trained)
     except HydraliError as err:
         raise HydraliError(f"model.weights={weights}: {start.checkpoint}: {err}") from err
     except Exception as err:
         raise HydraliError(f"model.weights={weights}: {start.checkpoint} cannot be read ({first_line(err)})") from err
     start.announce(head)
+
+
+def load_network(side, model: DictConfig, num_classes: int, image_size: int, checkpoint) -> keras.Model:
+    """The network that the task's Keras `side` builds from the `model` node (untrained: as_built), with the weights
+    of a hydrali Keras checkpoint (which holds it wrapped in a ContractModel, and the optimizer's state: skipped)."""
+    network = side.build_model(model, num_classes, image_size)
+    holder = ContractModel(network, [1], batch=1)
+    holder(keras.ops.zeros((1, *network.input_shape[1:])))
+    with _quiet_keras_loading():
+        holder.load_weights(checkpoint)
+    return network
 
 
 @contextlib.contextmanager

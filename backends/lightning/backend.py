@@ -230,6 +230,12 @@ class LightningBackend:
             ) from err
         return int(progress["processed"])
 
+    def load_trained(self, *, cfg: DictConfig, task, dataset, checkpoint: Path):
+        """The run's torch side with the weights of a Lightning checkpoint, for inference."""
+        from hydrali.backends.lightning.trained import load_trained
+
+        return load_trained(cfg=cfg, task=task, dataset=dataset, checkpoint=checkpoint)
+
     def share_from_rank0(self, values: dict, plan: Plan) -> dict:
         """Rank 0's `values` on every process that torchrun, srun or MPI started (torch.distributed's store)."""
         return agreement.share_from_rank0(values, plan)

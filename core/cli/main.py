@@ -93,7 +93,8 @@ def _serve_ui(overrides: list[str]) -> None:
 
 
 def main() -> None:
-    """Run hydrali from the command line (the `hydrali` console script); `hydrali ui` browses the runs."""
+    """Run hydrali from the command line (the `hydrali` console script); `hydrali ui` browses the runs;
+    `hydrali eval|predict|export RUN_DIR` use a trained run."""
     try:
         register_schemas()  # reads the registry: a broken plug-in ends here in one line
     except HydraliError as err:
@@ -101,6 +102,12 @@ def main() -> None:
         sys.exit(EXIT_USER_ERROR)
     if sys.argv[1:2] == ["ui"]:
         _serve_ui(sys.argv[2:])
+    from hydrali.core.cli.use import COMMANDS
+
+    if sys.argv[1:2] and sys.argv[1] in COMMANDS:  # eval | predict | export RUN_DIR [key=value ...]
+        from hydrali.core.cli.use import run_command
+
+        run_command(sys.argv[1], sys.argv[2:])
     wants_trace = os.environ.get(_FULL_ERROR) == "1" and _SET_BY_HYDRALI not in os.environ
     os.environ[_FULL_ERROR] = os.environ[_SET_BY_HYDRALI] = "1"
     try:

@@ -34,9 +34,30 @@ class BackendSpec:
 
 
 @runtime_checkable
+class TrainedNetwork(Protocol):
+    """A run's network loaded from one of its checkpoints, ready for inference (hydrali eval, predict, export).
+    Core reads the batches (hydrali.core.inference.batches) and scores the outputs; the network only runs."""
+
+    formats: tuple[str, ...]  # the export formats (core.inference.schema.ExportFormat values) it can write
+
+    def predict(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """The task side's predictions (NumPy arrays, e.g. classification's `logits`) for a batch of the task's
+        recipe outputs (NumPy arrays in the backend's layout), in evaluation mode at the run's precision."""
+
+    def export(self, fmt: str, folder: Path, example: dict[str, Any]) -> Path:
+        """Write the network in format `fmt` into `folder` (traced or checked on `example`, a batch); return the
+        file or folder a serving stack loads."""
+
+    def run_export(self, path: Path, fmt: str, batch: dict[str, Any]) -> dict[str, Any]:
+        """The outputs of the exported model at `path` on `batch`, computed by its own runtime (onnxruntime,
+        TorchScript, TensorFlow), named as `predict` names them."""
+
+
+@runtime_checkable
 class Backend(Protocol):
     """How a run trains on one framework. Core calls these in this order: visible_gpus, replicas,
-    (share_from_rank0), newest_checkpoint / checkpoint_epochs, processes_to_start, fit."""
+    (share_from_rank0), newest_checkpoint / checkpoint_epochs, processes_to_start, fit. The commands on a trained
+    run (hydrali eval, predict, export) call newest_checkpoint and load_trained."""
 
     layout: str  # the layout of each image its framework wants from DALI: CHW (torch) | HWC (Keras)
 
@@ -58,6 +79,10 @@ class Backend(Protocol):
 
     def checkpoint_epochs(self, path: Path) -> int:
         """How many whole epochs the checkpoint at `path` holds; a HydraliError if it is not one of this backend."""
+
+    def load_trained(self, *, cfg: DictConfig, task: Any, dataset: Any, checkpoint: Path) -> TrainedNetwork:
+        """The network of the run configured by `cfg`, with the weights of `checkpoint` (one of this backend's),
+        for `dataset`'s classes; a HydraliError when the checkpoint does not fit it."""
 
     def fit(
         self,

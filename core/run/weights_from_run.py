@@ -46,16 +46,22 @@ class RunWeights:
     def model(self) -> DictConfig:
         """That run's model node, building its network as it was before training (no weights of its own, nothing
         frozen), so that the checkpoint can be loaded into it."""
-        node = OmegaConf.create(self.trained_with["model"])
-        for key, value in AS_BUILT.items():
-            if key in node:
-                node[key] = value
-        return node
+        return as_built(self.trained_with["model"])
 
     def announce(self, head_taken: bool) -> None:
         """Log, the same on every backend, that the network started from this checkpoint, and whether its head did."""
         head = "its head too" if head_taken else f"a new head: {self.num_classes} classes there"
         log.info("model.weights: the network starts from %s (%s)", self.checkpoint, head)
+
+
+def as_built(model) -> DictConfig:
+    """A copy of the `model` node (a DictConfig or dict) that builds its network untrained (AS_BUILT): what a
+    checkpoint of a run of that model is loaded into."""
+    node = OmegaConf.create(OmegaConf.to_container(model, resolve=True) if isinstance(model, DictConfig) else model)
+    for key, value in AS_BUILT.items():
+        if key in node:
+            node[key] = value
+    return node
 
 
 def names_a_run(weights) -> bool:
@@ -74,7 +80,7 @@ def find(weights, backend: str, newest: Callable[[Path], Path | None]) -> RunWei
         return None
     path = Path(str(weights)).expanduser().resolve()
     folder = path / CHECKPOINT_DIR if path.is_dir() else path.parent
-    checkpoint = _best_or_newest(path, folder, newest) if path.is_dir() else path
+    checkpoint = best_or_newest(path, folder, newest) if path.is_dir() else path
     owners = sorted({b for f in folder.iterdir() if (b := backend_of_checkpoint(f)) is not None})
     owner = backend_of_checkpoint(checkpoint) if checkpoint is not None else (owners[0] if owners else None)
     if owner is not None and owner != backend:
@@ -123,7 +129,8 @@ def _network(model: dict) -> dict:
     return {key: value for key, value in model.items() if key not in NOT_THE_NETWORK}
 
 
-def _best_or_newest(run: Path, folder: Path, newest: Callable[[Path], Path | None]) -> Path | None:
+def best_or_newest(run: Path, folder: Path, newest: Callable[[Path], Path | None]) -> Path | None:
+    """The checkpoint of `folder` (a run's checkpoints/) that the run's summary names best, else its newest."""
     summary = run / SUMMARY_FILE
     if summary.is_file():
         try:

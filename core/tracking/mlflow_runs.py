@@ -17,6 +17,7 @@ import logging
 import os
 import re
 import socket
+import time
 from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import urlparse
@@ -337,3 +338,32 @@ def start_tracking(
     with store_lock(uri):
         run = client.create_run(experiment_id, run_name=run_name, tags=tags)
     return MlflowTracker(client, run.info.run_id, uri, output_dir)
+
+
+def metric_key(name: str) -> str:
+    """`name` as an MLflow metric key: characters MLflow refuses (it takes letters, digits, _ - . space / :) as _."""
+    return re.sub(r"[^\w\-. /:]", "_", name)
+
+
+def log_to_finished_run(uri: str, run_id: str, metrics: Mapping[str, float], artifacts: list[tuple[Path, str]]) -> None:
+    """Add `metrics` (key -> value, logged at step 0) and `artifacts` ((file, artifact folder)) to the existing
+    run `run_id` of the store at `uri` (hydrali eval: the trained run's own MLflow run); its status is left alone.
+    One line naming the store if it cannot be written."""
+    quiet_mlflow_loggers()
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    try:
+        with store_lock(uri):
+            client = MlflowClient(tracking_uri=uri)
+            now = int(time.time() * 1000)
+            batch = [Metric(metric_key(k), float(v), now, 0) for k, v in metrics.items()]
+            for start in range(0, len(batch), 1000):  # MLflow takes at most 1000 metrics per call
+                client.log_batch(run_id, metrics=batch[start : start + 1000])
+            for path, folder in artifacts:
+                client.log_artifact(run_id, str(path), folder)
+    except Exception as err:  # a store that moved, a run deleted since
+        raise HydraliError(
+            f"cannot log to MLflow run {run_id} of tracking.uri={uri}: {first_line(err)}: the files are written; "
+            f"pass tracking=none to skip MLflow"
+        ) from err

@@ -16,7 +16,6 @@ from hydrali.core.errors import HydraliError
 
 # What DALI's file reader picks up by default (lower case).
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".pnm", ".ppm", ".pgm", ".pbm", ".jp2", ".webp")
-SPLITS = ("train", "val")
 DIGITS_MARKER = "hydrali-digits.json"
 DIGITS_SPLIT_SEED = 0  # the train/val split of digits is fixed: the same files on every machine
 DIGITS_JPEG_QUALITY = 95
@@ -33,12 +32,16 @@ class ImageFolderInfo:
     skipped: tuple[tuple[Path, str], ...] = ()  # bad files left out (data.bad_files=skip), with why
     train_per_class: tuple[int, ...] = ()  # training images of each class (in the order of `classes`)
     class_weights: tuple[float, ...] | None = None  # the loss's weight of each class (task.class_weights); None: 1
+    val_split: str = "val"  # the folder scored as the validation split (hydrali eval split=test: test)
+    val_files: tuple[str, ...] | None = None  # the validation split's files (relative to it), unlabelled: read
+    #   instead of its class folders (hydrali predict)
 
     def without(self, bad: list[tuple[Path, str]]) -> ImageFolderInfo:
         """This dataset with the files of `bad` left out (and counted out)."""
         gone = {path for path, _ in bad}
-        counts = [sum(p in gone for p in image_files([self.root / split])) for split in SPLITS]
-        for split, count, total in zip(SPLITS, counts, (self.num_train, self.num_val)):
+        splits = ("train", self.val_split)
+        counts = [sum(p in gone for p in image_files([self.root / split])) for split in splits]
+        for split, count, total in zip(splits, counts, (self.num_train, self.num_val)):
             if count == total:
                 raise HydraliError(
                     f"every image file of {self.root / split} cannot be decoded: nothing is left to read"
@@ -55,7 +58,9 @@ class ImageFolderInfo:
 
     def listed_files(self, split_dir: Path) -> tuple[tuple[str, ...], tuple[int, ...]] | None:
         """The files of a split (relative to it) and their labels when some were left out; None when every file
-        of the split's class folders is read."""
+        of the split's class folders is read. Unlabelled files (val_files) are all labelled 0."""
+        if self.val_files is not None and split_dir == self.val_dir:
+            return self.val_files, (0,) * len(self.val_files)
         if not self.skipped:
             return None
         gone = {path for path, _ in self.skipped}
@@ -75,7 +80,7 @@ class ImageFolderInfo:
     @property
     def val_dir(self) -> Path:
         """The validation split's folder."""
-        return self.root / "val"
+        return self.root / self.val_split
 
     @property
     def num_classes(self) -> int:
@@ -98,16 +103,21 @@ def _images_in(folder: Path) -> list[Path]:
     return [p for p in sorted(folder.iterdir()) if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS]
 
 
-def scan_image_folder(root: str | os.PathLike) -> ImageFolderInfo:
-    """Check that `root` holds train/ and val/ with the same class folders of images, and count them."""
+def scan_image_folder(root: str | os.PathLike, val_split: str = "val") -> ImageFolderInfo:
+    """Check that `root` holds train/ and val/ (or `val_split`/) with the same class folders of images, and count
+    them."""
     root = Path(root)
     if not root.is_dir():
         raise HydraliError(f"data.root={root} does not exist: point data.root at a folder holding train/ and val/")
     classes_of, counts = {}, {}
-    for split in SPLITS:
+    splits = ("train", val_split)
+    for split in splits:
         split_dir = root / split
         if not split_dir.is_dir():
-            raise HydraliError(f"{split_dir} is missing: data.root must hold train/ and val/, one sub-folder per class")
+            raise HydraliError(
+                f"{split_dir} is missing: data.root must hold {' and '.join(f'{x}/' for x in splits)}, one sub-folder "
+                f"per class"
+            )
         classes = tuple(sorted(d.name for d in split_dir.iterdir() if d.is_dir()))
         if not classes:
             raise HydraliError(f"{split_dir} has no class folders: put the images in {split_dir}/<class>/")
@@ -117,14 +127,16 @@ def scan_image_folder(root: str | os.PathLike) -> ImageFolderInfo:
         if empty:
             raise HydraliError(f"{split_dir}/{empty[0]} holds no images: add some or remove the folder")
         classes_of[split], counts[split] = classes, sum(len(_images_in(split_dir / c)) for c in classes)
-    if classes_of["train"] != classes_of["val"]:
-        only = sorted(set(classes_of["train"]) ^ set(classes_of["val"]))
+    if classes_of["train"] != classes_of[val_split]:
+        only = sorted(set(classes_of["train"]) ^ set(classes_of[val_split]))
         raise HydraliError(
-            f"train/ and val/ of {root} have different class folders ({', '.join(only[:5])}): "
+            f"train/ and {val_split}/ of {root} have different class folders ({', '.join(only[:5])}): "
             f"give both the same classes"
         )
     per_class = tuple(len(_images_in(root / "train" / c)) for c in classes_of["train"])
-    return ImageFolderInfo(root, classes_of["train"], counts["train"], counts["val"], train_per_class=per_class)
+    return ImageFolderInfo(
+        root, classes_of["train"], counts["train"], counts[val_split], train_per_class=per_class, val_split=val_split
+    )
 
 
 def image_files(folders: list[Path]) -> list[Path]:

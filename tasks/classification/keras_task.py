@@ -70,6 +70,13 @@ class KerasClassification:
         """Top-1 accuracy, logged as `acc` (val/acc once mapped)."""
         return [keras.metrics.SparseCategoricalAccuracy(name="acc")]
 
+    prediction_names = ("logits",)  # what `predict` returns, in this order (hydrali eval, predict, export)
+
+    @staticmethod
+    def predict(network: keras.Model, batch: dict) -> dict:
+        """The network's class logits for a batch's images (scored by tasks/classification/scoring.py)."""
+        return {"logits": network(batch["images"], training=False)}
+
     on_val_batch = None  # Keras' metrics see every validation batch: nothing more to look at
 
     def callbacks(self) -> list:

@@ -19,6 +19,7 @@ from hydrali.core.run.plan import Plan, Shard
 from hydrali.tasks.base import DaliTask
 from hydrali.tasks.classification.datasets import ImageFolderInfo, image_files, scan_image_folder, write_digits
 from hydrali.tasks.classification.recipes import FolderSource
+from hydrali.tasks.classification.scoring import ClassificationPredictions, ClassificationScores
 
 log = logging.getLogger("hydrali")
 
@@ -64,6 +65,38 @@ class ClassificationTask(DaliTask):
         listed = dataset.listed_files(split_dir)
         files, labels = listed if listed is not None else (None, None)
         return FolderSource(str(split_dir), shard.shard_id, plan.num_shards, is_training, files=files, labels=labels)
+
+    def evaluation_data(self, data: DictConfig, split: str, verify: Verify) -> ImageFolderInfo:
+        """The dataset with `split` (val, or test: <data.root>/test/<class>/, the training classes) as the split
+        scored by hydrali eval."""
+        if split == "val":
+            return self.prepare_data(data, verify)
+        if data.name == "digits":
+            write_digits(data.root, size=data.size, val_fraction=data.val_fraction)
+        info = scan_image_folder(data.root, val_split=split)
+        bad = self.check_prepared(data, info, verify, classes_in=f"{data.root}/train (class folders)")
+        return info.without(bad) if bad else info
+
+    def prediction_data(self, dataset: ImageFolderInfo, folder: Path, files: list[str]) -> ImageFolderInfo:
+        """A dataset whose validation split is `files` (relative to `folder`), with `dataset`'s classes: what
+        hydrali predict reads through the validation recipe."""
+        return replace(
+            dataset,
+            root=folder,
+            num_train=0,
+            num_val=len(files),
+            skipped=(),
+            val_split=".",
+            val_files=tuple(files),
+        )
+
+    def scores(self, dataset: ImageFolderInfo) -> ClassificationScores:
+        """What hydrali eval accumulates over the split's batches (tasks/classification/scoring.py)."""
+        return ClassificationScores(dataset.classes)
+
+    def predictions(self, dataset: ImageFolderInfo, top_k: int) -> ClassificationPredictions:
+        """What hydrali predict accumulates and writes (predictions.csv)."""
+        return ClassificationPredictions(dataset.classes, top_k)
 
     def artifacts(self) -> list:
         """Files the task wrote for the run's tracker: none."""

@@ -72,6 +72,12 @@ class TorchClassification(nn.Module):
         self.val_metrics.update(logits, labels)
         return self.loss_fn(logits, labels), labels.numel()
 
+    prediction_names = ("logits",)  # what `predict` returns, in this order (hydrali eval, predict, export)
+
+    def predict(self, batch: dict) -> dict[str, torch.Tensor]:
+        """The network's class logits for a batch's images (scored by tasks/classification/scoring.py)."""
+        return {"logits": self.model(batch["images"])}
+
     def val_metrics_compute(self, epoch: int) -> dict[str, torch.Tensor]:
         """The validation metrics of the epoch over every process's shard (val/acc), then reset for the next."""
         values = self.val_metrics.compute()

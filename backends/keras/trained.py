@@ -1,0 +1,81 @@
+"""A Keras run's network loaded from one of its checkpoints for inference (core.contracts.backend.TrainedNetwork):
+built under the run's dtype policy, called in inference mode through one tf.function; exported as a TensorFlow
+SavedModel (Model.export) or ONNX (Keras' own ONNX export), and checked with TensorFlow or onnxruntime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+from omegaconf import DictConfig
+
+from hydrali.backends.keras.training import build_keras_side, dtype_policy, load_network
+from hydrali.core.errors import HydraliError, first_line
+from hydrali.core.run.weights_from_run import as_built
+
+SERVING_ENDPOINT = "serve"  # the SavedModel's signature: images in, the side's predictions out
+
+
+class KerasTrainedNetwork:
+    """The network of a Keras run with its weights, and the task side's predictions on it."""
+
+    formats = ("saved_model", "onnx")
+
+    def __init__(self, network: keras.Model, side):
+        self.network = network
+        self.side = side
+        self._predict = tf.function(lambda batch: side.predict(network, batch), reduce_retracing=True)
+
+    def predict(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
+        """The side's predictions (its `predict`) for a batch of recipe outputs, as NumPy float32 arrays."""
+        tensors = {k: tf.convert_to_tensor(v) for k, v in batch.items() if isinstance(v, np.ndarray)}
+        return {name: np.asarray(value, dtype=np.float32) for name, value in self._predict(tensors).items()}
+
+    def _serving_model(self) -> keras.Model:
+        images = keras.Input(shape=self.network.input_shape[1:], name="images")
+        outputs = self.side.predict(self.network, {"images": images})
+        return keras.Model(images, {name: outputs[name] for name in self.side.prediction_names})
+
+    def export(self, fmt: str, folder: Path, example: dict[str, Any]) -> Path:
+        """The network as a SavedModel (endpoint `serve`) or an ONNX file, in `folder`."""
+        folder.mkdir(parents=True, exist_ok=True)
+        model = self._serving_model()
+        if fmt == "saved_model":
+            path = folder / "saved_model"
+            model.export(str(path), format="tf_saved_model", verbose=False)
+            return path
+        path = folder / "model.onnx"
+        model.export(str(path), format="onnx", verbose=False)
+        return path
+
+    def run_export(self, path: Path, fmt: str, batch: dict[str, Any]) -> dict[str, np.ndarray]:
+        """The exported model's outputs on `batch` by its own runtime: TensorFlow (SavedModel) or onnxruntime."""
+        images = np.ascontiguousarray(batch["images"], dtype=np.float32)
+        names = list(self.side.prediction_names)
+        if fmt == "saved_model":
+            loaded = tf.saved_model.load(str(path))
+            outputs = loaded.signatures["serving_default"](images=tf.constant(images))
+            return {name: np.asarray(outputs[name], dtype=np.float32) for name in names}
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        fed = {session.get_inputs()[0].name: images}
+        produced = dict(zip((o.name for o in session.get_outputs()), session.run(None, fed)))
+        return {name: produced[name] for name in names}
+
+
+def load_trained(*, cfg: DictConfig, task, dataset, checkpoint: Path) -> KerasTrainedNetwork:
+    """The task's Keras side of the run `cfg` configures, its network built untrained under the run's precision and
+    loaded from the Keras checkpoint `checkpoint`; one line when it does not fit."""
+    side = build_keras_side(task, dataset)
+    if not hasattr(side, "predict"):
+        raise HydraliError(f"the task's Keras side ({type(side).__name__}) has no `predict`: it cannot infer")
+    try:
+        with dtype_policy(str(cfg.backend.precision)):
+            network = load_network(side, as_built(cfg.model), dataset.num_classes, cfg.data.image_size, checkpoint)
+    except Exception as err:
+        raise HydraliError(f"{checkpoint} does not fit the run's network ({first_line(err)})") from err
+    return KerasTrainedNetwork(network, side)

@@ -1,0 +1,118 @@
+"""A Lightning run's network loaded from one of its checkpoints for inference (core.contracts.backend.TrainedNetwork):
+the task's torch side in evaluation mode, at the run's precision, on the GPU when torch sees one; exported with
+torch's own exporters (torch.onnx, TorchScript) and checked with onnxruntime or TorchScript."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, open_dict
+
+from hydrali.backends.lightning.module import SIDE, build_torch_side, precision_plugin
+from hydrali.core.errors import HydraliError, first_line
+from hydrali.core.run.weights_from_run import as_built
+
+ONNX_OPSET = 18  # the ONNX opset written (onnxruntime 1.16 and later run it)
+
+
+def _numpy(value: torch.Tensor) -> np.ndarray:
+    return value.detach().float().cpu().numpy()
+
+
+class TorchTrainedNetwork:
+    """The task's torch side with a run's weights, in evaluation mode."""
+
+    formats = ("onnx", "torchscript")
+
+    def __init__(self, side: torch.nn.Module, precision: str):
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.side = side.to(self.device).eval()
+        self.precision = precision_plugin(precision, self.device.type)
+
+    def _tensors(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        return {k: torch.as_tensor(v).to(self.device) for k, v in batch.items() if isinstance(v, np.ndarray)}
+
+    def predict(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
+        """The side's predictions (its `predict`) for a batch of recipe outputs, as NumPy arrays."""
+        with torch.inference_mode(), self.precision.forward_context():
+            outputs = self.side.predict(self._tensors(batch))
+        return {name: _numpy(value) for name, value in outputs.items()}
+
+    def export(self, fmt: str, folder: Path, example: dict[str, Any]) -> Path:
+        """The network as ONNX (torch.onnx, batch dimension dynamic) or TorchScript (traced), in `folder`."""
+        images = self._tensors(example)["images"]
+        network = _ExportedNetwork(self.side).eval()
+        folder.mkdir(parents=True, exist_ok=True)
+        if fmt == "torchscript":
+            path = folder / "model.pt"
+            with torch.no_grad():
+                torch.jit.trace(network, images).save(str(path))
+            return path
+        path = folder / "model.onnx"
+        with torch.no_grad():
+            torch.onnx.export(
+                network,
+                (images,),
+                str(path),
+                input_names=["images"],
+                output_names=network.output_names,
+                dynamic_axes={"images": {0: "batch"}, **{name: {0: "batch"} for name in network.output_names}},
+                opset_version=ONNX_OPSET,
+                dynamo=False,
+            )
+        return path
+
+    def run_export(self, path: Path, fmt: str, batch: dict[str, Any]) -> dict[str, np.ndarray]:
+        """The exported model's outputs on `batch` by its own runtime: onnxruntime (CPU) or TorchScript."""
+        images = np.ascontiguousarray(batch["images"], dtype=np.float32)
+        names = _ExportedNetwork(self.side).output_names
+        if fmt == "torchscript":
+            program = torch.jit.load(str(path), map_location="cpu")
+            with torch.no_grad():
+                outputs = program(torch.from_numpy(images))
+            outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+            return {name: _numpy(value) for name, value in zip(names, outputs)}
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return dict(zip(names, session.run(names, {"images": images})))
+
+
+class _ExportedNetwork(torch.nn.Module):
+    """What is exported: the side's `predict` on images alone, its outputs in a fixed order."""
+
+    def __init__(self, side: torch.nn.Module):
+        super().__init__()
+        self.side = side
+        self.output_names = list(side.prediction_names)
+
+    def forward(self, images: torch.Tensor):
+        outputs = self.side.predict({"images": images})
+        return tuple(outputs[name] for name in self.output_names)
+
+
+def load_trained(*, cfg: DictConfig, task, dataset, checkpoint: Path) -> TorchTrainedNetwork:
+    """The task's torch side of the run `cfg` configures (its network built untrained), with the weights of the
+    Lightning checkpoint `checkpoint`; one line when it does not fit."""
+    untrained = cfg.copy()
+    with open_dict(untrained):
+        untrained.model = as_built(cfg.model)
+    side = build_torch_side(task, untrained, dataset)
+    if not hasattr(side, "predict"):
+        raise HydraliError(f"the task's torch side ({type(side).__name__}) has no `predict`: it cannot infer")
+    try:
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)["state_dict"]
+    except Exception as err:  # torch raises many types for a file that is not a checkpoint
+        raise HydraliError(f"{checkpoint} cannot be read as a Lightning checkpoint ({first_line(err)})") from err
+    prefix = SIDE + "."
+    try:
+        side.load_state_dict({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)})
+    except RuntimeError as err:
+        raise HydraliError(
+            f"{checkpoint} holds the weights of another network ({str(err).splitlines()[-1].strip()}): pass a "
+            f"checkpoint of this run"
+        ) from err
+    return TorchTrainedNetwork(side, str(cfg.backend.precision))

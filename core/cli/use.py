@@ -1,0 +1,46 @@
+"""The commands on a trained run: `hydrali eval|predict|export RUN_DIR [key=value ...]`. Each prints its
+documented keys with `--help`; a mistake ends in one line and exit code 2, with nothing written."""
+
+from __future__ import annotations
+
+import sys
+from importlib import resources
+
+from hydrali.core.errors import HydraliError
+
+COMMANDS = {  # command -> "module:function(path, overrides)" doing it
+    "eval": "hydrali.core.inference.evaluate:evaluate",
+    "predict": "hydrali.core.inference.predict:predict",
+    "export": "hydrali.core.inference.export:export",
+}
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+def usage(command: str) -> str:
+    """The command's usage line and its documented keys (its conf/<command>.yaml)."""
+    text = resources.files("hydrali.conf").joinpath(f"{command}.yaml").read_text()
+    return f"usage: hydrali {command} RUN_DIR [key=value ...]\n\n{text}"
+
+
+def run_command(command: str, arguments: list[str]) -> None:
+    """Run `hydrali <command> <arguments>` and exit: 0 done, 2 a mistake the one line names, 130 interrupted."""
+    if any(a in ("-h", "--help") for a in arguments):
+        print(usage(command))
+        sys.exit(0)
+    from hydra.utils import get_method
+
+    from hydrali.core.inference.schema import register_use_schemas
+
+    register_use_schemas()
+    path = arguments[0] if arguments and "=" not in arguments[0] else None
+    overrides = arguments[1:] if path is not None else arguments
+    try:
+        get_method(COMMANDS[command].replace(":", "."))(path, overrides)
+    except HydraliError as err:
+        print(f"hydrali: error: {err}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_USER_ERROR)
+    except KeyboardInterrupt:
+        print(f"hydrali: {command} interrupted", file=sys.stderr, flush=True)
+        sys.exit(EXIT_INTERRUPTED)
+    sys.exit(0)

@@ -1,0 +1,77 @@
+"""What every command on a trained run sets up, in the order that refuses bad input before anything is written:
+the task and the data it reads, the backend, the checkpoint, the device, and the network with its weights."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import instantiate
+
+from hydrali.core.config.validate import check_config
+from hydrali.core.contracts.backend import Backend, TrainedNetwork
+from hydrali.core.contracts.registry import backend_spec, load_backend
+from hydrali.core.data.devices import resolve_device
+from hydrali.core.errors import HydraliError
+from hydrali.core.inference.batches import count_batches, read_batches
+from hydrali.core.inference.trained_run import TrainedRun, checkpoint_of
+
+
+@dataclass
+class Loaded:
+    """A trained run ready to infer: its task, the data read, its backend, checkpoint, device and network."""
+
+    run: TrainedRun
+    task: Any
+    dataset: Any
+    backend: Backend
+    checkpoint: Path
+    device: str  # where DALI runs: cpu | gpu
+    network: TrainedNetwork
+
+    def batches(self, what: str, dataset=None) -> Iterator[dict[str, Any]]:
+        """The validation recipe's batches of `dataset` (default: the one loaded) as NumPy, with a progress bar
+        named `what` on a terminal."""
+        from tqdm import tqdm
+
+        dataset = dataset if dataset is not None else self.dataset
+        cfg = self.run.cfg
+        batches = read_batches(
+            task=self.task,
+            cfg=cfg,
+            dataset=dataset,
+            layout=self.backend.layout,
+            device=self.device,
+            images=dataset.num_val,
+        )
+        total = count_batches(dataset.num_val, cfg.data.batch_size)
+        return tqdm(batches, total=total, desc=what, unit="batch", disable=not sys.stderr.isatty(), leave=False)
+
+    def describe(self) -> str:
+        """One line naming the run, its task and backend, the checkpoint and the device."""
+        cfg = self.run.cfg
+        where = (
+            self.checkpoint.relative_to(self.run.run_dir)
+            if self.checkpoint.is_relative_to(self.run.run_dir)
+            else self.checkpoint
+        )
+        return f"{self.run.run_dir}: {cfg.task.name} / {cfg.backend.name}, {where}, DALI on {self.device}"
+
+
+def load(run: TrainedRun, data: Callable[[Any], Any], needs: str) -> Loaded:
+    """Set up `run` for a command: its task (which must have the method `needs`), the data `data(task)` prepares,
+    its backend and checkpoint, and the network loaded from it."""
+    cfg = run.cfg
+    check_config(cfg)
+    task = instantiate(cfg.task)
+    if not hasattr(task, needs):
+        raise HydraliError(f"task={cfg.task.name} cannot do this yet (its task has no `{needs}`)")
+    dataset = data(task)
+    backend = load_backend(run.backend)
+    checkpoint = checkpoint_of(run, backend.newest_checkpoint)
+    device = resolve_device(str(cfg.pipeline.device), backend.visible_gpus(), backend_spec(run.backend).framework_label)
+    network = backend.load_trained(cfg=cfg, task=task, dataset=dataset, checkpoint=checkpoint)
+    return Loaded(run, task, dataset, backend, checkpoint, device, network)

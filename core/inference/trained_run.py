@@ -1,0 +1,118 @@
+"""A trained run as `hydrali eval|predict|export` open it: its own config (composed again from its run.json, its
+locations pinned) with the command's keys on top, and the checkpoint the command uses (`ckpt=best|last|<file>`).
+Refused, each in one line, before anything is read or written: a dir that is no run, a run without a checkpoint, a
+checkpoint of another backend, a key that is not a setting."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from hydrali.core.config.schema import HydraliConfig
+from hydrali.core.contracts.registry import backend_of_checkpoint
+from hydrali.core.errors import HydraliError
+from hydrali.core.inference.schema import SCHEMAS
+from hydrali.core.run import run_dir
+from hydrali.core.run.checkpoints import CHECKPOINT_DIR
+
+BEST, LAST = "best", "last"  # the named checkpoints of `ckpt`
+NOT_TAKEN_FROM_THE_RUN = ("ckpt_path",)  # recorded overrides of the training command that mean nothing here
+
+
+@dataclass(frozen=True)
+class TrainedRun:
+    """A run dir, its config for a command, and the checkpoint the command uses."""
+
+    run_dir: Path
+    cfg: DictConfig  # the run's config (hydrali's keys, with the command's overrides); paths.output_dir is the run dir
+    options: DictConfig  # the command's own keys (core/inference/schema.py), e.g. ckpt, split
+    record: run_dir.RunFile
+    checkpoint_dir: Path
+
+    @property
+    def backend(self) -> str:
+        """The backend that trained the run."""
+        return str(self.cfg.backend.name)
+
+
+def compose(command: str, overrides: list[str]) -> tuple[DictConfig, DictConfig]:
+    """(hydrali's config, the command's own keys) that conf/<command>.yaml composes from `overrides`
+    (${hydra:runtime.cwd} resolving to this directory); a key that is not a setting, or a bad value, is one line."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+    from hydra.core.hydra_config import HydraConfig
+
+    from hydrali.core.cli.config_errors import composition_error_line
+
+    try:
+        with initialize_config_module(config_module="hydrali.conf", version_base="1.3"):
+            cfg = hydra_compose(command, overrides=overrides, return_hydra_config=True)
+    except Exception as err:  # Hydra's composition errors: many types
+        raise HydraliError(composition_error_line(err, overrides)) from err
+    HydraConfig.instance().set_config(cfg)
+    own = {f.name for f in fields(SCHEMAS[command])} - {f.name for f in fields(HydraliConfig)}
+    options = OmegaConf.create({key: OmegaConf.to_container(cfg, enum_to_str=True)[key] for key in sorted(own)})
+    with open_dict(cfg):
+        for key in ("hydra", *own):
+            del cfg[key]
+    return cfg, options
+
+
+def open_run(command: str, path: str | None, overrides: list[str]) -> TrainedRun:
+    """The run in `path` configured for `hydrali <command>`: its recorded overrides, then `overrides` (the
+    command's keys and any of hydrali's, e.g. data.root or pipeline.device), its locations pinned unless named."""
+    usage = f"hydrali {command} RUN_DIR [key=value ...]"
+    if not path or "=" in path:
+        raise HydraliError(f"{usage}: name the run dir first (the hydra.run.dir of a training run)")
+    where = Path(path).expanduser().resolve()
+    if not where.is_dir():
+        raise HydraliError(f"{usage}: {path} does not exist: pass the dir of a training run")
+    record = run_dir.read(where)
+    if record is None:
+        raise HydraliError(
+            f"{path} holds no hydrali run ({run_dir.RUN_FILE} is missing): pass the dir of a run that trained"
+        )
+    recorded = [o for o in record.overrides if run_dir.override_key(o) not in NOT_TAKEN_FROM_THE_RUN]
+    merged = run_dir.merge_overrides(recorded, overrides)
+    cfg, options = compose(command, merged)
+    run_dir.pin_locations(cfg, record, overrides, where)
+    from hydrali.core.data import weights_preprocessing
+
+    weights_preprocessing.apply(cfg, merged)  # the pretrained weights' preprocessing, as the run had it
+    return TrainedRun(where, cfg, options, record, where / CHECKPOINT_DIR)
+
+
+def checkpoint_of(run: TrainedRun, newest) -> Path:
+    """The checkpoint `ckpt` names in the run (`newest(dir)`: the backend's newest checkpoint in a dir): best (the
+    best epoch per the run's summary, else the newest), last, or a file of the run's backend."""
+    from hydrali.core.run.weights_from_run import best_or_newest
+
+    ckpt = str(run.options.ckpt)
+    folder = run.checkpoint_dir
+    if ckpt in (BEST, LAST):
+        found = best_or_newest(run.run_dir, folder, newest) if ckpt == BEST else newest(folder)
+        if found is None:
+            raise HydraliError(
+                f"{run.run_dir} holds no checkpoint ({folder} is empty or missing): train at least one epoch, or "
+                f"resume the run with `hydrali ckpt_path=last hydra.run.dir={run.run_dir}`"
+            )
+        return found
+    path = Path(ckpt).expanduser()
+    if not path.is_absolute() and not path.exists():
+        path = folder / ckpt  # a file name of the run's checkpoints/
+    if not path.is_file():
+        raise HydraliError(f"ckpt={ckpt}: no such file: pass best, last, or a checkpoint file of {folder}")
+    owner = backend_of_checkpoint(path)
+    if owner != run.backend:
+        raise HydraliError(
+            f"ckpt={ckpt} is not a checkpoint of backend={run.backend}, which trained {run.run_dir}: pass one of "
+            f"{folder}"
+        )
+    return path.resolve()
+
+
+def plain(cfg: DictConfig) -> dict:
+    """`cfg` resolved to plain data (for the files a command writes)."""
+    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
