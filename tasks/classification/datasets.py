@@ -12,10 +12,9 @@ import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from hydrali.core.data.image_files import IMAGE_EXTENSIONS
 from hydrali.core.errors import HydraliError
 
-# What DALI's file reader picks up by default (lower case).
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".pnm", ".ppm", ".pgm", ".pbm", ".jp2", ".webp")
 DIGITS_MARKER = "hydrali-digits.json"
 DIGITS_SPLIT_SEED = 0  # the train/val split of digits is fixed: the same files on every machine
 DIGITS_JPEG_QUALITY = 95
