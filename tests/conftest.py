@@ -30,6 +30,15 @@ def data_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("data")
 
 
+@pytest.fixture(scope="session")
+def trained_on_both(tmp_path_factory, data_dir):
+    """The same experiment trained by each backend from the command line (tests/support/both_backends.py), once a
+    session: (its dir, (output, summary) on Lightning, (output, summary) on Keras); runs in <dir>/<backend>."""
+    from tests.support.both_backends import train_on_both
+
+    return train_on_both(tmp_path_factory.mktemp("agree"), data_dir)
+
+
 @pytest.fixture
 def digits_copy(tmp_path, data_dir) -> Path:
     """A private copy of the digits dataset that the test may damage."""

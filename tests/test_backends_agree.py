@@ -6,43 +6,16 @@ import os
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.support.checks import read_summary
-from tests.support.cli import run_cli, start_cli
+from tests.support.cli import start_cli
 from tests.support.configs import SMALL_NET
 
 pytestmark = pytest.mark.slow
 
-# digits, 2 epochs, SGD with weight decay 1e-4 and label smoothing 0.1 (acceptance of the agreement), on a narrow
-# network at 16 x 16: what is checked is how each backend runs the experiment, not what it learns
-SAME = ["epochs=2", "optim.weight_decay=1e-4", "task.label_smoothing=0.1", *SMALL_NET]
-IMPORT_PROBE = (
-    "import atexit, runpy, sys; "
-    "atexit.register(lambda: print('LOADED', 'torch' in sys.modules, 'tensorflow' in sys.modules)); "
-    "sys.argv = ['hydrali'] + sys.argv[1:]; runpy.run_module('hydrali.core', run_name='__main__')"
-)
 
-
-def _run_with_probe(tmp_path, data_dir, name, *args):
-    out = run_cli(
-        f"paths.data_dir={data_dir}",
-        f"hydra.run.dir={tmp_path / name}",
-        *SAME,
-        *args,
-        cwd=tmp_path,
-        timeout=900,
-        entry=("-c", IMPORT_PROBE),
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out, read_summary(tmp_path / name)
-
-
-@pytest.fixture(scope="module")
-def both(tmp_path_factory, data_dir):
-    tmp_path = tmp_path_factory.mktemp("agree")
-    # default progress settings, output to a pipe: as a run whose output goes to a file or a CI log
-    lightning = _run_with_probe(tmp_path, data_dir, "lightning", "backend=lightning")
-    keras = _run_with_probe(tmp_path, data_dir, "keras", "backend=keras")
-    return tmp_path, lightning, keras
+@pytest.fixture
+def both(trained_on_both):
+    """The same experiment run by each backend (tests/support/both_backends.py), shared with other modules."""
+    return trained_on_both
 
 
 def test_both_backends_take_the_same_steps_at_the_same_lr(both):
@@ -78,9 +51,11 @@ def test_both_backends_log_the_same_params_and_metrics(both):
     }
     assert shared["lightning"] == shared["keras"]
     assert shared["keras"]["epoch/steps_per_epoch"] == "22" and shared["keras"]["task.label_smoothing"] == "0.1"
+    trained = {b: {name for name in d.metrics if not name.startswith("eval/")} for b, d in runs.items()}  # hydrali
+    #   eval (tests/test_after_training.py) adds its own to the same runs
     assert (
-        set(runs["lightning"].metrics)
-        == set(runs["keras"].metrics)
+        trained["lightning"]
+        == trained["keras"]
         == {"train/loss", "train/images", "val/loss", "val/acc", "val/images", "lr/first", "lr/last"}
     )
 

@@ -43,8 +43,9 @@ class KerasTrainedNetwork:
         """The network as a SavedModel (endpoint `serve`) or an ONNX file, in `folder`."""
         folder.mkdir(parents=True, exist_ok=True)
         model = self._serving_model()
+        model(tf.convert_to_tensor(example["images"][:1]))  # Keras exports a model that was called
         if fmt == "saved_model":
-            path = folder / "saved_model"
+            path = folder / "model"
             model.export(str(path), format="tf_saved_model", verbose=False)
             return path
         path = folder / "model.onnx"

@@ -1,0 +1,178 @@
+"""Using a trained run, on each backend: `hydrali eval` scores its checkpoint as its training did, `hydrali predict`
+labels a folder of images through its validation recipe, `hydrali export` writes a model whose own runtime gives the
+framework's numbers, beside a DALI pipeline that reproduces the validation inputs; bad input is one line, exit 2,
+nothing written. The runs are the session's shared pair (conftest.py: trained_on_both)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.support.checks import fails_with
+from tests.support.cli import run_cli
+
+pytestmark = pytest.mark.slow
+
+BACKENDS = ("lightning", "keras")
+VAL_IMAGES = 360  # the digits' validation split
+EXPORTED = {"lightning": "onnx", "keras": "saved_model"}  # the format each backend's test exports
+
+
+def _run_dir(trained, backend: str) -> Path:
+    return trained[0] / backend
+
+
+def _summary(trained, backend: str) -> dict:
+    return trained[1 + BACKENDS.index(backend)][1]
+
+
+def _hydrali(trained, *args: str):
+    return run_cli(*args, cwd=trained[0], timeout=600)
+
+
+@pytest.fixture(scope="module")
+def evaluated(trained_on_both):
+    """`hydrali eval <run>` on each backend's run: backend -> (its output, its metrics.json)."""
+    found = {}
+    for backend in BACKENDS:
+        out = _hydrali(trained_on_both, "eval", backend)
+        assert out.returncode == 0, out.stderr[-3000:]
+        found[backend] = out, json.loads((_run_dir(trained_on_both, backend) / "eval/val/metrics.json").read_text())
+    return found
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_eval_scores_the_best_checkpoint_as_training_did_with_per_class_figures_that_add_up(
+    trained_on_both, evaluated, backend
+):
+    out, scored = evaluated[backend]
+    summary = _summary(trained_on_both, backend)
+    acc = scored["metrics"]["val/acc"]
+    assert acc == pytest.approx(summary["best"]["val/acc"], abs=1e-4)  # what the framework measured in training
+    assert Path(scored["checkpoint"]).name == Path(summary["best_checkpoint"]).name
+    matrix = np.array(scored["confusion_matrix"])
+    assert matrix.shape == (10, 10) and matrix.sum() == scored["images"] == VAL_IMAGES
+    assert np.trace(matrix) / matrix.sum() == pytest.approx(acc, abs=1e-9)
+    for k, name in enumerate(scored["classes"]):
+        row = scored["per_class"][name]
+        assert row["support"] == matrix[k].sum()
+        assert row["recall"] == pytest.approx(matrix[k, k] / matrix[k].sum())
+        if matrix[:, k].sum():
+            assert row["precision"] == pytest.approx(matrix[k, k] / matrix[:, k].sum())
+    assert f"val/acc  {acc:.4f}" in out.stdout
+    assert (_run_dir(trained_on_both, backend) / "eval/val/confusion_matrix.png").stat().st_size > 0
+    client = MlflowClient(f"sqlite:///{trained_on_both[0]}/mlflow.db")
+    logged = client.get_run(summary["mlflow_run_id"])
+    assert logged.data.metrics["eval/val/acc"] == pytest.approx(acc)
+    assert logged.data.metrics["eval/val/recall/3"] == pytest.approx(scored["per_class"]["3"]["recall"])
+    assert logged.info.status == "FINISHED"  # the run's status is left as training left it
+    artifacts = {Path(a.path).name for a in client.list_artifacts(summary["mlflow_run_id"], "eval/val")}
+    assert {"metrics.json", "confusion_matrix.png"} <= artifacts
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_predict_labels_every_image_that_decodes_names_the_one_that_does_not_and_agrees_with_eval(
+    trained_on_both, evaluated, data_dir, tmp_path, backend
+):
+    folder = tmp_path / "new images"
+    shutil.copytree(data_dir / "digits" / "val", folder / "nested")  # one sub-folder per digit, a level down
+    broken = folder / "broken.jpg"
+    broken.write_bytes((folder / "nested/3").iterdir().__next__().read_bytes()[:300])  # a truncated JPEG
+    out = _hydrali(trained_on_both, "predict", backend, f"source={folder}", "top_k=3", f"out={tmp_path / 'out'}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    with (tmp_path / "out/predictions.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == VAL_IMAGES  # every image but the broken one
+    assert str(broken) in out.stdout and str(broken) in (tmp_path / "out/skipped_files.txt").read_text()
+    assert list(rows[0]) == ["file", "class_1", "score_1", "class_2", "score_2", "class_3", "score_3"]
+    assert all(float(r["score_1"]) >= float(r["score_2"]) >= float(r["score_3"]) for r in rows)
+    # each row's file is the image its classes were predicted for: the folder names are the true digits
+    right = sum(Path(r["file"]).parts[1] == r["class_1"] for r in rows)
+    assert right / len(rows) == pytest.approx(evaluated[backend][1]["metrics"]["val/acc"], abs=1e-9)
+
+
+def _deserialized_batches(path: Path, images: int):
+    """The batches of the serialized DALI pipeline at `path`, trimmed to `images` images: (images, labels)."""
+    from nvidia.dali import Pipeline
+
+    pipe = Pipeline.deserialize(filename=str(path))
+    pipe.build()
+    done = 0
+    while done < images:
+        pictures, labels = (output.as_array() for output in pipe.run())
+        keep = min(len(pictures), images - done)
+        yield pictures[:keep], labels[:keep].reshape(-1)
+        done += keep
+
+
+def _exported_outputs(backend: str, model: Path):
+    """A function of a batch of images giving the exported model's logits, run by the format's own runtime."""
+    if backend == "lightning":
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+        return lambda images: session.run(["logits"], {"images": images})[0]
+    import tensorflow as tf
+
+    serve = tf.saved_model.load(str(model)).signatures["serving_default"]
+    return lambda images: serve(images=tf.constant(images))["logits"].numpy()
+
+
+@pytest.mark.keras
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_exported_model_and_pipeline_reproduce_the_runs_validation(trained_on_both, evaluated, backend):
+    fmt = EXPORTED[backend]
+    out = _hydrali(trained_on_both, "export", backend, f"format={fmt}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    folder = _run_dir(trained_on_both, backend) / "export" / fmt
+    check = json.loads((folder / "check.json").read_text())
+    assert check["result"] == "passed" and check["max_abs_difference"] <= 1e-4 and check["images"] == 32
+    expects = json.loads((folder / "preprocessing.json").read_text())
+    assert expects["image_size"] == 16 and expects["classes"] == [str(d) for d in range(10)]
+    assert expects["layout"] == {"lightning": "NCHW", "keras": "NHWC"}[backend]
+    model = folder / ("model.onnx" if fmt == "onnx" else "model")
+    logits_of = _exported_outputs(backend, model)
+    right = seen = 0
+    for images, labels in _deserialized_batches(folder / "dali_pipeline.bin", VAL_IMAGES):
+        assert images.shape[1:] == ((3, 16, 16) if backend == "lightning" else (16, 16, 3))
+        right += int(np.sum(np.argmax(logits_of(images), axis=1) == labels))
+        seen += len(labels)
+    # the exported model on the deserialized pipeline's inputs scores what the framework measured in training
+    assert seen == VAL_IMAGES
+    assert right / seen == pytest.approx(_summary(trained_on_both, backend)["best"]["val/acc"], abs=1e-4)
+
+
+def _files_and_times(folder: Path) -> dict:
+    return {p: p.stat().st_mtime_ns for p in folder.rglob("*")}
+
+
+def test_bad_input_is_one_line_exit_2_and_changes_nothing(trained_on_both, evaluated, tmp_path):
+    run = _run_dir(trained_on_both, "lightning")
+    no_checkpoint = tmp_path / "interrupted"
+    no_checkpoint.mkdir()
+    shutil.copy(run / "run.json", no_checkpoint / "run.json")  # a run that never finished an epoch
+    empty = tmp_path / "no images"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("not an image")
+    client = MlflowClient(f"sqlite:///{trained_on_both[0]}/mlflow.db")
+    run_id = _summary(trained_on_both, "lightning")["mlflow_run_id"]
+    metrics_before = client.get_run(run_id).data.metrics
+    before = _files_and_times(trained_on_both[0] / "lightning"), _files_and_times(tmp_path)
+    cases = [
+        (("eval", str(tmp_path)), "holds no hydrali run"),
+        (("eval", str(no_checkpoint)), "holds no checkpoint"),
+        (("eval", "lightning", "spilt=test"), "spilt is not a hydrali setting"),
+        (("eval", "lightning", "split=test"), "test is missing"),
+        (("predict", "lightning", f"source={empty}"), "holds no images"),
+        (("export", "lightning", "format=saved_model"), "backend=lightning exports onnx or torchscript"),
+    ]
+    for args, needle in cases:
+        fails_with(_hydrali(trained_on_both, *args), needle)
+    assert (_files_and_times(trained_on_both[0] / "lightning"), _files_and_times(tmp_path)) == before
+    assert client.get_run(run_id).data.metrics == metrics_before
