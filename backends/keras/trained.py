@@ -22,11 +22,10 @@ SERVING_ENDPOINT = "serve"  # the SavedModel's signature: images in, the side's 
 class KerasTrainedNetwork:
     """The network of a Keras run with its weights, and the task side's predictions on it."""
 
-    formats = ("saved_model", "onnx")
-
     def __init__(self, network: keras.Model, side):
         self.network = network
         self.side = side
+        self.formats = tuple(getattr(side, "export_formats", ("saved_model", "onnx")))  # a side may export none
         self._predict = tf.function(lambda batch: side.predict(network, batch), reduce_retracing=True)
 
     def predict(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:

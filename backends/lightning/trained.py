@@ -25,12 +25,11 @@ def _numpy(value: torch.Tensor) -> np.ndarray:
 class TorchTrainedNetwork:
     """The task's torch side with a run's weights, in evaluation mode."""
 
-    formats = ("onnx", "torchscript")
-
     def __init__(self, side: torch.nn.Module, precision: str):
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.side = side.to(self.device).eval()
         self.precision = precision_plugin(precision, self.device.type)
+        self.formats = tuple(getattr(side, "export_formats", ("onnx", "torchscript")))  # a side may export none
 
     def _tensors(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         return {k: torch.as_tensor(v).to(self.device) for k, v in batch.items() if isinstance(v, np.ndarray)}

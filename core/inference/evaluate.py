@@ -54,9 +54,10 @@ def _log(loaded: Loaded, result: dict, written: list[Path], split: str) -> None:
     if not (cfg.tracking.enabled and cfg.tracking.uri and record.mlflow_run_id):
         return
     metrics = {f"{EVAL_DIR}/{name}": value for name, value in result["metrics"].items()}
-    for name, row in result.get("per_class", {}).items():
-        for figure in ("precision", "recall"):
-            metrics[f"{EVAL_DIR}/{split}/{figure}/{name}"] = row[figure]
+    for name, row in result.get("per_class", {}).items():  # e.g. eval/val/recall/<class>; counts stay in the file
+        for figure, value in row.items():
+            if isinstance(value, float):
+                metrics[f"{EVAL_DIR}/{split}/{figure}/{name}"] = value
     log_to_finished_run(
         str(cfg.tracking.uri), record.mlflow_run_id, metrics, [(p, f"{EVAL_DIR}/{split}") for p in written]
     )

@@ -27,6 +27,8 @@ def export(path: str | None, overrides: list[str]) -> Path:
     run = open_run("export", path, overrides)
     fmt = str(run.options.format)
     loaded = load(run, lambda task: task.prepare_data(run.cfg.data, Verify.off), "prepare_data")
+    if not loaded.network.formats:
+        raise HydraliError(f"task={run.cfg.task.name} on backend={run.backend} cannot be exported yet")
     if fmt not in loaded.network.formats:
         raise HydraliError(
             f"format={fmt}: backend={run.backend} exports {' or '.join(loaded.network.formats)}: pass one of them"

@@ -40,25 +40,26 @@ def predict(path: str | None, overrides: list[str]) -> Path:
 
     def data(task):
         trained_on = task.prepare_data(run.cfg.data, Verify.off)  # the run's classes
-        return task.prediction_data(trained_on, folder, files)
+        annotations = run.options.annotations
+        return task.prediction_data(trained_on, folder, files, None if annotations is None else str(annotations))
 
     loaded = load(run, data, "prediction_data")
     predictions = loaded.task.predictions(loaded.dataset, int(run.options.top_k))
     position = 0
     for batch in loaded.batches("predict"):
         size = len(next(iter(batch.values())))
-        predictions.update(files[position : position + size], loaded.network.predict(batch))
+        predictions.update(files[position : position + size], loaded.network.predict(batch), batch)
         position += size
     out = Path(str(run.options.out)).expanduser()
     out = (out if out.is_absolute() else run.run_dir / out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    written = [predictions.write(out)]
+    written = predictions.write(out)
     if bad:
         skipped = out / SKIPPED_FILES
         skipped.write_text("".join(f"{p}\t{why}\n" for p, why in bad))
         written.append(skipped)
     print(f"hydrali predict: {loaded.describe()}", flush=True)
-    print(f"{len(files)} images of {folder} labelled", flush=True)
+    print(f"{loaded.dataset.num_val} images of {folder} predicted", flush=True)
     for p, why in bad:
         print(f"skipped (cannot be decoded): {p}: {why}", flush=True)
     print(f"written: {', '.join(str(p) for p in written)}", flush=True)

@@ -46,6 +46,7 @@ class PredictRoot(UseConfig):
     """conf/predict.yaml's top level."""
 
     source: Optional[str] = None  # the folder of images to label (searched recursively)
+    annotations: Optional[str] = None  # detection: a COCO file naming the images (its image ids are used)
     top_k: int = 5
     out: str = "predictions"  # the folder (relative: in the run dir) the predictions are written to
 

@@ -107,18 +107,18 @@ class ClassificationPredictions:
         self.top_k = max(1, min(top_k, len(self.classes)))
         self.rows: list[list] = []
 
-    def update(self, files: list[str], predictions: dict) -> None:
+    def update(self, files: list[str], predictions: dict, batch: dict) -> None:
         """Add the images `files` (in the batch's order) and the network's `logits` for them."""
         probabilities = softmax(predictions["logits"].astype(np.float64))
         best = np.argsort(-probabilities, axis=1, kind="stable")[:, : self.top_k]
         for name, order, row in zip(files, best, probabilities):
             self.rows.append([name, *(value for k in order for value in (self.classes[k], f"{row[k]:.6f}"))])
 
-    def write(self, folder: Path) -> Path:
+    def write(self, folder: Path) -> list[Path]:
         """predictions.csv in `folder`: file, then class_1, score_1, ..., class_k, score_k (best first)."""
         path = folder / PREDICTIONS_FILE
         with path.open("w", newline="") as out:
             writer = csv.writer(out)
             writer.writerow(["file", *(f"{what}_{k}" for k in range(1, self.top_k + 1) for what in ("class", "score"))])
             writer.writerows(self.rows)
-        return path
+        return [path]

@@ -14,6 +14,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from hydrali.core.data.image_files import Verify
+from hydrali.core.errors import HydraliError
 from hydrali.core.optim.class_weights import describe, resolve_class_weights
 from hydrali.core.run.plan import Plan, Shard
 from hydrali.tasks.base import DaliTask
@@ -77,9 +78,13 @@ class ClassificationTask(DaliTask):
         bad = self.check_prepared(data, info, verify, classes_in=f"{data.root}/train (class folders)")
         return info.without(bad) if bad else info
 
-    def prediction_data(self, dataset: ImageFolderInfo, folder: Path, files: list[str]) -> ImageFolderInfo:
+    def prediction_data(
+        self, dataset: ImageFolderInfo, folder: Path, files: list[str], annotations: str | None = None
+    ) -> ImageFolderInfo:
         """A dataset whose validation split is `files` (relative to `folder`), with `dataset`'s classes: what
         hydrali predict reads through the validation recipe."""
+        if annotations is not None:
+            raise HydraliError(f"annotations={annotations}: a COCO file of the images is for task=detection")
         return replace(
             dataset,
             root=folder,

@@ -444,3 +444,16 @@ def scan_coco(
     for write in pending:
         _write_clean_copy(*write)
     return CocoInfo(root, train, val)
+
+
+def images_only_coco(folder: Path, files: list[str], categories_from: Path) -> dict:
+    """A COCO annotation file of `files` (relative to `folder`) without boxes: ids 1.. in their order, their sizes
+    (read from their headers), and the categories of `categories_from` (hydrali predict reads new images so)."""
+    from PIL import Image
+
+    images = []
+    for number, name in enumerate(files, start=1):
+        with Image.open(folder / name) as picture:
+            width, height = picture.size
+        images.append({"id": number, "file_name": name, "width": width, "height": height})
+    return {"images": images, "annotations": [], "categories": load_coco_json(categories_from)["categories"]}

@@ -331,3 +331,26 @@ class CocoEvaluator:
                 f"category id(s) {unknown[:5]} are not in the annotation file's categories "
                 f"{self._category_ids}: were contiguous labels mapped back?"
             )
+
+
+def per_category_ap(ground_truth: COCO, detections: list[dict], image_ids: Iterable[int]) -> dict[int, dict]:
+    """For each category id of the ground truth: its AP@[.5:.95] and AP@.5 over `image_ids` (area all, 100
+    detections), from COCOeval's precision table as pycocotools' summary averages it; None where no ground truth of
+    the category exists in those images."""
+    results = ground_truth.loadRes([dict(detection) for detection in detections]) if detections else None
+    if results is None:
+        return {int(c): {"ap": 0.0, "ap50": 0.0} for c in ground_truth.getCatIds()}
+    evaluation = COCOeval_faster(ground_truth, results, iouType=IOU_TYPE, print_function=_silent)
+    evaluation.params.imgIds = sorted(set(image_ids))
+    evaluation.run()
+    precision = np.asarray(evaluation.eval["precision"])  # [iou thresholds, recalls, categories, areas, max dets]
+    found = {}
+    for k, category in enumerate(evaluation.params.catIds):
+        table = precision[:, :, k, 0, -1]
+        defined = table[table > UNDEFINED_STAT]
+        at_50 = table[0][table[0] > UNDEFINED_STAT]
+        found[int(category)] = {
+            "ap": float(defined.mean()) if defined.size else None,
+            "ap50": float(at_50.mean()) if at_50.size else None,
+        }
+    return found

@@ -86,6 +86,18 @@ class KerasDetection:
         )
         return np.int32(len(real))
 
+    prediction_names = ("boxes", "scores", "labels", "counts")  # what `predict` returns (hydrali eval, predict)
+    export_formats = ()  # hydrali export: not yet
+
+    def predict(self, network: keras.Model, batch: dict) -> dict:
+        """Each image's detections, padded to max_detections rows: boxes [B, M, 4] ltrb in [0, 1], scores [B, M],
+        labels [B, M] (1..K), and counts [B] of real rows (scored by tasks/detection/scoring.py)."""
+        raw = network(batch["images"], training=False)
+        boxes, scores, labels, counts = decode_detections(
+            tf.cast(raw, tf.float32), tf.constant(self.anchors), **self.task.detection_args()
+        )
+        return {"boxes": boxes, "scores": scores, "labels": labels, "counts": counts}
+
     def callbacks(self) -> list:
         """The callback that adds val_map and val_map50 to each validated epoch's logs."""
         return [DetectionMetrics(self.validation)]

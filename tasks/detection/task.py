@@ -6,7 +6,11 @@ imported only by the backend that uses it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import atexit
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -16,10 +20,11 @@ from hydrali.core.errors import HydraliError
 from hydrali.core.run.plan import Plan, Shard
 from hydrali.tasks.base import DaliTask
 from hydrali.tasks.detection.anchors import anchor_spec, default_boxes
-from hydrali.tasks.detection.coco import CocoInfo, default_annotations, scan_coco
+from hydrali.tasks.detection.coco import CocoInfo, default_annotations, images_only_coco, scan_coco, scan_coco_split
 from hydrali.tasks.detection.digits import write_digits_detection
 from hydrali.tasks.detection.layout import IMAGE_ID_COLUMNS, TARGET_COLUMNS, TRAINING_OUTPUTS, VALIDATION_OUTPUTS
 from hydrali.tasks.detection.recipes import CocoSource
+from hydrali.tasks.detection.scoring import DetectionPredictions, DetectionScores
 from hydrali.tasks.detection.validation import DetectionValidation
 
 
@@ -124,6 +129,41 @@ class DetectionTask(DaliTask):
             "focal_alpha": self.focal_alpha,
             "focal_gamma": self.focal_gamma,
         }
+
+    def evaluation_data(self, data: DictConfig, split: str, verify: Verify) -> CocoInfo:
+        """The dataset scored by hydrali eval: its val split (another set of images is scored by naming it the val
+        split: data.val_dir and data.val_annotations)."""
+        if split != "val":
+            raise HydraliError(
+                f"split={split}: task=detection scores the val split; to score other images pass "
+                f"data.val_dir=<their folder> data.val_annotations=<their COCO annotation file>"
+            )
+        return self.prepare_data(data, verify)
+
+    def prediction_data(
+        self, dataset: CocoInfo, folder: Path, files: list[str], annotations: str | None = None
+    ) -> CocoInfo:
+        """A dataset whose val split is the images of `folder` read by hydrali predict: those `annotations` (a COCO
+        file naming them, whose image ids the predictions take) describes, or else `files` (relative to `folder`),
+        numbered 1.. in their order, in a COCO file of their sizes written to a temporary folder."""
+        scratch = Path(tempfile.mkdtemp(prefix="hydrali-predict-"))
+        atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+        if annotations is None:
+            annotations = scratch / "images.json"
+            annotations.write_text(json.dumps(images_only_coco(folder, files, dataset.train.annotation_file)))
+        split = scan_coco_split(folder, Path(annotations), scratch / "cleaned.json")
+        if (split.category_ids, split.category_names) != (dataset.train.category_ids, dataset.train.category_names):
+            raise HydraliError(f"annotations={annotations} has other categories than the run's training set")
+        return replace(dataset, val=split, skipped=())
+
+    def scores(self, dataset: CocoInfo) -> DetectionScores:
+        """What hydrali eval accumulates over the val split's batches (tasks/detection/scoring.py)."""
+        return DetectionScores(dataset.val)
+
+    def predictions(self, dataset: CocoInfo, top_k: int) -> DetectionPredictions:
+        """What hydrali predict accumulates and writes (predictions.json, COCO results); every detection is kept
+        (up to task.max_detections per image): top_k is classification's."""
+        return DetectionPredictions(dataset.val)
 
     def artifacts(self) -> list[tuple[Path, str]]:
         """Files the task wrote for the run's tracker: (path, artifact folder)."""

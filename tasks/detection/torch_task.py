@@ -63,6 +63,26 @@ class TorchDetection(nn.Module):
         )
         return self._loss(raw, batch["targets"]), images.shape[0]
 
+    prediction_names = ("boxes", "scores", "labels", "counts")  # what `predict` returns (hydrali eval, predict)
+    export_formats = ()  # hydrali export: not yet (its decoding's NMS is a Python loop)
+
+    def predict(self, batch: dict) -> dict[str, torch.Tensor]:
+        """Each image's detections, padded to max_detections rows: boxes [B, M, 4] ltrb in [0, 1], scores [B, M],
+        labels [B, M] (1..K, -1 in padding), and counts [B] of real rows (scored by tasks/detection/scoring.py)."""
+        raw = self.model(batch["images"])
+        with _one_thread_on_cpu(raw.device):
+            found = decode_detections(raw[..., :BOX_VALUES], raw[..., BOX_VALUES:], self.anchors, **self.detection_args)
+        rows = self.detection_args["max_detections"]
+        boxes = raw.new_zeros((len(found), rows, BOX_VALUES))
+        scores = raw.new_zeros((len(found), rows))
+        labels = torch.full((len(found), rows), -1, dtype=torch.int64, device=raw.device)
+        for i, (image_boxes, image_scores, image_labels) in enumerate(found):
+            boxes[i, : len(image_boxes)] = image_boxes
+            scores[i, : len(image_scores)] = image_scores
+            labels[i, : len(image_labels)] = image_labels
+        counts = torch.tensor([len(image_scores) for _, image_scores, _ in found], device=raw.device)
+        return {"boxes": boxes, "scores": scores, "labels": labels, "counts": counts}
+
     def val_metrics_compute(self, epoch: int) -> dict[str, float]:
         """COCO mAP of the epoch's detections from every process (val/map, val/map50); then reset."""
         self.validation.gather_across_processes()  # through the collective the backend installed
