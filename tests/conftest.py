@@ -39,6 +39,15 @@ def trained_on_both(tmp_path_factory, data_dir):
     return train_on_both(tmp_path_factory.mktemp("agree"), data_dir)
 
 
+@pytest.fixture(scope="session")
+def detection_runs(tmp_path_factory, data_dir):
+    """5 epochs of the default detection run on each backend (tests/support/both_backends.py), once a session:
+    (its dir, backend -> summary); runs in <dir>/<backend>, one MLflow store <dir>/mlflow.db."""
+    from tests.support.both_backends import detection_on_both
+
+    return detection_on_both(tmp_path_factory.mktemp("detect"), data_dir)
+
+
 @pytest.fixture
 def digits_copy(tmp_path, data_dir) -> Path:
     """A private copy of the digits dataset that the test may damage."""

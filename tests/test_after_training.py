@@ -148,6 +148,30 @@ def test_the_exported_model_and_pipeline_reproduce_the_runs_validation(trained_o
     assert right / seen == pytest.approx(_summary(trained_on_both, backend)["best"]["val/acc"], abs=1e-4)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_detection_eval_and_predict_give_the_map_training_measured(detection_runs, data_dir, tmp_path, backend):
+    root, runs = detection_runs
+    best = runs[backend]["best"]["val/map"]
+    out = run_cli("eval", backend, cwd=root, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    scored = json.loads((root / backend / "eval/val/metrics.json").read_text())
+    assert scored["metrics"]["val/map"] == pytest.approx(best, abs=1e-4) and scored["images"] == 200
+    ap = [row["ap"] for row in scored["per_class"].values() if row["ap"] is not None]
+    assert len(ap) == 10 and np.mean(ap) == pytest.approx(scored["metrics"]["val/map"], abs=1e-6)  # COCO's mean
+    val = data_dir / "digits_detection"
+    annotations = val / "annotations/instances_val2017.json"
+    out = run_cli(
+        "predict", backend, f"source={val / 'val2017'}", f"annotations={annotations}", f"out={tmp_path}", cwd=root
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    from faster_coco_eval import COCO, COCOeval_faster
+
+    truth = COCO(str(annotations))
+    evaluation = COCOeval_faster(truth, truth.loadRes(str(tmp_path / "predictions.json")), iouType="bbox")
+    evaluation.run()
+    assert evaluation.stats_as_dict["AP_all"] == pytest.approx(best, abs=1e-4)  # COCO results of the val images
+
+
 def _files_and_times(folder: Path) -> dict:
     return {p: p.stat().st_mtime_ns for p in folder.rglob("*")}
 

@@ -13,34 +13,20 @@ from PIL import Image
 
 from tests.support.checks import fails_with, read_summary
 from tests.support.cli import run_cli
+from tests.support.both_backends import SHORT_DETECTION
 from tests.support.datasets import copy_as_a_users_coco, write_rectangles_coco
 
 pytestmark = pytest.mark.slow
 
-SHORT = ["task=detection", "epochs=5"]  # the bundled digits_detection, 5 epochs
 MAP_KEYS = ("val/map", "val/map50")
 UNTRAINED_MAP50 = 0.02  # an untrained detector's val/map50 stays below this (about 0)
 TRAINED_MAP50 = 0.2  # what 5 epochs reach at least, on each backend
 
 
-@pytest.fixture(scope="module")
-def short_runs(tmp_path_factory, data_dir):
-    """5 epochs of the default detection run on each backend, tracked in one MLflow store."""
-    root = tmp_path_factory.mktemp("detect")
-    runs = {}
-    for backend in ("lightning", "keras"):
-        out = run_cli(
-            *SHORT,
-            f"backend={backend}",
-            f"paths.data_dir={data_dir}",
-            f"paths.root={root}",
-            f"hydra.run.dir={root / backend}",
-            cwd=root,
-            timeout=900,
-        )
-        assert out.returncode == 0, out.stderr[-3000:]
-        runs[backend] = read_summary(root / backend)
-    return root, runs
+@pytest.fixture
+def short_runs(detection_runs):
+    """5 epochs of the default detection run on each backend, tracked in one MLflow store (conftest.py)."""
+    return detection_runs
 
 
 @pytest.mark.keras  # the untrained Keras detector is scored in this process
@@ -60,7 +46,8 @@ def test_both_backends_report_the_same_metrics_and_pictures_in_mlflow(short_runs
     for backend, summary in runs.items():
         run = client.get_run(summary["mlflow_run_id"])
         assert run.info.status == "FINISHED"
-        names[backend] = sorted(k for k in run.data.metrics if not k.startswith("lr/"))
+        names[backend] = sorted(k for k in run.data.metrics if not k.startswith(("lr/", "eval/")))  # eval/: hydrali
+        #   eval's (tests/test_after_training.py)
         for key in MAP_KEYS:
             assert [m.step for m in client.get_metric_history(run.info.run_id, key)] == [1, 2, 3, 4, 5]
         pictures = sorted(a.path for a in client.list_artifacts(run.info.run_id, "pictures"))
@@ -90,7 +77,7 @@ def test_a_users_coco_set_with_only_the_defaults_trains_as_well_as_the_tuned_bun
     _, runs = short_runs
     user_set = copy_as_a_users_coco(data_dir / "digits_detection", tmp_path / "users")
     out = run_cli(
-        *SHORT,
+        *SHORT_DETECTION,
         "data=coco",
         f"data.root={user_set}",
         "data.image_size=128",  # the images' size (data=coco's default is 320, for COCO's photos)

@@ -1,6 +1,7 @@
-"""The same experiment trained once by each backend, from the command line as a user runs it: what the agreement
+"""The same experiments trained once by each backend, from the command line as a user runs them: what the agreement
 tests (tests/test_backends_agree.py) compare, and the trained runs that hydrali eval, predict and export use
-(tests/test_after_training.py). Shared by the session (conftest.py: trained_on_both)."""
+(tests/test_after_training.py); and the short detection runs of each backend. Shared by the session (conftest.py:
+trained_on_both, detection_runs)."""
 
 from __future__ import annotations
 
@@ -42,3 +43,25 @@ def train_on_both(tmp_path: Path, data_dir: Path):
     lightning = run_with_probe(tmp_path, data_dir, "lightning", "backend=lightning")
     keras = run_with_probe(tmp_path, data_dir, "keras", "backend=keras")
     return tmp_path, lightning, keras
+
+
+SHORT_DETECTION = ["task=detection", "epochs=5"]  # the bundled digits_detection, 5 epochs
+
+
+def detection_on_both(root: Path, data_dir: Path):
+    """5 epochs of the default detection run on each backend, tracked in one MLflow store under `root`:
+    (root, backend -> summary), the runs in root/<backend>."""
+    runs = {}
+    for backend in ("lightning", "keras"):
+        out = run_cli(
+            *SHORT_DETECTION,
+            f"backend={backend}",
+            f"paths.data_dir={data_dir}",
+            f"paths.root={root}",
+            f"hydra.run.dir={root / backend}",
+            cwd=root,
+            timeout=900,
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs[backend] = read_summary(root / backend)
+    return root, runs
