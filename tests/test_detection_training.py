@@ -11,9 +11,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 from PIL import Image
 
+from tests.support.both_backends import SHORT_DETECTION
 from tests.support.checks import fails_with, read_summary
 from tests.support.cli import run_cli
-from tests.support.both_backends import SHORT_DETECTION
 from tests.support.datasets import copy_as_a_users_coco, write_rectangles_coco
 
 pytestmark = pytest.mark.slow
