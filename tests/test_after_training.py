@@ -36,6 +36,24 @@ def _hydrali(trained, *args: str):
     return run_cli(*args, cwd=trained[0], timeout=600)
 
 
+def _use(capsys, command: str, *args: str) -> tuple[int, str, str]:
+    """`hydrali <command> <args>` in this process (its frameworks are loaded already): (exit code, stdout, stderr)."""
+    from hydrali.core.cli.use import run_command
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as ended:
+        run_command(command, list(args))
+    out, err = capsys.readouterr()
+    return ended.value.code, out, err
+
+
+def _refused(result, needle: str) -> None:
+    code, _, err = result
+    assert code == 2, err[-3000:]
+    errors = [line for line in err.splitlines() if line.startswith("hydrali: error:")]
+    assert len(errors) == 1 and needle in errors[0], err[-3000:]
+
+
 @pytest.fixture(scope="module")
 def evaluated(trained_on_both):
     """`hydrali eval <run>` on each backend's run: backend -> (its output, its metrics.json)."""
@@ -76,20 +94,28 @@ def test_eval_scores_the_best_checkpoint_as_training_did_with_per_class_figures_
     assert {"metrics.json", "confusion_matrix.png"} <= artifacts
 
 
+@pytest.mark.keras
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_predict_labels_every_image_that_decodes_names_the_one_that_does_not_and_agrees_with_eval(
-    trained_on_both, evaluated, data_dir, tmp_path, backend
+    trained_on_both, evaluated, data_dir, tmp_path, capsys, backend
 ):
     folder = tmp_path / "new images"
     shutil.copytree(data_dir / "digits" / "val", folder / "nested")  # one sub-folder per digit, a level down
     broken = folder / "broken.jpg"
     broken.write_bytes((folder / "nested/3").iterdir().__next__().read_bytes()[:300])  # a truncated JPEG
-    out = _hydrali(trained_on_both, "predict", backend, f"source={folder}", "top_k=3", f"out={tmp_path / 'out'}")
-    assert out.returncode == 0, out.stderr[-3000:]
+    code, out, err = _use(
+        capsys,
+        "predict",
+        str(_run_dir(trained_on_both, backend)),
+        f"source={folder}",
+        "top_k=3",
+        f"out={tmp_path / 'out'}",
+    )
+    assert code == 0, err[-3000:]
     with (tmp_path / "out/predictions.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == VAL_IMAGES  # every image but the broken one
-    assert str(broken) in out.stdout and str(broken) in (tmp_path / "out/skipped_files.txt").read_text()
+    assert str(broken) in out and str(broken) in (tmp_path / "out/skipped_files.txt").read_text()
     assert list(rows[0]) == ["file", "class_1", "score_1", "class_2", "score_2", "class_3", "score_3"]
     assert all(float(r["score_1"]) >= float(r["score_2"]) >= float(r["score_3"]) for r in rows)
     # each row's file is the image its classes were predicted for: the folder names are the true digits
@@ -126,10 +152,11 @@ def _exported_outputs(backend: str, model: Path):
 
 @pytest.mark.keras
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_the_exported_model_and_pipeline_reproduce_the_runs_validation(trained_on_both, evaluated, backend):
+def test_the_exported_model_and_pipeline_reproduce_the_runs_validation(trained_on_both, evaluated, capsys, backend):
     fmt = EXPORTED[backend]
-    out = _hydrali(trained_on_both, "export", backend, f"format={fmt}")
-    assert out.returncode == 0, out.stderr[-3000:]
+    code, out, err = _use(capsys, "export", str(_run_dir(trained_on_both, backend)), f"format={fmt}")
+    assert code == 0, err[-3000:]
+    assert "checked on 32 validation images" in out
     folder = _run_dir(trained_on_both, backend) / "export" / fmt
     check = json.loads((folder / "check.json").read_text())
     assert check["result"] == "passed" and check["max_abs_difference"] <= 1e-4 and check["images"] == 32
@@ -148,22 +175,28 @@ def test_the_exported_model_and_pipeline_reproduce_the_runs_validation(trained_o
     assert right / seen == pytest.approx(_summary(trained_on_both, backend)["best"]["val/acc"], abs=1e-4)
 
 
+@pytest.mark.keras
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_detection_eval_and_predict_give_the_map_training_measured(detection_runs, data_dir, tmp_path, backend):
+def test_detection_eval_and_predict_give_the_map_training_measured(detection_runs, data_dir, tmp_path, capsys, backend):
     root, runs = detection_runs
     best = runs[backend]["best"]["val/map"]
-    out = run_cli("eval", backend, cwd=root, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
+    code, _, err = _use(capsys, "eval", str(root / backend))
+    assert code == 0, err[-3000:]
     scored = json.loads((root / backend / "eval/val/metrics.json").read_text())
     assert scored["metrics"]["val/map"] == pytest.approx(best, abs=1e-4) and scored["images"] == 200
     ap = [row["ap"] for row in scored["per_class"].values() if row["ap"] is not None]
     assert len(ap) == 10 and np.mean(ap) == pytest.approx(scored["metrics"]["val/map"], abs=1e-6)  # COCO's mean
     val = data_dir / "digits_detection"
     annotations = val / "annotations/instances_val2017.json"
-    out = run_cli(
-        "predict", backend, f"source={val / 'val2017'}", f"annotations={annotations}", f"out={tmp_path}", cwd=root
+    code, _, err = _use(
+        capsys,
+        "predict",
+        str(root / backend),
+        f"source={val / 'val2017'}",
+        f"annotations={annotations}",
+        f"out={tmp_path}",
     )
-    assert out.returncode == 0, out.stderr[-3000:]
+    assert code == 0, err[-3000:]
     from faster_coco_eval import COCO, COCOeval_faster
 
     truth = COCO(str(annotations))
@@ -176,7 +209,8 @@ def _files_and_times(folder: Path) -> dict:
     return {p: p.stat().st_mtime_ns for p in folder.rglob("*")}
 
 
-def test_bad_input_is_one_line_exit_2_and_changes_nothing(trained_on_both, evaluated, tmp_path):
+@pytest.mark.keras
+def test_bad_input_is_one_line_exit_2_and_changes_nothing(trained_on_both, evaluated, tmp_path, capsys):
     run = _run_dir(trained_on_both, "lightning")
     no_checkpoint = tmp_path / "interrupted"
     no_checkpoint.mkdir()
@@ -187,16 +221,20 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(trained_on_both, evalu
     client = MlflowClient(f"sqlite:///{trained_on_both[0]}/mlflow.db")
     run_id = _summary(trained_on_both, "lightning")["mlflow_run_id"]
     metrics_before = client.get_run(run_id).data.metrics
-    before = _files_and_times(trained_on_both[0] / "lightning"), _files_and_times(tmp_path)
+    before = _files_and_times(trained_on_both[0]), _files_and_times(tmp_path)
     cases = [
         (("eval", str(tmp_path)), "holds no hydrali run"),
         (("eval", str(no_checkpoint)), "holds no checkpoint"),
-        (("eval", "lightning", "spilt=test"), "spilt is not a hydrali setting"),
-        (("eval", "lightning", "split=test"), "test is missing"),
-        (("predict", "lightning", f"source={empty}"), "holds no images"),
-        (("export", "lightning", "format=saved_model"), "backend=lightning exports onnx or torchscript"),
+        (("eval", str(run), "spilt=test"), "spilt is not a hydrali setting"),
+        (("eval", str(run), "split=test"), "test is missing"),
+        (("eval", str(run), f"ckpt={_summary(trained_on_both, 'keras')['best_checkpoint']}"), "not a checkpoint of"),
+        (("predict", str(run), f"source={empty}"), "holds no images"),
+        (("export", str(run), "format=saved_model"), "backend=lightning exports onnx or torchscript"),
+        (("export", str(_run_dir(trained_on_both, "keras")), "format=torchscript"), "backend=keras exports"),
     ]
     for args, needle in cases:
-        fails_with(_hydrali(trained_on_both, *args), needle)
-    assert (_files_and_times(trained_on_both[0] / "lightning"), _files_and_times(tmp_path)) == before
+        _refused(_use(capsys, *args), needle)
+    assert (_files_and_times(trained_on_both[0]), _files_and_times(tmp_path)) == before
     assert client.get_run(run_id).data.metrics == metrics_before
+    # the command line itself: the same one line and exit code
+    fails_with(_hydrali(trained_on_both, "eval", str(no_checkpoint)), "holds no checkpoint")

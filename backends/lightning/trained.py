@@ -1,5 +1,6 @@
 """A Lightning run's network loaded from one of its checkpoints for inference (core.contracts.backend.TrainedNetwork):
-the task's torch side in evaluation mode, at the run's precision, on the GPU when torch sees one; exported with
+the task's torch side in evaluation mode, at the run's precision, on the GPU when torch sees one (and
+backend.accelerator allows); exported with
 torch's own exporters (torch.onnx, TorchScript) and checked with onnxruntime or TorchScript."""
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ def _numpy(value: torch.Tensor) -> np.ndarray:
 class TorchTrainedNetwork:
     """The task's torch side with a run's weights, in evaluation mode."""
 
-    def __init__(self, side: torch.nn.Module, precision: str):
-        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    def __init__(self, side: torch.nn.Module, precision: str, accelerator: str = "auto"):
+        gpu = accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+        self.device = torch.device("cuda" if gpu else "cpu")  # as backend.accelerator chose for training
         self.side = side.to(self.device).eval()
         self.precision = precision_plugin(precision, self.device.type)
         self.formats = tuple(getattr(side, "export_formats", ("onnx", "torchscript")))  # a side may export none
@@ -114,4 +116,4 @@ def load_trained(*, cfg: DictConfig, task, dataset, checkpoint: Path) -> TorchTr
             f"{checkpoint} holds the weights of another network ({str(err).splitlines()[-1].strip()}): pass a "
             f"checkpoint of this run"
         ) from err
-    return TorchTrainedNetwork(side, str(cfg.backend.precision))
+    return TorchTrainedNetwork(side, str(cfg.backend.precision), str(cfg.backend.get("accelerator", "auto")))

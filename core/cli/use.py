@@ -30,8 +30,14 @@ def run_command(command: str, arguments: list[str]) -> None:
         sys.exit(0)
     from hydra.utils import get_method
 
+    from hydrali.core.config.store import register_schemas
     from hydrali.core.inference.schema import register_use_schemas
 
+    try:
+        register_schemas()  # hydrali's own and each registered plug-in's (idempotent)
+    except HydraliError as err:
+        print(f"hydrali: error: {err}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_USER_ERROR)
     register_use_schemas()
     path = arguments[0] if arguments and "=" not in arguments[0] else None
     overrides = arguments[1:] if path is not None else arguments
