@@ -14,3 +14,13 @@ def first_line(err: BaseException) -> str:
     """The first line of an exception's message, or the name of its type when the message is empty."""
     text = str(err).strip().splitlines()
     return text[0] if text else type(err).__name__
+
+
+class CompositionError(HydraliError):
+    """Hydra could not compose a config from `overrides` (a key that is not a setting, a bad value): the command
+    line states it in one line (hydrali.core.cli.config_errors)."""
+
+    def __init__(self, error: BaseException, overrides: list[str]):
+        super().__init__(first_line(error))
+        self.error = error
+        self.overrides = list(overrides)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from importlib import resources
 
-from hydrali.core.errors import HydraliError
+from hydrali.core.errors import CompositionError, HydraliError
 
 COMMANDS = {  # command -> "module:function(path, overrides)" doing it
     "eval": "hydrali.core.inference.evaluate:evaluate",
@@ -43,6 +43,11 @@ def run_command(command: str, arguments: list[str]) -> None:
     overrides = arguments[1:] if path is not None else arguments
     try:
         get_method(COMMANDS[command].replace(":", "."))(path, overrides)
+    except CompositionError as err:
+        from hydrali.core.cli.config_errors import composition_error_line
+
+        print(f"hydrali: error: {composition_error_line(err.error, err.overrides)}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_USER_ERROR)
     except HydraliError as err:
         print(f"hydrali: error: {err}", file=sys.stderr, flush=True)
         sys.exit(EXIT_USER_ERROR)

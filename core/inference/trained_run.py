@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hydrali.core.config.schema import HydraliConfig
 from hydrali.core.contracts.registry import backend_of_checkpoint
-from hydrali.core.errors import HydraliError
+from hydrali.core.errors import CompositionError, HydraliError
 from hydrali.core.inference.schema import SCHEMAS
 from hydrali.core.run import run_dir
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR
@@ -44,13 +44,11 @@ def compose(command: str, overrides: list[str]) -> tuple[DictConfig, DictConfig]
     from hydra import initialize_config_module
     from hydra.core.hydra_config import HydraConfig
 
-    from hydrali.core.cli.config_errors import composition_error_line
-
     try:
         with initialize_config_module(config_module="hydrali.conf", version_base="1.3"):
             cfg = hydra_compose(command, overrides=overrides, return_hydra_config=True)
     except Exception as err:  # Hydra's composition errors: many types
-        raise HydraliError(composition_error_line(err, overrides)) from err
+        raise CompositionError(err, overrides) from err
     HydraConfig.instance().set_config(cfg)
     own = {f.name for f in fields(SCHEMAS[command])} - {f.name for f in fields(HydraliConfig)}
     options = OmegaConf.create({key: OmegaConf.to_container(cfg, enum_to_str=True)[key] for key in sorted(own)})
