@@ -21,7 +21,8 @@ pytestmark = pytest.mark.slow
 
 BACKENDS = ("lightning", "keras")
 VAL_IMAGES = 360  # the digits' validation split
-EXPORTED = {"lightning": "onnx", "keras": "saved_model"}  # the format each backend's test exports
+EXPORTS = [("lightning", "onnx"), ("lightning", "torchscript"), ("keras", "saved_model"), ("keras", "onnx")]
+MODEL_FILES = {"onnx": "model.onnx", "torchscript": "model.pt", "saved_model": "model"}
 
 
 def _run_dir(trained, backend: str) -> Path:
@@ -137,23 +138,54 @@ def _deserialized_batches(path: Path, images: int):
         done += keep
 
 
-def _exported_outputs(backend: str, model: Path):
+def _exported_outputs(fmt: str, model: Path):
     """A function of a batch of images giving the exported model's logits, run by the format's own runtime."""
-    if backend == "lightning":
+    if fmt == "onnx":
         import onnxruntime
 
         session = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-        return lambda images: session.run(["logits"], {"images": images})[0]
+        fed = session.get_inputs()[0].name
+        return lambda images: session.run(["logits"], {fed: images})[0]
+    if fmt == "torchscript":
+        import torch
+
+        program = torch.jit.load(str(model))
+        return lambda images: program(torch.from_numpy(images))[0].detach().numpy()  # outputs: (logits,)
     import tensorflow as tf
 
     serve = tf.saved_model.load(str(model)).signatures["serving_default"]
     return lambda images: serve(images=tf.constant(images))["logits"].numpy()
 
 
+def _training_validation_images(run_dir: Path, backend: str):
+    """The first validation batch's images as the run's training fed them: its backend's own data layer (Lightning's
+    loader, Keras' DALIDataset) over the task's validation pipeline, for one replica."""
+    from hydra.utils import instantiate
+
+    from hydrali.core.distributed.topology import Topology
+    from hydrali.core.inference.trained_run import open_run
+    from hydrali.core.run.plan import plan_run
+
+    cfg = open_run("eval", str(run_dir), []).cfg
+    task = instantiate(cfg.task)
+    dataset = task.prepare_data(cfg.data, "off")
+    plan = plan_run(cfg, Topology(1, 0, 0, 0, 1), dataset, seed=cfg.seed, device="cpu")
+    if backend == "lightning":
+        from hydrali.backends.lightning.data import dali_loader
+
+        loader = dali_loader(task=task, cfg=cfg, dataset=dataset, plan=plan, is_training=False)
+        return next(iter(loader))["images"].numpy()
+    from hydrali.backends.keras.data import dali_dataset
+
+    dataset_of_batches = dali_dataset(task=task, cfg=cfg, dataset=dataset, plan=plan, replica=0, is_training=False)
+    return next(iter(dataset_of_batches))[0].numpy()
+
+
 @pytest.mark.keras
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_the_exported_model_and_pipeline_reproduce_the_runs_validation(trained_on_both, evaluated, capsys, backend):
-    fmt = EXPORTED[backend]
+@pytest.mark.parametrize("backend,fmt", EXPORTS)
+def test_the_exported_model_and_pipeline_reproduce_the_runs_validation(
+    trained_on_both, evaluated, capsys, backend, fmt
+):
     code, out, err = _use(capsys, "export", str(_run_dir(trained_on_both, backend)), f"format={fmt}")
     assert code == 0, err[-3000:]
     assert "checked on 32 validation images" in out
@@ -163,16 +195,34 @@ def test_the_exported_model_and_pipeline_reproduce_the_runs_validation(trained_o
     expects = json.loads((folder / "preprocessing.json").read_text())
     assert expects["image_size"] == 16 and expects["classes"] == [str(d) for d in range(10)]
     assert expects["layout"] == {"lightning": "NCHW", "keras": "NHWC"}[backend]
-    model = folder / ("model.onnx" if fmt == "onnx" else "model")
-    logits_of = _exported_outputs(backend, model)
+    logits_of = _exported_outputs(fmt, folder / MODEL_FILES[fmt])
     right = seen = 0
-    for images, labels in _deserialized_batches(folder / "dali_pipeline.bin", VAL_IMAGES):
-        assert images.shape[1:] == ((3, 16, 16) if backend == "lightning" else (16, 16, 3))
+    batches = _deserialized_batches(folder / "dali_pipeline.bin", VAL_IMAGES)
+    for images, labels in batches:
+        if seen == 0:  # the deserialized pipeline gives the inputs the run's validation had
+            np.testing.assert_array_equal(
+                images, _training_validation_images(_run_dir(trained_on_both, backend), backend)
+            )
         right += int(np.sum(np.argmax(logits_of(images), axis=1) == labels))
         seen += len(labels)
     # the exported model on the deserialized pipeline's inputs scores what the framework measured in training
     assert seen == VAL_IMAGES
     assert right / seen == pytest.approx(_summary(trained_on_both, backend)["best"]["val/acc"], abs=1e-4)
+
+
+@pytest.mark.keras
+def test_eval_of_a_test_split_beside_val_reads_it(trained_on_both, evaluated, data_dir, tmp_path, capsys):
+    """split=test reads <data.root>/test/: here a copy of val/, so it scores val's accuracy; data.root is taken from
+    the command line over the run's own."""
+    root = tmp_path / "digits"
+    shutil.copytree(data_dir / "digits", root)
+    shutil.copytree(root / "val", root / "test")
+    run = _run_dir(trained_on_both, "keras")
+    code, out, err = _use(capsys, "eval", str(run), "split=test", f"data.root={root}")
+    assert code == 0, err[-3000:]
+    scored = json.loads((run / "eval/test/metrics.json").read_text())
+    assert scored["images"] == VAL_IMAGES and "test/acc" in out
+    assert scored["metrics"]["test/acc"] == pytest.approx(evaluated["keras"][1]["metrics"]["val/acc"], abs=1e-9)
 
 
 @pytest.mark.keras
