@@ -125,36 +125,38 @@ def test_predict_labels_every_image_that_decodes_names_the_one_that_does_not_and
 
 
 def _deserialized_batches(path: Path, images: int):
-    """The batches of the serialized DALI pipeline at `path`, trimmed to `images` images: (images, labels)."""
+    """The batches of the serialized DALI pipeline at `path`, trimmed to `images` images: each a tuple of its outputs
+    (classification: images, labels; detection: images, targets, image ids) as arrays."""
     from nvidia.dali import Pipeline
 
     pipe = Pipeline.deserialize(filename=str(path))
     pipe.build()
     done = 0
     while done < images:
-        pictures, labels = (output.as_array() for output in pipe.run())
-        keep = min(len(pictures), images - done)
-        yield pictures[:keep], labels[:keep].reshape(-1)
+        outputs = [output.as_array() for output in pipe.run()]
+        keep = min(len(outputs[0]), images - done)
+        yield tuple(output[:keep] for output in outputs)
         done += keep
 
 
-def _exported_outputs(fmt: str, model: Path):
-    """A function of a batch of images giving the exported model's logits, run by the format's own runtime."""
+def _exported_model(fmt: str, model: Path, names: tuple[str, ...]):
+    """A function of a batch of images giving the exported model's outputs `names` (a dict), run by the format's own
+    runtime: onnxruntime, TorchScript (outputs in the order of `names`) or TensorFlow."""
     if fmt == "onnx":
         import onnxruntime
 
         session = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
         fed = session.get_inputs()[0].name
-        return lambda images: session.run(["logits"], {fed: images})[0]
+        return lambda images: dict(zip(names, session.run(list(names), {fed: images})))
     if fmt == "torchscript":
         import torch
 
         program = torch.jit.load(str(model))
-        return lambda images: program(torch.from_numpy(images))[0].detach().numpy()  # outputs: (logits,)
+        return lambda images: {n: v.detach().numpy() for n, v in zip(names, program(torch.from_numpy(images)))}
     import tensorflow as tf
 
     serve = tf.saved_model.load(str(model)).signatures["serving_default"]
-    return lambda images: serve(images=tf.constant(images))["logits"].numpy()
+    return lambda images: {n: v.numpy() for n, v in serve(images=tf.constant(images)).items() if n in names}
 
 
 def _training_validation_images(run_dir: Path, backend: str):
@@ -195,15 +197,16 @@ def test_the_exported_model_and_pipeline_reproduce_the_runs_validation(
     expects = json.loads((folder / "preprocessing.json").read_text())
     assert expects["image_size"] == 16 and expects["classes"] == [str(d) for d in range(10)]
     assert expects["layout"] == {"lightning": "NCHW", "keras": "NHWC"}[backend]
-    logits_of = _exported_outputs(fmt, folder / MODEL_FILES[fmt])
+    exported = _exported_model(fmt, folder / MODEL_FILES[fmt], ("logits",))
     right = seen = 0
     batches = _deserialized_batches(folder / "dali_pipeline.bin", VAL_IMAGES)
     for images, labels in batches:
+        labels = labels.reshape(-1)
         if seen == 0:  # the deserialized pipeline gives the inputs the run's validation had
             np.testing.assert_array_equal(
                 images, _training_validation_images(_run_dir(trained_on_both, backend), backend)
             )
-        right += int(np.sum(np.argmax(logits_of(images), axis=1) == labels))
+        right += int(np.sum(np.argmax(exported(images)["logits"], axis=1) == labels))
         seen += len(labels)
     # the exported model on the deserialized pipeline's inputs scores what the framework measured in training
     assert seen == VAL_IMAGES
@@ -253,6 +256,59 @@ def test_detection_eval_and_predict_give_the_map_training_measured(detection_run
     evaluation = COCOeval_faster(truth, truth.loadRes(str(tmp_path / "predictions.json")), iouType="bbox")
     evaluation.run()
     assert evaluation.stats_as_dict["AP_all"] == pytest.approx(best, abs=1e-4)  # COCO results of the val images
+
+
+def _detections_with_nms_outside(boxes, scores, post: dict):
+    """One image's detections from an exported detector's boxes [N, 4] and class probabilities [N, 1 + K], with the
+    NMS preprocessing.json describes, done by torchvision: (boxes, scores, labels 1..K)."""
+    import torch
+    from torchvision.ops import batched_nms
+
+    classes = scores.shape[1] - 1
+    flat = torch.from_numpy(scores[:, 1:]).reshape(-1)
+    top, where = flat.topk(min(post["pre_nms_top_k"], flat.numel()))
+    chosen = top > post["score_threshold"]
+    top, where = top[chosen], where[chosen]
+    anchors, labels = where // classes, where % classes + 1
+    candidates = torch.from_numpy(boxes)[anchors]
+    keep = batched_nms(candidates, top, labels, post["iou_threshold"])[: post["max_detections"]]
+    return candidates[keep].numpy(), top[keep].numpy(), labels[keep].numpy()
+
+
+@pytest.mark.keras
+@pytest.mark.parametrize("backend,fmt", [("lightning", "onnx"), ("keras", "saved_model")])
+def test_an_exported_detector_with_nms_outside_scores_the_runs_map(detection_runs, data_dir, capsys, backend, fmt):
+    from faster_coco_eval import COCO, COCOeval_faster
+
+    root, runs = detection_runs
+    code, out, err = _use(capsys, "export", str(root / backend), f"format={fmt}")
+    assert code == 0, err[-3000:]
+    folder = root / backend / "export" / fmt
+    assert json.loads((folder / "check.json").read_text())["result"] == "passed"
+    post = json.loads((folder / "preprocessing.json").read_text())["postprocessing"]
+    exported = _exported_model(fmt, folder / MODEL_FILES[fmt], ("boxes", "scores"))
+    truth = json.loads((data_dir / "digits_detection/annotations/instances_val2017.json").read_text())
+    sizes = {image["id"]: (image["width"], image["height"]) for image in truth["images"]}
+    categories = sorted(c["id"] for c in truth["categories"])
+    found = []
+    for images, _, image_ids in _deserialized_batches(folder / "dali_pipeline.bin", 200):
+        outputs = exported(images)
+        for image_id, boxes, scores in zip(image_ids.reshape(-1), outputs["boxes"], outputs["scores"]):
+            width, height = sizes[int(image_id)]
+            for (left, top, right, bottom), score, label in zip(*_detections_with_nms_outside(boxes, scores, post)):
+                box = [left * width, top * height, (right - left) * width, (bottom - top) * height]
+                found.append(
+                    {
+                        "image_id": int(image_id),
+                        "category_id": categories[label - 1],
+                        "bbox": box,
+                        "score": float(score),
+                    }
+                )
+    coco = COCO(truth)
+    evaluation = COCOeval_faster(coco, coco.loadRes(found), iouType="bbox")
+    evaluation.run()
+    assert evaluation.stats_as_dict["AP_all"] == pytest.approx(runs[backend]["best"]["val/map"], abs=1e-3)
 
 
 def _files_and_times(folder: Path) -> dict:

@@ -12,7 +12,7 @@ from tests.support.configs import SMALL_NET
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def both(trained_on_both):
     """The same experiment run by each backend (tests/support/both_backends.py), shared with other modules."""
     return trained_on_both

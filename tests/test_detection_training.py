@@ -23,7 +23,7 @@ UNTRAINED_MAP50 = 0.02  # an untrained detector's val/map50 stays below this (ab
 TRAINED_MAP50 = 0.2  # what 5 epochs reach at least, on each backend
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def short_runs(detection_runs):
     """5 epochs of the default detection run on each backend, tracked in one MLflow store (conftest.py)."""
     return detection_runs

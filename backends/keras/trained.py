@@ -12,11 +12,25 @@ import numpy as np
 import tensorflow as tf
 from omegaconf import DictConfig
 
+from hydrali.backends.keras.strategy import configure_devices, visible_gpus
 from hydrali.backends.keras.training import build_keras_side, dtype_policy, load_network
 from hydrali.core.errors import HydraliError, first_line
 from hydrali.core.run.weights_from_run import as_built
 
-SERVING_ENDPOINT = "serve"  # the SavedModel's signature: images in, the side's predictions out
+
+class _Serving(keras.Model):
+    """What is exported: the side's `serving` (else its `predict`) of the network on images alone, as a model whose
+    outputs are named (a subclass, so that a side's TensorFlow ops, e.g. detection's box decoding, may run in it)."""
+
+    def __init__(self, network: keras.Model, serving, names: tuple[str, ...]):
+        super().__init__()
+        self.network = network
+        self._serving = serving
+        self.names = tuple(names)
+
+    def call(self, images):
+        outputs = self._serving(self.network, {"images": images})
+        return {name: outputs[name] for name in self.names}
 
 
 class KerasTrainedNetwork:
@@ -25,7 +39,9 @@ class KerasTrainedNetwork:
     def __init__(self, network: keras.Model, side):
         self.network = network
         self.side = side
-        self.formats = tuple(getattr(side, "export_formats", ("saved_model", "onnx")))  # a side may export none
+        self.formats = ("saved_model", "onnx")
+        self.serving_names = tuple(getattr(side, "serving_names", side.prediction_names))
+        self._serving = getattr(side, "serving", side.predict)  # what is exported: the side's `serving`, else predict
         self._predict = tf.function(lambda batch: side.predict(network, batch), reduce_retracing=True)
 
     def predict(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -33,10 +49,13 @@ class KerasTrainedNetwork:
         tensors = {k: tf.convert_to_tensor(v) for k, v in batch.items() if isinstance(v, np.ndarray)}
         return {name: np.asarray(value, dtype=np.float32) for name, value in self._predict(tensors).items()}
 
+    def serve(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
+        """What the exported model computes (the side's `serving`, else its `predict`), by Keras."""
+        outputs = self._serving(self.network, {"images": tf.convert_to_tensor(batch["images"])})
+        return {name: np.asarray(outputs[name], dtype=np.float32) for name in self.serving_names}
+
     def _serving_model(self) -> keras.Model:
-        images = keras.Input(shape=self.network.input_shape[1:], name="images")
-        outputs = self.side.predict(self.network, {"images": images})
-        return keras.Model(images, {name: outputs[name] for name in self.side.prediction_names})
+        return _Serving(self.network, self._serving, self.serving_names)
 
     def export(self, fmt: str, folder: Path, example: dict[str, Any]) -> Path:
         """The network as a SavedModel (endpoint `serve`) or an ONNX file, in `folder`."""
@@ -54,7 +73,7 @@ class KerasTrainedNetwork:
     def run_export(self, path: Path, fmt: str, batch: dict[str, Any]) -> dict[str, np.ndarray]:
         """The exported model's outputs on `batch` by its own runtime: TensorFlow (SavedModel) or onnxruntime."""
         images = np.ascontiguousarray(batch["images"], dtype=np.float32)
-        names = list(self.side.prediction_names)
+        names = list(self.serving_names)
         if fmt == "saved_model":
             loaded = tf.saved_model.load(str(path))
             outputs = loaded.signatures["serving_default"](images=tf.constant(images))
@@ -70,6 +89,8 @@ class KerasTrainedNetwork:
 def load_trained(*, cfg: DictConfig, task, dataset, checkpoint: Path) -> KerasTrainedNetwork:
     """The task's Keras side of the run `cfg` configures, its network built untrained under the run's precision and
     loaded from the Keras checkpoint `checkpoint`; one line when it does not fit."""
+    if visible_gpus():
+        configure_devices(1, "gpu")  # GPU memory taken as needed (DALI decodes on the same GPU), before any tensor
     side = build_keras_side(task, dataset)
     if not hasattr(side, "predict"):
         raise HydraliError(f"the task's Keras side ({type(side).__name__}) has no `predict`: it cannot infer")

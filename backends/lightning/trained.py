@@ -5,6 +5,7 @@ torch's own exporters (torch.onnx, TorchScript) and checked with onnxruntime or 
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ class TorchTrainedNetwork:
         self.device = torch.device("cuda" if gpu else "cpu")  # as backend.accelerator chose for training
         self.side = side.to(self.device).eval()
         self.precision = precision_plugin(precision, self.device.type)
-        self.formats = tuple(getattr(side, "export_formats", ("onnx", "torchscript")))  # a side may export none
+        self.formats = ("onnx", "torchscript")
 
     def _tensors(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         return {k: torch.as_tensor(v).to(self.device) for k, v in batch.items() if isinstance(v, np.ndarray)}
@@ -41,6 +42,13 @@ class TorchTrainedNetwork:
         with torch.inference_mode(), self.precision.forward_context():
             outputs = self.side.predict(self._tensors(batch))
         return {name: _numpy(value) for name, value in outputs.items()}
+
+    def serve(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
+        """What the exported model computes (the side's `serving`, else its `predict`), by torch in float32 (no
+        TF32 on GPUs: the reference an export is checked against)."""
+        with torch.inference_mode(), _full_float32():
+            outputs = _ExportedNetwork(self.side)(self._tensors(batch)["images"])
+        return {name: _numpy(value) for name, value in zip(_ExportedNetwork(self.side).output_names, outputs)}
 
     def export(self, fmt: str, folder: Path, example: dict[str, Any]) -> Path:
         """The network as ONNX (torch.onnx, batch dimension dynamic) or TorchScript (traced), in `folder`."""
@@ -74,7 +82,6 @@ class TorchTrainedNetwork:
             program = torch.jit.load(str(path), map_location="cpu")
             with torch.no_grad():
                 outputs = program(torch.from_numpy(images))
-            outputs = outputs if isinstance(outputs, tuple) else (outputs,)
             return {name: _numpy(value) for name, value in zip(names, outputs)}
         import onnxruntime
 
@@ -82,16 +89,29 @@ class TorchTrainedNetwork:
         return dict(zip(names, session.run(names, {"images": images})))
 
 
+@contextlib.contextmanager
+def _full_float32():
+    """float32 matrix products and convolutions without TF32 (which Ampere and later GPUs use by default)."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
 class _ExportedNetwork(torch.nn.Module):
-    """What is exported: the side's `predict` on images alone, its outputs in a fixed order."""
+    """What is exported: the side's `serving` (else its `predict`) on images alone, its outputs in a fixed order
+    (a tuple, also of one output)."""
 
     def __init__(self, side: torch.nn.Module):
         super().__init__()
         self.side = side
-        self.output_names = list(side.prediction_names)
+        self.output_names = list(getattr(side, "serving_names", side.prediction_names))
+        self._outputs = getattr(side, "serving", side.predict)
 
     def forward(self, images: torch.Tensor):
-        outputs = self.side.predict({"images": images})
+        outputs = self._outputs({"images": images})
         return tuple(outputs[name] for name in self.output_names)
 
 

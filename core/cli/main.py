@@ -9,14 +9,12 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from hydrali.core.cli.exit_codes import EXIT_FAILED_SWEEP, EXIT_INTERRUPTED, EXIT_USER_ERROR
 from hydrali.core.config.store import register_schemas
 from hydrali.core.errors import HydraliError
 from hydrali.core.tracking.run_files import remove_if_empty
 
 log = logging.getLogger("hydrali")
-EXIT_USER_ERROR = 2  # a mistake the user can fix: the message names it
-EXIT_INTERRUPTED = 130  # Ctrl+C (128 + SIGINT), as shells report it
-EXIT_FAILED_SWEEP = 1  # -m: every job of the sweep failed
 # Hydra re-raises composition errors (instead of printing them over many lines and exiting 1) when
 # HYDRA_FULL_ERROR=1; hydrali sets it to print them as one line, and marks that it did so.
 _FULL_ERROR, _SET_BY_HYDRALI = "HYDRA_FULL_ERROR", "HYDRALI_SET_HYDRA_FULL_ERROR"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from importlib import resources
 
+from hydrali.core.cli.exit_codes import EXIT_INTERRUPTED, EXIT_USER_ERROR
 from hydrali.core.errors import CompositionError, HydraliError
 
 COMMANDS = {  # command -> "module:function(path, overrides)" doing it
@@ -13,8 +14,6 @@ COMMANDS = {  # command -> "module:function(path, overrides)" doing it
     "predict": "hydrali.core.inference.predict:predict",
     "export": "hydrali.core.inference.export:export",
 }
-EXIT_USER_ERROR = 2
-EXIT_INTERRUPTED = 130
 
 
 def usage(command: str) -> str:
@@ -50,6 +49,12 @@ def run_command(command: str, arguments: list[str]) -> None:
         sys.exit(EXIT_USER_ERROR)
     except HydraliError as err:
         print(f"hydrali: error: {err}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_USER_ERROR)
+    except OSError as err:  # a file or folder that cannot be read or written (a read-only run dir, out=...)
+        where = f"{err.filename}: " if err.filename else ""
+        print(
+            f"hydrali: error: {where}{err.strerror or err}: fix its permissions or pass another out=", file=sys.stderr
+        )
         sys.exit(EXIT_USER_ERROR)
     except KeyboardInterrupt:
         print(f"hydrali: {command} interrupted", file=sys.stderr, flush=True)

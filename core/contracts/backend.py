@@ -44,13 +44,17 @@ class TrainedNetwork(Protocol):
         """The task side's predictions (NumPy arrays, e.g. classification's `logits`) for a batch of the task's
         recipe outputs (NumPy arrays in the backend's layout), in evaluation mode at the run's precision."""
 
+    def serve(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """What an exported model computes, by the framework: the side's `serving` (e.g. detection's decoded boxes
+        and class probabilities, NMS left to the serving stack), else its `predict`."""
+
     def export(self, fmt: str, folder: Path, example: dict[str, Any]) -> Path:
         """Write the network in format `fmt` into `folder` (traced or checked on `example`, a batch); return the
         file or folder a serving stack loads."""
 
     def run_export(self, path: Path, fmt: str, batch: dict[str, Any]) -> dict[str, Any]:
         """The outputs of the exported model at `path` on `batch`, computed by its own runtime (onnxruntime,
-        TorchScript, TensorFlow), named as `predict` names them."""
+        TorchScript, TensorFlow), named as `serve` names them."""
 
 
 @runtime_checkable

@@ -47,7 +47,7 @@ class BadFiles(str, Enum):
         return self.value
 
 
-# What DALI's file reader picks up by default (lower case).
+# The image files DALI's file reader picks up by default (lower case; it also reads some audio files).
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".pnm", ".ppm", ".pgm", ".pbm", ".jp2", ".webp")
 SKIPPED_FILES = "skipped_files.txt"  # in the run dir, with data.bad_files=skip: "<path>\t<why>" per skipped file
 

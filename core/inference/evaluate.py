@@ -6,11 +6,13 @@ the task's pictures) and logged to the run's MLflow run as eval/<split>/... metr
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
+from hydrali.core.errors import HydraliError
 from hydrali.core.inference.loaded import Loaded, load
 from hydrali.core.inference.trained_run import open_run
-from hydrali.core.tracking.mlflow_runs import log_to_finished_run
+from hydrali.core.tracking.mlflow_runs import check_reachable, configure_http, log_to_finished_run
 
 EVAL_DIR = "eval"
 METRICS_FILE = "metrics.json"
@@ -58,7 +60,12 @@ def _log(loaded: Loaded, result: dict, written: list[Path], split: str) -> None:
         for figure, value in row.items():
             if isinstance(value, float):
                 metrics[f"{EVAL_DIR}/{split}/{figure}/{name}"] = value
-    log_to_finished_run(
-        str(cfg.tracking.uri), record.mlflow_run_id, metrics, [(p, f"{EVAL_DIR}/{split}") for p in written]
-    )
-    print(f"logged to MLflow run {record.mlflow_run_id} ({cfg.tracking.uri}) as {EVAL_DIR}/{split}/...", flush=True)
+    uri = str(cfg.tracking.uri)
+    try:
+        configure_http(cfg.tracking.timeout_s, cfg.tracking.retries)
+        check_reachable(uri, cfg.tracking.timeout_s)
+        log_to_finished_run(uri, record.mlflow_run_id, metrics, [(p, f"{EVAL_DIR}/{split}") for p in written])
+    except HydraliError as err:  # the scores are written: MLflow is where they are shown too
+        print(f"hydrali: warning: not logged to MLflow ({err}); the files above hold the scores", file=sys.stderr)
+        return
+    print(f"logged to MLflow run {record.mlflow_run_id} ({uri}) as {EVAL_DIR}/{split}/...", flush=True)

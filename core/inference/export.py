@@ -20,6 +20,7 @@ from hydrali.core.inference.trained_run import open_run
 PIPELINE_FILE = "dali_pipeline.bin"  # the serialized DALI validation pipeline (Pipeline.serialize)
 PREPROCESSING_FILE = "preprocessing.json"  # what the model expects
 CHECK_FILE = "check.json"  # the export's outputs against the framework's
+INPUT_DTYPES = {"float": "float32", "float16": "float16"}  # pipeline.dtype -> the images' dtype a model is fed
 
 
 def export(path: str | None, overrides: list[str]) -> Path:
@@ -27,8 +28,6 @@ def export(path: str | None, overrides: list[str]) -> Path:
     run = open_run("export", path, overrides)
     fmt = str(run.options.format)
     loaded = load(run, lambda task: task.prepare_data(run.cfg.data, Verify.off), "prepare_data")
-    if not loaded.network.formats:
-        raise HydraliError(f"task={run.cfg.task.name} on backend={run.backend} cannot be exported yet")
     if fmt not in loaded.network.formats:
         raise HydraliError(
             f"format={fmt}: backend={run.backend} exports {' or '.join(loaded.network.formats)}: pass one of them"
@@ -39,20 +38,20 @@ def export(path: str | None, overrides: list[str]) -> Path:
     model = loaded.network.export(fmt, out, batch)
     check = _check(loaded, model, fmt, batch, float(run.options.tolerance))
     (out / CHECK_FILE).write_text(json.dumps(check, indent=1) + "\n")
-    (out / PREPROCESSING_FILE).write_text(json.dumps(preprocessing(loaded, check["outputs"]), indent=1) + "\n")
-    serialize_pipeline(loaded, out / PIPELINE_FILE)
     print(f"hydrali export: {loaded.describe()}", flush=True)
     print(
         f"{fmt}: {model}; checked on {check['images']} validation images: largest difference from "
         f"{run.backend} {check['max_abs_difference']:.2e} (tolerance {check['tolerance']:g}): {check['result']}",
         flush=True,
     )
-    print(f"beside it: {out / PIPELINE_FILE} (DALI validation pipeline), {out / PREPROCESSING_FILE}", flush=True)
-    if check["result"] != "passed":
+    if check["result"] != "passed":  # the folder holds the model and check.json, not what a serving stack takes
         raise HydraliError(
             f"the exported model's outputs differ from {run.backend}'s by {check['max_abs_difference']:.2e}, more "
             f"than tolerance={check['tolerance']:g} ({out / CHECK_FILE})"
         )
+    (out / PREPROCESSING_FILE).write_text(json.dumps(preprocessing(loaded, check["outputs"]), indent=1) + "\n")
+    serialize_pipeline(loaded, out / PIPELINE_FILE)
+    print(f"beside it: {out / PIPELINE_FILE} (DALI validation pipeline), {out / PREPROCESSING_FILE}", flush=True)
     return model
 
 
@@ -75,7 +74,7 @@ def _check_batch(loaded: Loaded, images: int) -> dict:
 
 def _check(loaded: Loaded, model: Path, fmt: str, batch: dict, tolerance: float) -> dict:
     """The exported model's outputs against the framework's on `batch`."""
-    expected = loaded.network.predict(batch)
+    expected = loaded.network.serve(batch)
     produced = loaded.network.run_export(model, fmt, batch)
     difference = max(float(np.max(np.abs(expected[name] - produced[name]))) for name in expected)
     return {
@@ -95,7 +94,7 @@ def preprocessing(loaded: Loaded, outputs: list[str]) -> dict:
     return {
         "input": "images",
         "layout": "N" + loaded.backend.layout,
-        "dtype": "float32",
+        "dtype": INPUT_DTYPES[str(cfg.pipeline.dtype)],
         "image_size": int(cfg.data.image_size),
         "recipe": str(cfg.pipeline.recipe),
         "mean": [float(m) for m in options.get("mean", ())],
@@ -104,6 +103,7 @@ def preprocessing(loaded: Loaded, outputs: list[str]) -> dict:
         "note": "pixels in [0, 255] become (pixel - 255 * mean) / (255 * std), RGB; dali_pipeline.bin does it all",
         "classes": list(getattr(loaded.dataset, "classes", ())),
         "outputs": outputs,
+        **({"postprocessing": loaded.task.postprocessing()} if hasattr(loaded.task, "postprocessing") else {}),
     }
 
 

@@ -3,6 +3,7 @@ the task and the data it reads, the backend, the checkpoint, the device, and the
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from hydrali.core.data.devices import resolve_device
 from hydrali.core.errors import HydraliError
 from hydrali.core.inference.batches import count_batches, read_batches
 from hydrali.core.inference.trained_run import TrainedRun, checkpoint_of
+from hydrali.core.run.checkpoints import TRAINED_WITH
 
 
 @dataclass
@@ -32,12 +34,12 @@ class Loaded:
     device: str  # where DALI runs: cpu | gpu
     network: TrainedNetwork
 
-    def batches(self, what: str, dataset=None) -> Iterator[dict[str, Any]]:
-        """The validation recipe's batches of `dataset` (default: the one loaded) as NumPy, with a progress bar
-        named `what` on a terminal."""
+    def batches(self, what: str) -> Iterator[dict[str, Any]]:
+        """The validation recipe's batches of the data loaded, as NumPy, with a progress bar named `what` on a
+        terminal."""
         from tqdm import tqdm
 
-        dataset = dataset if dataset is not None else self.dataset
+        dataset = self.dataset
         cfg = self.run.cfg
         batches = read_batches(
             task=self.task,
@@ -62,16 +64,32 @@ class Loaded:
 
 
 def load(run: TrainedRun, data: Callable[[Any], Any], needs: str) -> Loaded:
-    """Set up `run` for a command: its task (which must have the method `needs`), the data `data(task)` prepares,
-    its backend and checkpoint, and the network loaded from it."""
+    """Set up `run` for a command, refusing what cannot work before anything is read in bulk or written: its task
+    (which must have the method `needs`), its backend and checkpoint, then the data `data(task)` prepares (its
+    classes those the run trained on), and the network loaded from the checkpoint."""
     cfg = run.cfg
     check_config(cfg)
     task = instantiate(cfg.task)
     if not hasattr(task, needs):
         raise HydraliError(f"task={cfg.task.name} cannot do this yet (its task has no `{needs}`)")
-    dataset = data(task)
     backend = load_backend(run.backend)
     checkpoint = checkpoint_of(run, backend.newest_checkpoint)
+    dataset = data(task)
+    _check_classes(run, dataset)
     device = resolve_device(str(cfg.pipeline.device), backend.visible_gpus(), backend_spec(run.backend).framework_label)
     network = backend.load_trained(cfg=cfg, task=task, dataset=dataset, checkpoint=checkpoint)
     return Loaded(run, task, dataset, backend, checkpoint, device, network)
+
+
+def _check_classes(run: TrainedRun, dataset) -> None:
+    """The data's classes are those the run trained on (as its trained_with.json names them, when it does)."""
+    recorded = run.checkpoint_dir / TRAINED_WITH
+    then = json.loads(recorded.read_text()).get("classes") if recorded.is_file() else None
+    now = getattr(dataset, "classes", None)
+    if then is None or now is None or list(then) == list(now):
+        return
+    differ = next((f"{a!r} there, {b!r} here" for a, b in zip(then, now) if a != b), f"{len(then)} vs {len(now)}")
+    raise HydraliError(
+        f"{run.run_dir} was trained on other classes than data.root={run.cfg.data.root} holds ({differ}): point "
+        f"data.root at the data it trained on"
+    )

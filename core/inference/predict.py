@@ -32,13 +32,15 @@ def predict(path: str | None, overrides: list[str]) -> Path:
             f"source={run.options.source} holds no images (files ending {', '.join(IMAGE_EXTENSIONS[:4])}, ...): "
             f"pass a folder of images"
         )
-    bad = find_bad_files(found, Verify.full, limit=None)
-    gone = {p for p, _ in bad}
-    files = [str(p.relative_to(folder)) for p in found if p not in gone]
-    if not files:
-        raise HydraliError(f"source={run.options.source}: none of its {len(found)} images can be decoded")
+    bad: list[tuple[Path, str]] = []
+    files: list[str] = []
 
-    def data(task):
+    def data(task):  # after the checkpoint is found: every image is decoded once here
+        bad.extend(find_bad_files(found, Verify.full, limit=None))
+        gone = {p for p, _ in bad}
+        files.extend(str(p.relative_to(folder)) for p in found if p not in gone)
+        if not files:
+            raise HydraliError(f"source={run.options.source}: none of its {len(found)} images can be decoded")
         trained_on = task.prepare_data(run.cfg.data, Verify.off)  # the run's classes
         annotations = run.options.annotations
         return task.prediction_data(trained_on, folder, files, None if annotations is None else str(annotations))
@@ -54,8 +56,9 @@ def predict(path: str | None, overrides: list[str]) -> Path:
     out = (out if out.is_absolute() else run.run_dir / out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     written = predictions.write(out)
+    skipped = out / SKIPPED_FILES
+    skipped.unlink(missing_ok=True)  # an earlier prediction's
     if bad:
-        skipped = out / SKIPPED_FILES
         skipped.write_text("".join(f"{p}\t{why}\n" for p, why in bad))
         written.append(skipped)
     print(f"hydrali predict: {loaded.describe()}", flush=True)

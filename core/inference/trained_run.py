@@ -1,11 +1,14 @@
 """A trained run as `hydrali eval|predict|export` open it: its own config (composed again from its run.json, its
 locations pinned) with the command's keys on top, and the checkpoint the command uses (`ckpt=best|last|<file>`).
 Refused, each in one line, before anything is read or written: a dir that is no run, a run without a checkpoint, a
-checkpoint of another backend, a key that is not a setting."""
+checkpoint of another backend, a key that is not a setting, a backend, task or model other than the run's. The config
+is the one the run recorded (its run.json): the settings of the day it trained, the pretrained weights' preprocessing
+it took; keys named on the command line win."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from enum import Enum
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -16,9 +19,11 @@ from hydrali.core.errors import CompositionError, HydraliError
 from hydrali.core.inference.schema import SCHEMAS
 from hydrali.core.run import run_dir
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR
+from hydrali.core.run.summary import SUMMARY_FILE
 
 BEST, LAST = "best", "last"  # the named checkpoints of `ckpt`
 NOT_TAKEN_FROM_THE_RUN = ("ckpt_path",)  # recorded overrides of the training command that mean nothing here
+FIXED_BY_THE_RUN = {"backend", "task", "model"}  # settings the command may not change: they make another run
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,11 @@ def compose(command: str, overrides: list[str]) -> tuple[DictConfig, DictConfig]
         raise CompositionError(err, overrides) from err
     HydraConfig.instance().set_config(cfg)
     own = {f.name for f in fields(SCHEMAS[command])} - {f.name for f in fields(HydraliConfig)}
-    options = OmegaConf.create({key: OmegaConf.to_container(cfg, enum_to_str=True)[key] for key in sorted(own)})
+    try:
+        values = {key: cfg[key] for key in sorted(own)}  # resolved
+    except Exception as err:  # an interpolation that cannot be resolved
+        raise CompositionError(err, overrides) from err
+    options = OmegaConf.create({key: v.value if isinstance(v, Enum) else v for key, v in values.items()})
     with open_dict(cfg):
         for key in ("hydra", *own):
             del cfg[key]
@@ -59,12 +68,13 @@ def compose(command: str, overrides: list[str]) -> tuple[DictConfig, DictConfig]
 
 
 def open_run(command: str, path: str | None, overrides: list[str]) -> TrainedRun:
-    """The run in `path` configured for `hydrali <command>`: its recorded overrides, then `overrides` (the
-    command's keys and any of hydrali's, e.g. data.root or pipeline.device), its locations pinned unless named."""
+    """The run in `path` configured for `hydrali <command>`: the config it trained with (its run.json), with
+    `overrides` on top (the command's keys and any of hydrali's, e.g. data.root or pipeline.device), its locations
+    pinned unless named. What would make it another run (its backend, task or model) is refused in one line."""
     usage = f"hydrali {command} RUN_DIR [key=value ...]"
-    if not path or "=" in path:
+    where = Path(path).expanduser().resolve() if path else None
+    if where is None or (not where.is_dir() and "=" in str(path)):
         raise HydraliError(f"{usage}: name the run dir first (the hydra.run.dir of a training run)")
-    where = Path(path).expanduser().resolve()
     if not where.is_dir():
         raise HydraliError(f"{usage}: {path} does not exist: pass the dir of a training run")
     record = run_dir.read(where)
@@ -72,14 +82,54 @@ def open_run(command: str, path: str | None, overrides: list[str]) -> TrainedRun
         raise HydraliError(
             f"{path} holds no hydrali run ({run_dir.RUN_FILE} is missing): pass the dir of a run that trained"
         )
-    recorded = [o for o in record.overrides if run_dir.override_key(o) not in NOT_TAKEN_FROM_THE_RUN]
-    merged = run_dir.merge_overrides(recorded, overrides)
+    try:
+        named = {run_dir.override_key(o) for o in overrides}
+        recorded = [o for o in record.overrides if run_dir.override_key(o) not in NOT_TAKEN_FROM_THE_RUN]
+        merged = run_dir.merge_overrides(recorded, overrides)
+    except Exception as err:  # Hydra's override parser: a malformed override
+        raise CompositionError(err, overrides) from err
+    if "ckpt_path" in named:
+        raise HydraliError("ckpt_path= resumes training: pass ckpt=best|last|<checkpoint file> to choose the weights")
+    fixed = sorted(named & FIXED_BY_THE_RUN)
+    if fixed:
+        raise HydraliError(
+            f"{fixed[0]}= cannot be set: {path} was trained with {fixed[0]}={_recorded(record, fixed[0])}, which "
+            f"its checkpoints hold (ckpt= chooses the checkpoint)"
+        )
     cfg, options = compose(command, merged)
     run_dir.pin_locations(cfg, record, overrides, where)
-    from hydrali.core.data import weights_preprocessing
-
-    weights_preprocessing.apply(cfg, merged)  # the pretrained weights' preprocessing, as the run had it
+    _take_recorded_values(cfg, record.config, named)
     return TrainedRun(where, cfg, options, record, where / CHECKPOINT_DIR)
+
+
+def _recorded(record: run_dir.RunFile, key: str) -> str:
+    node = record.config.get(key, {})
+    return str(node.get("name", node.get("_target_", "?"))) if isinstance(node, dict) else str(node)
+
+
+def _take_recorded_values(cfg: DictConfig, recorded: dict, named: set[str]) -> None:
+    """Set in `cfg` every value the run recorded (its resolved config: the pretrained weights' preprocessing, the
+    defaults of the day it trained) but those of keys `named` on the command line and those that differ between
+    attempts by design."""
+    skipped = tuple(named) + run_dir.NOT_COMPARED
+    for key, value in _leaves(recorded):
+        if key in skipped or key.startswith(tuple(f"{k}." for k in skipped)):
+            continue
+        if OmegaConf.select(cfg, key, default=_ABSENT) is _ABSENT:
+            continue  # a setting that no longer exists
+        OmegaConf.update(cfg, key, value, merge=False)
+
+
+_ABSENT = object()
+
+
+def _leaves(node, prefix: str = ""):
+    """(dotted key, value) of each leaf of nested dicts (lists are leaves)."""
+    if isinstance(node, dict) and node:
+        for key, value in node.items():
+            yield from _leaves(value, f"{prefix}{key}.")
+    else:
+        yield prefix.rstrip("."), node
 
 
 def checkpoint_of(run: TrainedRun, newest) -> Path:
@@ -90,6 +140,8 @@ def checkpoint_of(run: TrainedRun, newest) -> Path:
     ckpt = str(run.options.ckpt)
     folder = run.checkpoint_dir
     if ckpt in (BEST, LAST):
+        if ckpt == BEST and not (run.run_dir / SUMMARY_FILE).is_file():
+            print(f"hydrali: {run.run_dir} has no {SUMMARY_FILE} (it did not finish): ckpt=best takes its newest")
         found = best_or_newest(run.run_dir, folder, newest) if ckpt == BEST else newest(folder)
         if found is None:
             raise HydraliError(

@@ -21,6 +21,7 @@ from hydrali.core.run.run_dir import differences
 
 CHECKPOINT_DIR = "checkpoints"
 TRAINED_WITH = "trained_with.json"  # beside the checkpoints: what decides the shapes of the weights they hold
+LATER_KEYS = ("classes",)  # keys of trained_with.json that records written before them lack (compared when present)
 
 
 def resolve_checkpoint(
@@ -62,9 +63,9 @@ def _check_trained_with(ckpt_path: str, recorded: Path, trained_with: dict) -> N
     # where a network's first weights came from (model.weights, model.pretrained) decides no shape, and a relative
     # model.weights is recorded as typed but pinned absolute when the run is resumed
     starting_point = tuple(f"model.{key}" for key in STARTING_POINT_KEYS)
-    what = differences(
-        json.loads(recorded.read_text()), json.loads(json.dumps(trained_with)), ignored=starting_point, shown=3
-    )
+    then = json.loads(recorded.read_text())
+    unrecorded = tuple(key for key in LATER_KEYS if key not in then)  # a record older than these keys
+    what = differences(then, json.loads(json.dumps(trained_with)), ignored=starting_point + unrecorded, shown=3)
     if what:
         raise HydraliError(
             f"ckpt_path={ckpt_path} was trained with other settings ({what}): resume with the "

@@ -213,6 +213,9 @@ def _trained_with(cfg: DictConfig, dataset) -> dict:
         "task": cfg.task.name,
         "model": OmegaConf.to_container(cfg.model, resolve=True),
         "num_classes": dataset.num_classes,
+        # what each output of the head means (hydrali eval and predict name and check them); absent from records
+        #   written before it existed, which resume as they are
+        **({"classes": list(classes)} if (classes := getattr(dataset, "classes", None)) is not None else {}),
         "optim": str(cfg.optim.name),
         # the optimizer's parameter groups (and their lrs, which a checkpoint restores) follow it: kept only when
         # it is not 1, so that records written before it existed still compare equal

@@ -27,6 +27,9 @@ from hydrali.core.errors import HydraliError, first_line
 log = logging.getLogger(__name__)
 
 _PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value's length
+_METRIC_KEY_LIMIT = 250  # MLflow's limit on a metric key's length
+_METRICS_PER_CALL = 1000  # MLflow's limit on the metrics of one log_batch
+_SQLITE_PREFIX = "sqlite:///"
 SWEEP_TAG = "hydrali.sweep_dir"  # on a sweep's parent run: the sweep dir it stands for
 _EXPECTED_ON_RESUME = {"ckpt_path"}  # changes on every resume: logged, not announced
 # MLflow's settings of its HTTP requests (read at every request)
@@ -341,14 +344,17 @@ def start_tracking(
 
 
 def metric_key(name: str) -> str:
-    """`name` as an MLflow metric key: characters MLflow refuses (it takes letters, digits, _ - . space / :) as _."""
-    return re.sub(r"[^\w\-. /:]", "_", name)
+    """`name` as an MLflow metric key: characters MLflow refuses (it takes letters, digits, _ - . space / :) as _,
+    at most _METRIC_KEY_LIMIT characters."""
+    return re.sub(r"[^\w\-. /:]", "_", name)[:_METRIC_KEY_LIMIT]
 
 
 def log_to_finished_run(uri: str, run_id: str, metrics: Mapping[str, float], artifacts: list[tuple[Path, str]]) -> None:
     """Add `metrics` (key -> value, logged at step 0) and `artifacts` ((file, artifact folder)) to the existing
     run `run_id` of the store at `uri` (hydrali eval: the trained run's own MLflow run); its status is left alone.
-    One line naming the store if it cannot be written."""
+    A HydraliError naming the store if it is gone (a SQLite file is never created here) or cannot be written."""
+    if uri.startswith(_SQLITE_PREFIX) and not Path(uri[len(_SQLITE_PREFIX) :]).is_file():
+        raise HydraliError(f"the MLflow store {uri} is gone")
     quiet_mlflow_loggers()
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
@@ -358,12 +364,9 @@ def log_to_finished_run(uri: str, run_id: str, metrics: Mapping[str, float], art
             client = MlflowClient(tracking_uri=uri)
             now = int(time.time() * 1000)
             batch = [Metric(metric_key(k), float(v), now, 0) for k, v in metrics.items()]
-            for start in range(0, len(batch), 1000):  # MLflow takes at most 1000 metrics per call
-                client.log_batch(run_id, metrics=batch[start : start + 1000])
+            for start in range(0, len(batch), _METRICS_PER_CALL):
+                client.log_batch(run_id, metrics=batch[start : start + _METRICS_PER_CALL])
             for path, folder in artifacts:
                 client.log_artifact(run_id, str(path), folder)
-    except Exception as err:  # a store that moved, a run deleted since
-        raise HydraliError(
-            f"cannot log to MLflow run {run_id} of tracking.uri={uri}: {first_line(err)}: the files are written; "
-            f"pass tracking=none to skip MLflow"
-        ) from err
+    except Exception as err:  # a run deleted since, a store that cannot be written
+        raise HydraliError(f"MLflow run {run_id} of {uri} cannot be written: {first_line(err)}") from err

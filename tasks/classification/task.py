@@ -57,7 +57,9 @@ class ClassificationTask(DaliTask):
         return replace(info, class_weights=weights)
 
     def image_files(self, dataset: ImageFolderInfo) -> list[Path]:
-        """Every image file of train/ and val/."""
+        """Every image file of train/ and val/ (hydrali predict: the files it reads)."""
+        if dataset.val_files is not None:
+            return [dataset.val_dir / name for name in dataset.val_files]
         return image_files([dataset.train_dir, dataset.val_dir])
 
     def source(self, dataset: ImageFolderInfo, shard: Shard, plan: Plan, is_training: bool) -> FolderSource:

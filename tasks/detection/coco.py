@@ -93,6 +93,11 @@ class CocoInfo:
         return self.val.num_images
 
     @property
+    def classes(self) -> tuple[str, ...]:
+        """The category names, in label order (label k is classes[k - 1])."""
+        return self.train.category_names
+
+    @property
     def num_classes(self) -> int:
         """The number of categories (without the background)."""
         return len(self.train.category_ids)
@@ -446,6 +451,10 @@ def scan_coco(
     return CocoInfo(root, train, val)
 
 
+EXIF_ORIENTATION = 0x0112  # the EXIF tag of how a camera held the picture
+TURNED = (5, 6, 7, 8)  # its values for a picture turned a quarter: width and height swap once upright
+
+
 def images_only_coco(folder: Path, files: list[str], categories_from: Path) -> dict:
     """A COCO annotation file of `files` (relative to `folder`) without boxes: ids 1.. in their order, their sizes
     (read from their headers), and the categories of `categories_from` (hydrali predict reads new images so)."""
@@ -455,5 +464,7 @@ def images_only_coco(folder: Path, files: list[str], categories_from: Path) -> d
     for number, name in enumerate(files, start=1):
         with Image.open(folder / name) as picture:
             width, height = picture.size
+            if picture.getexif().get(EXIF_ORIENTATION) in TURNED:  # DALI's decoder turns such images upright
+                width, height = height, width
         images.append({"id": number, "file_name": name, "width": width, "height": height})
     return {"images": images, "annotations": [], "categories": load_coco_json(categories_from)["categories"]}

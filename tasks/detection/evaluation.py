@@ -336,7 +336,7 @@ class CocoEvaluator:
 def per_category_ap(ground_truth: COCO, detections: list[dict], image_ids: Iterable[int]) -> dict[int, dict]:
     """For each category id of the ground truth: its AP@[.5:.95] and AP@.5 over `image_ids` (area all, 100
     detections), from COCOeval's precision table as pycocotools' summary averages it; None where no ground truth of
-    the category exists in those images."""
+    the category exists in those images (0.0 for every category when there are no detections at all)."""
     results = ground_truth.loadRes([dict(detection) for detection in detections]) if detections else None
     if results is None:
         return {int(c): {"ap": 0.0, "ap50": 0.0} for c in ground_truth.getCatIds()}

@@ -10,9 +10,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from hydrali.core.distributed.topology import is_first_process
 from hydrali.tasks.base import network_spec
-from hydrali.tasks.detection.keras_decode import decode_detections
+from hydrali.tasks.detection.keras_decode import decode_boxes, decode_detections
 from hydrali.tasks.detection.keras_loss import MultiboxLoss
-from hydrali.tasks.detection.layout import IMAGE_IDS_OUTPUT
+from hydrali.tasks.detection.layout import BOX_VALUES, IMAGE_IDS_OUTPUT
 
 
 class DetectionMetrics(keras.callbacks.Callback):
@@ -87,7 +87,15 @@ class KerasDetection:
         return np.int32(len(real))
 
     prediction_names = ("boxes", "scores", "labels", "counts")  # what `predict` returns (hydrali eval, predict)
-    export_formats = ()  # hydrali export: not yet
+    serving_names = ("boxes", "scores")  # what `serving` returns: what hydrali export writes
+
+    def serving(self, network: keras.Model, batch: dict) -> dict:
+        """What an exported detector computes (hydrali export), the per-class NMS left to the serving stack: every
+        anchor's box, decoded (ltrb in [0, 1] of the resized image) [B, N, 4], and its class probabilities [B, N,
+        1 + K] (index 0: background)."""
+        raw = tf.cast(network(batch["images"], training=False), tf.float32)
+        boxes = tf.clip_by_value(decode_boxes(raw[..., :BOX_VALUES], tf.constant(self.anchors)), 0.0, 1.0)
+        return {"boxes": boxes, "scores": tf.nn.softmax(raw[..., BOX_VALUES:], axis=-1)}
 
     def predict(self, network: keras.Model, batch: dict) -> dict:
         """Each image's detections, padded to max_detections rows: boxes [B, M, 4] ltrb in [0, 1], scores [B, M],

@@ -121,6 +121,17 @@ class DetectionTask(DaliTask):
             "max_detections": self.max_detections,
         }
 
+    def postprocessing(self) -> dict:
+        """What a serving stack does after an exported detector (preprocessing.json of hydrali export): the
+        decoding's per-class NMS, with the run's settings."""
+        return {
+            "not_in_the_model": "per-class non-maximum suppression, as hydrali decodes: the pre_nms_top_k best "
+            "(anchor, class) pairs of an image by probability (classes 1..K), those above score_threshold, greedy "
+            "NMS per class at iou_threshold, the max_detections best kept",
+            "outputs": "boxes [B, N, 4] ltrb in [0, 1] of the resized image; scores [B, N, 1 + K], index 0 background",
+            **self.detection_args(),
+        }
+
     def loss_args(self) -> dict:
         """The multibox loss's settings, the same on every backend."""
         return {

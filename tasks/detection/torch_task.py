@@ -12,7 +12,7 @@ from torch import nn
 from hydrali.core.distributed.topology import is_first_process
 from hydrali.tasks.base import network_spec
 from hydrali.tasks.detection.layout import BOX_VALUES
-from hydrali.tasks.detection.torch_decode import decode_detections
+from hydrali.tasks.detection.torch_decode import decode_boxes, decode_detections
 from hydrali.tasks.detection.torch_loss import multibox_loss
 
 
@@ -64,7 +64,15 @@ class TorchDetection(nn.Module):
         return self._loss(raw, batch["targets"]), images.shape[0]
 
     prediction_names = ("boxes", "scores", "labels", "counts")  # what `predict` returns (hydrali eval, predict)
-    export_formats = ()  # hydrali export: not yet (its decoding's NMS is a Python loop)
+    serving_names = ("boxes", "scores")  # what `serving` returns: what hydrali export writes
+
+    def serving(self, batch: dict) -> dict[str, torch.Tensor]:
+        """What an exported detector computes (hydrali export), the per-class NMS left to the serving stack: every
+        anchor's box, decoded (ltrb in [0, 1] of the resized image) [B, N, 4], and its class probabilities [B, N,
+        1 + K] (index 0: background)."""
+        raw = self.model(batch["images"])
+        boxes = decode_boxes(raw[..., :BOX_VALUES], self.anchors).clamp(0.0, 1.0)
+        return {"boxes": boxes, "scores": torch.softmax(raw[..., BOX_VALUES:].float(), dim=-1)}
 
     def predict(self, batch: dict) -> dict[str, torch.Tensor]:
         """Each image's detections, padded to max_detections rows: boxes [B, M, 4] ltrb in [0, 1], scores [B, M],
