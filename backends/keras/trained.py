@@ -17,13 +17,15 @@ from hydrali.backends.keras.training import build_keras_side, dtype_policy, load
 from hydrali.core.errors import HydraliError, first_line
 from hydrali.core.run.weights_from_run import as_built
 
+SERVING_ENDPOINT = "serving_default"  # the SavedModel's signature (what TensorFlow Serving calls by default)
+
 
 class _Serving(keras.Model):
     """What is exported: the side's `serving` (else its `predict`) of the network on images alone, as a model whose
     outputs are named (a subclass, so that a side's TensorFlow ops, e.g. detection's box decoding, may run in it)."""
 
     def __init__(self, network: keras.Model, serving, names: tuple[str, ...]):
-        super().__init__()
+        super().__init__(name="serving")  # a TensorFlow scope name (the class's own starts with _)
         self.network = network
         self._serving = serving
         self.names = tuple(names)
@@ -62,9 +64,13 @@ class KerasTrainedNetwork:
         folder.mkdir(parents=True, exist_ok=True)
         model = self._serving_model()
         model(tf.convert_to_tensor(example["images"][:1]))  # Keras exports a model that was called
-        if fmt == "saved_model":
+        if fmt == "saved_model":  # one endpoint, its input named `images` (preprocessing.json's input)
             path = folder / "model"
-            model.export(str(path), format="tf_saved_model", verbose=False)
+            archive = keras.export.ExportArchive()
+            archive.track(model)
+            spec = tf.TensorSpec((None, *example["images"].shape[1:]), tf.as_dtype(example["images"].dtype), "images")
+            archive.add_endpoint(name=SERVING_ENDPOINT, fn=model.call, input_signature=[spec])
+            archive.write_out(str(path), verbose=False)
             return path
         path = folder / "model.onnx"
         model.export(str(path), format="onnx", verbose=False)
@@ -76,7 +82,7 @@ class KerasTrainedNetwork:
         names = list(self.serving_names)
         if fmt == "saved_model":
             loaded = tf.saved_model.load(str(path))
-            outputs = loaded.signatures["serving_default"](images=tf.constant(images))
+            outputs = loaded.signatures[SERVING_ENDPOINT](images=tf.constant(images))
             return {name: np.asarray(outputs[name], dtype=np.float32) for name in names}
         import onnxruntime
 
