@@ -34,7 +34,7 @@ def export(path: str | None, overrides: list[str]) -> Path:
         )
     batch = _check_batch(loaded, int(run.options.check_images))
     out = Path(str(run.options.out)).expanduser()
-    out = (out if out.is_absolute() else run.run_dir / out / fmt).resolve()
+    out = ((out if out.is_absolute() else run.run_dir / out) / fmt).resolve()  # one folder per format
     model = loaded.network.export(fmt, out, batch)
     check = _check(loaded, model, fmt, batch, float(run.options.tolerance))
     (out / CHECK_FILE).write_text(json.dumps(check, indent=1) + "\n")

@@ -56,7 +56,7 @@ class ExportRoot(UseConfig):
     """conf/export.yaml's top level."""
 
     format: ExportFormat = ExportFormat.onnx
-    out: str = "export"  # the folder (relative: in the run dir) the exported model is written to
+    out: str = "export"  # the folder (relative: in the run dir) whose <format>/ the exported model is written to
     check_images: int = 32  # validation images the exported model is checked on
     tolerance: float = 1e-4  # the largest absolute difference accepted between the export's outputs and the framework's
 
