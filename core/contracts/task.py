@@ -92,6 +92,54 @@ class Task(Protocol):
         """After a decoder failed: one line naming the dataset's files that cannot be decoded, if any."""
 
 
+class Scores(Protocol):
+    """What `hydrali eval` accumulates over a split (a task's `scores(dataset)`), framework-neutral."""
+
+    images: int  # images scored so far
+
+    def update(self, predictions: dict[str, Any], batch: dict[str, Any]) -> None:
+        """Add a batch: the side's predictions and the recipe's outputs (NumPy arrays)."""
+
+    def metrics(self) -> dict[str, float]:
+        """The task's metrics, named as in training without the split (acc; map, map50)."""
+
+    def report(self) -> dict[str, Any]:
+        """What metrics.json holds besides them (per-class figures, a confusion matrix)."""
+
+    def per_class_table(self) -> list[str]:
+        """The per-class figures as lines for the terminal."""
+
+    def write_pictures(self, folder: Any) -> list[Any]:
+        """Pictures of the scores written into `folder` (none is fine)."""
+
+
+class Predictions(Protocol):
+    """What `hydrali predict` accumulates and writes (a task's `predictions(dataset, top_k)`)."""
+
+    def update(self, files: list[str], predictions: dict[str, Any], batch: dict[str, Any]) -> None:
+        """Add a batch: the files it read (in order), the side's predictions and the recipe's outputs."""
+
+    def write(self, folder: Any) -> list[Any]:
+        """Write the predictions into `folder`; return the files written."""
+
+
+class InferenceTask(Protocol):
+    """What a task adds for the commands on a trained run (hydrali.core.inference); each is optional, and a command
+    whose method a task lacks is refused in one line."""
+
+    def evaluation_data(self, data: DictConfig, split: str, verify: str) -> Dataset:
+        """The dataset whose validation split is `split` (hydrali eval)."""
+
+    def prediction_data(self, dataset: Dataset, folder: Any, files: list[str], annotations: str | None) -> Dataset:
+        """A dataset whose validation split is `files` of `folder`, with `dataset`'s classes (hydrali predict)."""
+
+    def scores(self, dataset: Dataset) -> Scores:
+        """A fresh Scores of the dataset's validation split."""
+
+    def predictions(self, dataset: Dataset, top_k: int) -> Predictions:
+        """A fresh Predictions of the dataset's validation split."""
+
+
 class TorchSide(Protocol):
     """A task's side on torch (an nn.Module holding the network): built by `task.sides.torch`, called as
     `build(task, model_cfg, dataset, image_size)`."""
@@ -108,6 +156,9 @@ class TorchSide(Protocol):
     def val_metrics_reset(self) -> None:
         """Start a new validation."""
 
+    # For the commands on a trained run: `prediction_names` and `predict(batch) -> dict of tensors` (what eval and
+    # predict score); optionally `serving_names` and `serving(batch)`, what export writes (else predict's).
+
 
 class KerasSide(Protocol):
     """A task's side on Keras: built by `task.sides.keras`, called as `build(task, dataset)`."""
@@ -123,6 +174,9 @@ class KerasSide(Protocol):
 
     def callbacks(self) -> list:
         """Keras callbacks adding the task's validation metrics to each validated epoch's logs."""
+
+    # For the commands on a trained run: `prediction_names` and `predict(network, batch) -> dict of tensors`;
+    # optionally `serving_names` and `serving(network, batch)`, what export writes (else predict's).
 
 
 def side_builder(task: Task, framework: str, backend: str) -> Callable[..., Any]:

@@ -1,5 +1,6 @@
 """What every command on a trained run sets up, in the order that refuses bad input before anything is written:
-the task and the data it reads, the backend, the checkpoint, the device, and the network with its weights."""
+the task, the backend and the checkpoint, then the data it reads (its classes checked against the run's), the
+device, and the network with its weights."""
 
 from __future__ import annotations
 
