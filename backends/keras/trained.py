@@ -1,6 +1,7 @@
 """A Keras run's network loaded from one of its checkpoints for inference (core.contracts.backend.TrainedNetwork):
 built under the run's dtype policy, called in inference mode through one tf.function; exported as a TensorFlow
-SavedModel (Model.export) or ONNX (Keras' own ONNX export), and checked with TensorFlow or onnxruntime."""
+SavedModel (keras.export.ExportArchive: one serving_default endpoint taking `images`) or ONNX (Model.export, through
+tf2onnx), and checked with TensorFlow or onnxruntime."""
 
 from __future__ import annotations
 
