@@ -9,10 +9,10 @@ from importlib import resources
 from hydrali.core.cli.exit_codes import EXIT_INTERRUPTED, EXIT_USER_ERROR
 from hydrali.core.errors import CompositionError, HydraliError
 
-COMMANDS = {  # command -> "module:function(path, overrides)" doing it
-    "eval": "hydrali.core.inference.evaluate:evaluate",
-    "predict": "hydrali.core.inference.predict:predict",
-    "export": "hydrali.core.inference.export:export",
+COMMANDS = {  # command -> the function(path, overrides) doing it
+    "eval": "hydrali.core.inference.evaluate.evaluate",
+    "predict": "hydrali.core.inference.predict.predict",
+    "export": "hydrali.core.inference.export.export",
 }
 
 
@@ -41,7 +41,7 @@ def run_command(command: str, arguments: list[str]) -> None:
     path = arguments[0] if arguments and "=" not in arguments[0] else None
     overrides = arguments[1:] if path is not None else arguments
     try:
-        get_method(COMMANDS[command].replace(":", "."))(path, overrides)
+        get_method(COMMANDS[command])(path, overrides)
     except CompositionError as err:
         from hydrali.core.cli.config_errors import composition_error_line
 

@@ -13,23 +13,28 @@ from omegaconf import DictConfig
 
 from hydrali.core.data.dali_errors import explain_dali_error
 from hydrali.core.distributed.topology import Topology
-from hydrali.core.run.plan import Plan, make_plan
+from hydrali.core.run.plan import Plan, plan_of_config
 
 ONE_PROCESS = Topology(world_size=1, global_rank=0, local_rank=0, node_rank=0, replicas_per_node=1)
 
 
 def inference_plan(cfg: DictConfig, device: str) -> Plan:
     """The plan of one process reading one shard (the whole split) in batches of data.batch_size on `device`."""
-    return make_plan(
-        topology=ONE_PROCESS,
-        batch_size=cfg.data.batch_size,
-        base_lr=cfg.optim.lr,
-        ref_batch=cfg.optim.ref_batch,
-        rule=str(cfg.optim.scale),
-        warmup_epochs=cfg.optim.warmup_epochs,
-        epochs=cfg.epochs,
-        seed=cfg.seed if cfg.seed is not None else 0,
-        device=device,
+    return plan_of_config(cfg, ONE_PROCESS, seed=cfg.seed if cfg.seed is not None else 0, device=device)
+
+
+def validation_pipeline(*, task, cfg: DictConfig, dataset, layout: str, device: str):
+    """The task's validation pipeline (not yet built) over `dataset`'s validation split, one shard, on `device`."""
+    plan = inference_plan(cfg, device)
+    return task.build_pipeline(
+        pipeline=cfg.pipeline,
+        data=cfg.data,
+        model=cfg.model,
+        dataset=dataset,
+        plan=plan,
+        shard=plan.shards[0],
+        layout=layout,
+        is_training=False,
     )
 
 
@@ -47,22 +52,12 @@ def count_batches(images: int, batch: int) -> int:
     return math.ceil(images / batch)
 
 
-def read_batches(*, task, cfg: DictConfig, dataset, layout: str, device: str, images: int) -> Iterator[dict[str, Any]]:
-    """The task's validation pipeline over `dataset`'s validation split (its first `images` images: all of them),
-    one dict of NumPy outputs (the task's output names) per batch, padding removed; DALI's errors explained."""
-    plan = inference_plan(cfg, device)
-    pipe = task.build_pipeline(
-        pipeline=cfg.pipeline,
-        data=cfg.data,
-        model=cfg.model,
-        dataset=dataset,
-        plan=plan,
-        shard=plan.shards[0],
-        layout=layout,
-        is_training=False,
-    )
+def read_batches(*, task, cfg: DictConfig, dataset, layout: str, device: str) -> Iterator[dict[str, Any]]:
+    """The task's validation pipeline over each image of `dataset`'s validation split once, one dict of NumPy
+    outputs (the task's output names) per batch, padding removed; DALI's errors explained."""
+    pipe = validation_pipeline(task=task, cfg=cfg, dataset=dataset, layout=layout, device=device)
     names = task.output_names(False)
-    batch = plan.per_replica_batch
+    batch, images = cfg.data.batch_size, dataset.num_val
     try:
         pipe.build()
         for step in range(count_batches(images, batch)):

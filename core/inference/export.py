@@ -13,7 +13,7 @@ import numpy as np
 
 from hydrali.core.data.image_files import Verify
 from hydrali.core.errors import HydraliError
-from hydrali.core.inference.batches import inference_plan
+from hydrali.core.inference.batches import validation_pipeline
 from hydrali.core.inference.loaded import Loaded, load
 from hydrali.core.inference.trained_run import open_run
 
@@ -109,16 +109,7 @@ def preprocessing(loaded: Loaded, outputs: list[str]) -> dict:
 
 def serialize_pipeline(loaded: Loaded, path: Path) -> None:
     """The run's DALI validation pipeline (one shard: the whole split), serialized by DALI."""
-    plan = inference_plan(loaded.run.cfg, loaded.device)
-    cfg = loaded.run.cfg
-    pipe = loaded.task.build_pipeline(
-        pipeline=cfg.pipeline,
-        data=cfg.data,
-        model=cfg.model,
-        dataset=loaded.dataset,
-        plan=plan,
-        shard=plan.shards[0],
-        layout=loaded.backend.layout,
-        is_training=False,
+    pipe = validation_pipeline(
+        task=loaded.task, cfg=loaded.run.cfg, dataset=loaded.dataset, layout=loaded.backend.layout, device=loaded.device
     )
     pipe.serialize(filename=str(path))

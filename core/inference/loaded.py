@@ -40,17 +40,11 @@ class Loaded:
         terminal."""
         from tqdm import tqdm
 
-        dataset = self.dataset
         cfg = self.run.cfg
         batches = read_batches(
-            task=self.task,
-            cfg=cfg,
-            dataset=dataset,
-            layout=self.backend.layout,
-            device=self.device,
-            images=dataset.num_val,
+            task=self.task, cfg=cfg, dataset=self.dataset, layout=self.backend.layout, device=self.device
         )
-        total = count_batches(dataset.num_val, cfg.data.batch_size)
+        total = count_batches(self.dataset.num_val, cfg.data.batch_size)
         return tqdm(batches, total=total, desc=what, unit="batch", disable=not sys.stderr.isatty(), leave=False)
 
     def describe(self) -> str:

@@ -133,10 +133,9 @@ def make_plan(
     )
 
 
-def plan_run(cfg: DictConfig, topology: Topology, dataset: Dataset, *, seed: int, device: str) -> Plan:
-    """The plan of a run in one call: batch, lr and seed rules from the config's settings for this process's
-    `topology`, and the epoch contract from the dataset's counts (DALI on `device`)."""
-    plan = make_plan(
+def plan_of_config(cfg: DictConfig, topology: Topology, *, seed: int, device: str) -> Plan:
+    """make_plan with the config's batch and lr settings for this process's `topology` (no epoch contract)."""
+    return make_plan(
         topology=topology,
         batch_size=cfg.data.batch_size,
         base_lr=cfg.optim.lr,
@@ -147,6 +146,12 @@ def plan_run(cfg: DictConfig, topology: Topology, dataset: Dataset, *, seed: int
         seed=seed,
         device=device,
     )
+
+
+def plan_run(cfg: DictConfig, topology: Topology, dataset: Dataset, *, seed: int, device: str) -> Plan:
+    """The plan of a run in one call: batch, lr and seed rules from the config's settings for this process's
+    `topology`, and the epoch contract from the dataset's counts (DALI on `device`)."""
+    plan = plan_of_config(cfg, topology, seed=seed, device=device)
     contract = make_contract(
         train_samples=dataset.num_train,
         val_samples=dataset.num_val,
