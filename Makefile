@@ -11,6 +11,8 @@ VENV   ?= .venv
 GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo yes)
 TORCH_SPEC ?= $(if $(GPU),torch torchvision,torch==2.14.1 torchvision==0.29.1)
 ARGS ?=
+# backend=keras's extra (pyproject.toml): on a GPU machine TensorFlow with its CUDA libraries and an XLA-ready cuDNN
+KERAS_EXTRA ?= $(if $(GPU),keras-cuda,keras)
 # triton (torch's compiler of GPU kernels) crashes a process that loads it after TensorFlow (in-process tests of both
 # frameworks), and a CPU has no use for it: removed where no NVIDIA driver is present
 REMOVE_TRITON ?= $(if $(GPU),true,$(VENV)/bin/pip uninstall -y triton)
@@ -23,7 +25,7 @@ $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -m venv $(VENV)
 	@( $(VENV)/bin/pip install --upgrade pip && \
 	   $(VENV)/bin/pip install $(TORCH_SPEC) && \
-	   $(VENV)/bin/pip install -e ".[test,keras]" && \
+	   $(VENV)/bin/pip install -e ".[test,$(KERAS_EXTRA)]" && \
 	   $(VENV)/bin/pip install --no-build-isolation nvidia-dali-tf-plugin-cuda120 && \
 	   $(REMOVE_TRITON) ) > $(VENV)/setup.log 2>&1 \
 	 || { tail -n 25 $(VENV)/setup.log; echo "hydrali: set-up failed: the whole log is $(VENV)/setup.log"; exit 1; }

@@ -136,7 +136,7 @@ FAKE_MODULE = """
 from dataclasses import dataclass, field
 from typing import Any, Dict
 
-from hydrali.core.contracts.backend import BackendSpec
+from hydrali.core.contracts.backend import BackendSpec, TrainingDevice
 from hydrali.core.errors import HydraliError
 
 
@@ -152,6 +152,9 @@ class FakeBackend:
 
     def visible_gpus(self):
         return 0
+
+    def training_device(self, backend):
+        return TrainingDevice("cpu", "CPU")
 
     def replicas(self, backend, device):
         if backend.workers < 1:

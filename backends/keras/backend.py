@@ -19,12 +19,19 @@ from omegaconf import DictConfig  # noqa: E402
 from hydrali.backends.keras import checkpoints, workers  # noqa: E402
 from hydrali.backends.keras.callbacks import Observe  # noqa: E402
 from hydrali.backends.keras.data import LAYOUT, dali_dataset, distribute  # noqa: E402
-from hydrali.backends.keras.strategy import make_strategy, placement, replica_devices, visible_gpus  # noqa: E402
+from hydrali.backends.keras.strategy import (  # noqa: E402
+    make_strategy,
+    placement,
+    replica_devices,
+    training_device,
+    visible_gpus,
+)
 from hydrali.backends.keras.training import (  # noqa: E402
     ValidationPosition,
     build_keras_side,
     compile_task_model,
 )
+from hydrali.core.contracts.backend import TrainingDevice  # noqa: E402
 from hydrali.core.data.dali_errors import explain_dali_error  # noqa: E402
 from hydrali.core.errors import HydraliError  # noqa: E402
 from hydrali.core.run import weights_from_run  # noqa: E402
@@ -200,6 +207,10 @@ class KerasBackend:
     def visible_gpus(self) -> int:
         """The number of GPUs TensorFlow sees."""
         return visible_gpus()
+
+    def training_device(self, backend: DictConfig) -> TrainingDevice:
+        """The first GPU TensorFlow sees (the replicas train on its GPUs when it sees any), or the CPU."""
+        return training_device()
 
     def newest_checkpoint(self, checkpoint_dir: Path) -> Path | None:
         """The newest per-epoch checkpoint in `checkpoint_dir`, if there is one."""

@@ -86,6 +86,11 @@ def dali_dataset(*, task, cfg, dataset, plan: Plan, replica: int, is_training: b
         pipeline=pipe,
         batch_size=plan.per_replica_batch,
         device_id=shard.device_id,
+        # DALIDataset runs the pipeline with its own executor settings (4 threads, ...), not the pipeline's: the
+        # pipeline's, so that pipeline.num_threads and prefetch_queue_depth mean on Keras what they mean on Lightning
+        num_threads=pipe.num_threads,
+        prefetch_queue_depth=pipe.prefetch_queue_depth,
+        exec_dynamic=pipe.exec_dynamic,
         output_shapes=tuple(shape for shape, _ in specs),
         output_dtypes=tuple(_TF_DTYPES[d] for _, d in specs),
     )

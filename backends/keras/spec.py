@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
-from hydrali.core.config.schema import Precision
 from hydrali.core.contracts.backend import BackendSpec
 
 
@@ -15,10 +14,10 @@ class KerasBackendConfig:
 
     name: str = "keras"
     replicas: Optional[int] = None
-    precision: Precision = Precision["32-true"]
+    precision: str = "auto"  # auto | a Precision name (checked by hydrali.core.run.auto_settings)
     validation_freq: int = 1
     verbose: Any = "auto"
-    compile: bool = False
+    compile: Any = "auto"  # true | false | auto (hydrali.core.run.auto_settings)
     keep_checkpoints: int = 3
     callbacks: Dict[str, Any] = field(default_factory=dict)
 

@@ -14,6 +14,7 @@ import contextlib
 import tensorflow as tf
 
 from hydrali.backends.keras import workers
+from hydrali.core.contracts.backend import TrainingDevice
 from hydrali.core.errors import HydraliError
 from hydrali.core.run.plan import Plan
 
@@ -21,6 +22,17 @@ from hydrali.core.run.plan import Plan
 def visible_gpus() -> int:
     """The number of GPUs TensorFlow can see."""
     return len(tf.config.list_physical_devices("GPU"))
+
+
+def training_device() -> TrainingDevice:
+    """The first GPU TensorFlow sees, with its name and compute capability (read without starting the runtime),
+    or the CPU."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return TrainingDevice("cpu", "CPU")
+    details = tf.config.experimental.get_device_details(gpus[0])
+    capability = details.get("compute_capability")
+    return TrainingDevice("gpu", details.get("device_name", gpus[0].name), tuple(capability) if capability else None)
 
 
 def configure_devices(replicas: int, device: str) -> list[str]:

@@ -20,6 +20,7 @@ from hydrali.backends.lightning.collectives import all_gather_bytes
 from hydrali.backends.lightning.data import LAYOUT, DaliDataModule
 from hydrali.backends.lightning.module import HydraliModule, build_torch_side, compile_torch_side, start_side_from
 from hydrali.backends.lightning.spec import SPEC
+from hydrali.core.contracts.backend import TrainingDevice
 from hydrali.core.distributed import gather, topology
 from hydrali.core.errors import HydraliError, SweepRefused, first_line
 from hydrali.core.run import job_context, weights_from_run
@@ -189,6 +190,13 @@ class LightningBackend:
     def visible_gpus(self) -> int:
         """The number of GPUs torch can train on."""
         return torch.cuda.device_count()
+
+    def training_device(self, backend: DictConfig) -> TrainingDevice:
+        """The GPU torch trains on (the current CUDA device), or the CPU with backend.accelerator=cpu or no GPU."""
+        if str(backend.accelerator) == "cpu" or not torch.cuda.is_available():
+            return TrainingDevice("cpu", "CPU")
+        index = torch.cuda.current_device()
+        return TrainingDevice("gpu", torch.cuda.get_device_name(index), tuple(torch.cuda.get_device_capability(index)))
 
     def processes_to_start(self, backend: DictConfig) -> int:
         """How many processes hydrali starts for this job on this node: backend.devices under DDP (from the job's

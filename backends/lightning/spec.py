@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
-from hydrali.core.config.schema import CompileMode, Precision
+from hydrali.core.config.schema import CompileMode
 from hydrali.core.contracts.backend import BackendSpec
 
 
@@ -18,9 +18,9 @@ class LightningBackendConfig:
     devices: int = 1
     num_nodes: int = 1
     strategy: str = "auto"
-    precision: Precision = Precision["32-true"]
-    channels_last: bool = False
-    compile: bool = False
+    precision: str = "auto"  # auto | a Precision name (checked by hydrali.core.run.auto_settings)
+    channels_last: Any = "auto"  # true | false | auto
+    compile: Any = False  # true | false | auto (hydrali.core.run.auto_settings)
     compile_mode: CompileMode = CompileMode.default
     compile_fullgraph: bool = False
     compile_dynamic: Optional[bool] = None

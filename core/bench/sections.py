@@ -17,7 +17,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from hydrali.core.bench.report import Report, Row
 from hydrali.core.bench.timing import interleave
 from hydrali.core.bench.worker import Remote, Worker
+from hydrali.core.contracts.backend import TrainingDevice
 from hydrali.core.errors import HydraliError
+from hydrali.core.run import auto_settings
 
 # the command line's keys that section 5 (task=detection) takes too; its classification keys it does not
 DETECTION_KEEPS = (
@@ -38,6 +40,7 @@ class Machine:
     gpus: int  # CUDA devices DALI and torch can both use
     no_gpu: str  # why there is none ("" when there is one)
     tensorflow: bool  # TensorFlow and DALI's TensorFlow plugin installed
+    device: TrainingDevice  # what training runs on (torch's view; the `auto` settings are decided for it)
 
 
 def detect_machine() -> Machine:
@@ -56,7 +59,12 @@ def detect_machine() -> Machine:
         )
     except (ImportError, ValueError):
         tf = False
-    return Machine(cores=os.cpu_count() or 1, gpus=dali, no_gpu=why, tensorflow=tf)
+    if dali:
+        capability = tuple(torch.cuda.get_device_capability(0))
+        device = TrainingDevice("gpu", torch.cuda.get_device_name(0), capability)
+    else:
+        device = TrainingDevice("cpu", "CPU")
+    return Machine(cores=os.cpu_count() or 1, gpus=dali, no_gpu=why, tensorflow=tf, device=device)
 
 
 def override_key(override: str) -> str:
@@ -78,10 +86,12 @@ class Bench:
         self.report = Report()
         self.worker = Worker(bench.keras_library_path)
         self._data: list[str] | None = None
+        self._compiled_lightning: list[str] = []  # keys of section 2's compiled hydrali rows (section 3 compares)
 
     # --- configs -------------------------------------------------------------------------------------------
     def compose(self, overrides: list[str]) -> DictConfig:
-        """hydrali's config for `overrides` (conf/bench.yaml's defaults included), checked as a run checks it."""
+        """hydrali's config for `overrides` (conf/bench.yaml's defaults included), checked as a run checks it, its
+        `auto` settings decided for this machine as a run decides them (hydrali.core.run.auto_settings)."""
         from hydra import compose
 
         from hydrali.core.config.validate import check_config
@@ -90,6 +100,7 @@ class Bench:
         with open_dict(cfg):
             del cfg["bench"]
         check_config(cfg)
+        auto_settings.resolve(cfg, self.machine.device)
         return cfg
 
     def classification(self, extra: list[str] = (), drop: tuple[str, ...] = ()) -> DictConfig:
@@ -276,54 +287,68 @@ class Bench:
                 f"give it more images (bench.synthetic.train_per_class) or lower those"
             )
 
+    @staticmethod
+    def training_label(cfg: DictConfig, variant: str) -> str:
+        """How a training row names its network and settings: the variant as typed (or "defaults") and what the
+        precision and compile settings became on this machine."""
+        network = f"{cfg.model._target_.rpartition('.')[2]} {cfg.model.get('layers', '') or ''}".strip()
+        compiled = "compiled" if cfg.backend.compile else "eager"
+        return f"{network} [{variant or 'defaults'}: {cfg.backend.precision}, {compiled}], batch {cfg.data.batch_size}"
+
     def lightning(self) -> None:
         """2: the network through the Lightning backend, against its upper bound (batches already on the GPU)
-        and a plain PyTorch loop fed by the same DALI pipeline."""
+        and a plain PyTorch loop fed by the same DALI pipeline, per configured variant."""
         if self._needs_gpu("lightning", "training through the Lightning backend, upper bound, plain loop"):
             return
         from hydrali.core.bench.loaders import one_replica_plan
         from hydrali.core.bench.torch_loops import TorchLoop
         from hydrali.core.bench.training import HydraliTraining
 
-        t = self.bench.train
-        cfg = self.classification([*t.overrides, *t.lightning])
-        task, dataset = self.task_and_data(cfg)
-        self._check_steps(cfg, dataset)
-        plan = one_replica_plan(cfg, dataset, "gpu")
-        what = (
-            f"{cfg.model._target_.rpartition('.')[2]} {cfg.model.get('layers', '')} {cfg.backend.precision}"
-            f"{' compiled' if cfg.backend.compile else ''}, batch {cfg.data.batch_size}"
-        )
+        t, pairs = self.bench.train, []
         steps = dict(warmup=t.warmup, steps=t.steps)
-        pairs: list = []
-        bound = self._add(
-            pairs,
-            Row(
-                "lightning",
-                "train/torch/bound",
-                f"{what}: plain loop on GPU tensors (upper bound)",
-                "gpu",
-                short="upper bound",
-            ),
-            TorchLoop(task, cfg, dataset, plan, "tensors", **steps),
-        )
-        loop = self._add(
-            pairs,
-            Row(
-                "lightning",
-                "train/torch/dali",
-                f"{what}: plain PyTorch loop fed by DALI",
-                "gpu",
-                (bound.key,),
-                short="plain loop",
-            ),
-            TorchLoop(task, cfg, dataset, plan, "dali", **steps),
-        )
-        self._add(
-            pairs,
-            Row("lightning", "train/lightning", f"{what}: hydrali, Lightning backend", "gpu", (bound.key, loop.key)),
-            HydraliTraining(plain(cfg), "lightning", str(self.run_dir / "runs"), **steps),
-        )
+        for index, variant in enumerate(t.lightning):
+            cfg = self.classification([*t.overrides, *variant.split()])
+            task, dataset = self.task_and_data(cfg)
+            self._check_steps(cfg, dataset)
+            plan = one_replica_plan(cfg, dataset, "gpu")
+            what = self.training_label(cfg, variant)
+            bound = self._add(
+                pairs,
+                Row(
+                    "lightning",
+                    f"train/torch/bound/{variant}",
+                    f"{what}: plain loop on GPU tensors (upper bound)",
+                    "gpu",
+                    short="upper bound",
+                ),
+                TorchLoop(task, cfg, dataset, plan, "tensors", **steps),
+            )
+            loop = self._add(
+                pairs,
+                Row(
+                    "lightning",
+                    f"train/torch/dali/{variant}",
+                    f"{what}: plain PyTorch loop fed by DALI",
+                    "gpu",
+                    (bound.key,),
+                    short="plain loop",
+                ),
+                TorchLoop(task, cfg, dataset, plan, "dali", **steps),
+            )
+            self._add(
+                pairs,
+                Row(
+                    "lightning",
+                    f"train/lightning/{variant}",
+                    f"{what}: hydrali, Lightning backend",
+                    "gpu",
+                    (bound.key, loop.key),
+                    short=f"Lightning {'compiled' if cfg.backend.compile else 'eager'}",
+                ),
+                HydraliTraining(plain(cfg), f"lightning{index}", str(self.run_dir / "runs"), **steps),
+            )
+            if cfg.backend.compile:
+                self._compiled_lightning.append(f"train/lightning/{variant}")
         interleave(pairs, self.bench.repeats)
 
     def keras(self) -> None:
@@ -341,7 +366,7 @@ class Bench:
         for index, variant in enumerate(t.keras):
             cfg = self.classification([*t.overrides, "backend=keras", *variant.split()])
             self._check_steps(cfg, self.task_and_data(cfg)[1])
-            what = f"{cfg.model._target_.rpartition('.')[2]} {variant}, batch {cfg.data.batch_size}"
+            what = self.training_label(cfg, variant)
             steps = dict(warmup=t.warmup, steps=t.steps)
             bound = self._add(
                 pairs,
@@ -356,7 +381,13 @@ class Bench:
             )
             self._add(
                 pairs,
-                Row("keras", f"train/keras/{variant}", f"{what}: hydrali, Keras backend", "gpu", (bound.key,)),
+                Row(
+                    "keras",
+                    f"train/keras/{variant}",
+                    f"{what}: hydrali, Keras backend",
+                    "gpu",
+                    (bound.key, *self._compiled_lightning),  # Keras against compiled Lightning, where measured
+                ),
                 Remote(
                     self.worker,
                     "hydrali.core.bench.keras_loops.hydrali_training",
@@ -369,8 +400,10 @@ class Bench:
         interleave(pairs, self.bench.repeats)
 
     def detection(self) -> None:
-        """5: the ssd recipe alone (DALI, GPU and CPU) and the detector's training on each backend."""
-        from hydrali.core.bench.loaders import RawDali
+        """5: the ssd recipe alone (DALI, GPU and CPU) and the detector's training on each backend, each against
+        its own upper bound (the same network and settings on one batch already on the GPU)."""
+        from hydrali.core.bench.loaders import RawDali, one_replica_plan
+        from hydrali.core.bench.torch_loops import TorchLoop
         from hydrali.core.bench.training import HydraliTraining
 
         keep = [o for o in self.overrides if override_key(o).startswith(DETECTION_KEEPS)]
@@ -409,6 +442,17 @@ class Bench:
         self._check_steps(cfg, dataset)
         steps = dict(warmup=t.warmup, steps=t.steps)
         model = cfg.model._target_.rpartition(".")[2]
+        light_bound = self._add(
+            pairs,
+            Row(
+                "detection",
+                "det/train/lightning/bound",
+                f"{self.training_label(cfg, 'lightning')}: plain loop on GPU tensors (upper bound)",
+                "gpu",
+                short="Lightning bound",
+            ),
+            TorchLoop(task, cfg, dataset, one_replica_plan(cfg, dataset, "gpu"), "tensors", **steps),
+        )
         light = self._add(
             pairs,
             Row(
@@ -416,7 +460,7 @@ class Bench:
                 "det/train/lightning",
                 f"{model} training, hydrali, Lightning",
                 "gpu",
-                (gpu.key,),
+                (light_bound.key, gpu.key),
                 short="Lightning",
             ),
             HydraliTraining(plain(cfg), "detection-lightning", str(self.run_dir / "runs"), **steps),
@@ -425,9 +469,26 @@ class Bench:
             self.report.skip("detection", f"{model} training, hydrali, Keras", "needs TensorFlow and DALI's TF plugin")
         else:
             kcfg = self.compose([*base, "backend=keras"])
+            keras_bound = self._add(
+                pairs,
+                Row(
+                    "detection",
+                    "det/train/keras/bound",
+                    f"{self.training_label(kcfg, 'keras')}: Keras train_step on GPU tensors (upper bound)",
+                    "gpu",
+                    short="Keras bound",
+                ),
+                Remote(self.worker, "hydrali.core.bench.keras_loops.keras_bound", cfg=plain(kcfg), **steps),
+            )
             self._add(
                 pairs,
-                Row("detection", "det/train/keras", f"{model} training, hydrali, Keras", "gpu", (gpu.key, light.key)),
+                Row(
+                    "detection",
+                    "det/train/keras",
+                    f"{model} training, hydrali, Keras",
+                    "gpu",
+                    (keras_bound.key, gpu.key, light.key),
+                ),
                 Remote(
                     self.worker,
                     "hydrali.core.bench.keras_loops.hydrali_training",

@@ -125,7 +125,7 @@ class PipelineConfig:
     recipe: str = MISSING
     device: Device = Device.auto
     num_threads: int = 2
-    hw_decoder_load: float = 0.65
+    hw_decoder_load: float = 1.0
     prefetch_queue_depth: int = 2
     train_last_batch: LastBatch = LastBatch.drop
     dtype: Dtype = Dtype.float

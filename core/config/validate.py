@@ -13,6 +13,7 @@ from hydrali.core.config.schema import GROUP_SCHEMAS, HydraliConfig
 from hydrali.core.contracts.registry import backend_spec, backend_specs, task_specs
 from hydrali.core.data.pipelines import check_options
 from hydrali.core.errors import HydraliError
+from hydrali.core.run.auto_settings import check_backend_settings
 
 _HINTS = {
     "data.root": "data.root=/path/to/dataset (a folder holding train/ and val/, one sub-folder per class)",
@@ -99,11 +100,14 @@ def check_config(cfg: DictConfig) -> None:
     check_missing(cfg)
     check_pipeline_fits_task(cfg)
     check_backend_trains_task(cfg)
+    check_backend_settings(cfg.backend)
     check_options(cfg.pipeline.recipe, OmegaConf.to_container(cfg.pipeline.options, resolve=True))
     if cfg.throughput_warmup_steps < 0:
         raise HydraliError(
             f"throughput_warmup_steps={cfg.throughput_warmup_steps}: it cannot be negative (0 times every step)"
         )
+    if cfg.optim.lr <= 0:
+        raise HydraliError(f"optim.lr={cfg.optim.lr}: the learning rate must be above 0")
     check_tracking(cfg.tracking)
     check_bad_files(cfg.data)
     check_fine_tuning(cfg)

@@ -33,6 +33,16 @@ class BackendSpec:
     implementation: str  # "module:Class" of its `Backend`, imported only to train
 
 
+@dataclass(frozen=True)
+class TrainingDevice:
+    """The device a backend trains this process's replicas on, as core's `auto` settings need it
+    (hydrali.core.run.auto_settings)."""
+
+    kind: str  # gpu | cpu
+    name: str  # as the framework names it (e.g. "NVIDIA H100 80GB HBM3", "CPU")
+    capability: tuple[int, int] | None = None  # a GPU's CUDA compute capability (None on a CPU or when unknown)
+
+
 @runtime_checkable
 class TrainedNetwork(Protocol):
     """A run's network loaded from one of its checkpoints, ready for inference (hydrali eval, predict, export).
@@ -59,7 +69,7 @@ class TrainedNetwork(Protocol):
 
 @runtime_checkable
 class Backend(Protocol):
-    """How a run trains on one framework. Core calls these in this order: visible_gpus, replicas,
+    """How a run trains on one framework. Core calls these in this order: visible_gpus, replicas, training_device,
     (share_from_rank0), newest_checkpoint / checkpoint_epochs, processes_to_start, fit. The commands on a trained
     run (hydrali eval, predict, export) call newest_checkpoint and load_trained."""
 
@@ -71,6 +81,9 @@ class Backend(Protocol):
     def replicas(self, backend: DictConfig, device: str) -> tuple[int, int, int]:
         """(replicas per node, nodes, replicas per process) of the job, from its `backend` config node and the
         device DALI runs on; a HydraliError names a setting that cannot work."""
+
+    def training_device(self, backend: DictConfig) -> TrainingDevice:
+        """The device this process trains on with the `backend` config node (its first GPU, or the CPU)."""
 
     def processes_to_start(self, backend: DictConfig) -> int:
         """How many processes hydrali itself starts for the job on this node (1: this one trains alone)."""

@@ -18,7 +18,7 @@ from hydrali.core.data.image_files import write_skipped_files
 from hydrali.core.distributed import agreement, gather, local_launch, topology
 from hydrali.core.distributed.launchers import LAUNCHED_BY_HYDRALI
 from hydrali.core.distributed.mpi_ranks import adopt_mpi_ranks
-from hydrali.core.run import job_context, run_dir, seeding, weights_from_run
+from hydrali.core.run import auto_settings, job_context, run_dir, seeding, weights_from_run
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR, resolve_checkpoint, write_trained_with
 from hydrali.core.run.plan import Plan, plan_run
 from hydrali.core.run.record import RunRecord
@@ -144,6 +144,11 @@ def _run(attempt: run_dir.Attempt, started: float) -> float | None:
     )
     if plan.global_rank == 0:
         run_dir.write(output_dir, run_dir.record_of(cfg, attempt.overrides, tracker.run_id))
+    # after run.json keeps `auto` (a resume elsewhere decides again); MLflow's params get the decided values
+    training_device = backend.training_device(cfg.backend)
+    decided = auto_settings.resolve(cfg, training_device)
+    if decided and plan.global_rank == 0:
+        log.info(auto_settings.describe(decided, training_device))
     record = RunRecord.open(
         output_dir, tracker, resume=resume_from is not None, writer=plan.global_rank == 0, epochs=cfg.epochs
     )

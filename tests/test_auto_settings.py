@@ -1,0 +1,78 @@
+"""`auto` speed settings (backend.precision, backend.compile, backend.channels_last): one rule in core for both
+backends. On this CPU machine the default runs of both backends train in float32 without compiling, their record
+keeps `auto` (a resume on a GPU machine decides again) and MLflow holds what was decided; on GPUs the rule picks
+bf16 where the GPU has it, float16 with loss scaling where it has not."""
+
+import json
+
+import pytest
+from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
+
+from hydrali.core.contracts.backend import TrainingDevice
+from hydrali.core.errors import HydraliError
+from hydrali.core.run import auto_settings
+from tests.support.checks import fails_with
+from tests.support.cli import run_cli
+
+H100 = TrainingDevice("gpu", "NVIDIA H100 80GB HBM3", (9, 0))
+V100 = TrainingDevice("gpu", "Tesla V100-SXM2-16GB", (7, 0))
+CPU = TrainingDevice("cpu", "CPU")
+
+
+@pytest.fixture(scope="module")
+def both(trained_on_both):
+    """The default experiment run by each backend from the command line (tests/support/both_backends.py)."""
+    return trained_on_both
+
+
+@pytest.mark.slow
+def test_on_a_cpu_both_backends_default_to_float32_without_compiling(both):
+    tmp_path, (lightning_out, lightning), (keras_out, keras) = both
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    for backend, out, summary in (("lightning", lightning_out, lightning), ("keras", keras_out, keras)):
+        recorded = json.loads((tmp_path / backend / "run.json").read_text())["config"]["backend"]
+        assert recorded["precision"] == "auto", "the record keeps auto: a resume on a GPU decides again"
+        params = client.get_run(summary["mlflow_run_id"]).data.params
+        assert params["backend.precision"] == "32-true"
+        assert summary["compiled"] is False, f"{backend} ran compiled on a CPU"
+        log = out.stdout + out.stderr
+        assert "auto settings on CPU: backend.precision=32-true" in log
+    assert recorded["compile"] == "auto"  # Keras' default
+    assert params["backend.compile"] == "False"  # Keras built its model without XLA (summary's compiled, above)
+    lightning_params = client.get_run(lightning["mlflow_run_id"]).data.params
+    assert lightning_params["backend.channels_last"] == "False"
+
+
+def _backend(**values):
+    return OmegaConf.create({"deterministic": False, "backend": {"precision": "auto", **values}})
+
+
+def test_the_rule_picks_bf16_where_the_gpu_has_it_float16_where_not_and_compiles_on_gpus_only():
+    for device, precision in ((H100, "bf16-mixed"), (V100, "16-mixed"), (CPU, "32-true")):
+        cfg = _backend(compile="auto", channels_last="auto")
+        decided = auto_settings.resolve(cfg, device)
+        gpu = device.kind == "gpu"
+        assert decided == {"backend.precision": precision, "backend.compile": gpu, "backend.channels_last": gpu}
+        assert (cfg.backend.precision, cfg.backend.compile, cfg.backend.channels_last) == (precision, gpu, gpu)
+    cfg = _backend(compile="auto")
+    cfg.deterministic = True
+    assert auto_settings.resolve(cfg, H100)["backend.compile"] is False, "XLA and torch.compile are not deterministic"
+
+
+def test_what_a_user_typed_is_kept():
+    cfg = _backend(compile=False, channels_last="true")
+    cfg.backend.precision = "16-mixed"
+    assert auto_settings.resolve(cfg, H100) == {}
+    assert (cfg.backend.precision, cfg.backend.compile, cfg.backend.channels_last) == ("16-mixed", False, True)
+
+
+def test_a_value_that_is_no_choice_is_one_line_naming_the_choices(tmp_path):
+    with pytest.raises(HydraliError, match="backend.compile='maybe': choose one of true, false, auto"):
+        auto_settings.check_backend_settings(_backend(compile="maybe").backend)
+    fails_with(
+        run_cli("backend.precision=fp8", cwd=tmp_path),
+        "backend.precision='fp8': choose one of auto, 32-true, bf16-mixed, 16-mixed",
+    )
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert written == [], f"a refused run wrote {written}"
