@@ -76,3 +76,43 @@ def test_a_value_that_is_no_choice_is_one_line_naming_the_choices(tmp_path):
     )
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert written == [], f"a refused run wrote {written}"
+
+
+def _setup_commands(tmp_path, with_driver: bool) -> str:
+    """What `make setup` would run (make -n, from a scratch venv path), on a machine with or without nvidia-smi."""
+    import os
+    import shutil
+    import subprocess
+
+    from tests.support.cli import REPO
+
+    bin_dir = tmp_path / ("gpu-bin" if with_driver else "cpu-bin")
+    bin_dir.mkdir()
+    for tool in ("sh", "make", "python3"):
+        os.symlink(shutil.which(tool), bin_dir / tool)
+    if with_driver:  # the Makefile asks only whether nvidia-smi is on PATH
+        (bin_dir / "nvidia-smi").write_text("#!/bin/sh\n")
+        (bin_dir / "nvidia-smi").chmod(0o755)
+    out = subprocess.run(
+        ["make", "-n", "setup", f"VENV={tmp_path / 'venv'}"],
+        cwd=REPO,
+        env={"PATH": str(bin_dir), "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_the_set_up_installs_tensorflow_with_cuda_and_an_xla_ready_cudnn_only_where_a_driver_is(tmp_path):
+    import tomllib
+
+    from tests.support.cli import REPO
+
+    cpu, gpu = _setup_commands(tmp_path, False), _setup_commands(tmp_path, True)
+    assert '-e ".[test,keras]"' in cpu and "keras-cuda" not in cpu and "torch==2.14.1" in cpu
+    assert '-e ".[test,keras-cuda]"' in gpu
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert "hydrali[keras]" in extras["keras-cuda"] and "nvidia-cudnn-cu12>=9.19" in extras["keras-cuda"]
+    assert any(spec.startswith("tensorflow[and-cuda]") for spec in extras["keras-cuda"])
