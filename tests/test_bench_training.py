@@ -121,3 +121,17 @@ def test_keras_own_bound_trains_the_keras_model_on_one_batch_of_the_shard(make_c
 
     assert bound.once().images_per_s > 0
     assert any((b != w.numpy()).any() for b, w in zip(before, bound.model.trainable_variables))
+
+
+def test_the_plain_keras_loop_fed_by_dali_trains_several_batches_per_call(make_cfg):
+    from hydra.utils import instantiate
+
+    from hydrali.core.bench.keras_loops import KerasBound
+
+    cfg = make_cfg("backend=keras", *SMALL_NET, f"data.batch_size={BATCH}")
+    task = instantiate(cfg.task)
+    dataset = task.prepare_data(cfg.data, verify="off")
+    loop = KerasBound(cfg, task, dataset, warmup=2, steps=4, device="cpu", feed="dali", per_call=2)
+    iterations = loop.model.optimizer.iterations
+    loop.once()
+    assert int(iterations.numpy()) == 2 + 4, "two optimizer steps per call, over the warm-up's and the window's calls"

@@ -46,21 +46,37 @@ class KerasStepTimer(keras.callbacks.Callback):
 
 
 class KerasBound:
-    """Keras' own upper bound for the configured network, precision and jit_compile; DALI on `device` gives it
-    its one batch."""
+    """Keras' own train step for the configured network, precision and jit_compile, in a plain loop: `feed` =
+    "tensors" (the shard's first batch, kept on the device and fed again at every step: Keras' upper bound) or
+    "dali" (the backend's DALIDataset of the shard, `per_call` steps per tf.function call, as Keras' fit() runs
+    `steps_per_execution` steps per call); DALI on `device`."""
 
-    def __init__(self, conf: DictConfig, task, dataset, warmup: int, steps: int, device: str = "gpu"):
+    def __init__(
+        self,
+        conf: DictConfig,
+        task,
+        dataset,
+        warmup: int,
+        steps: int,
+        device: str = "gpu",
+        feed: str = "tensors",
+        per_call: int = 1,
+    ):
         import tensorflow as tf
 
         from hydrali.backends.keras.data import dali_dataset, distribute
-        from hydrali.backends.keras.strategy import make_strategy, placement, replica_devices
+        from hydrali.backends.keras.strategy import make_strategy, placement, replica_devices, training_device
         from hydrali.backends.keras.training import build_keras_side, compile_task_model
         from hydrali.core.bench.loaders import one_replica_plan
+        from hydrali.core.run import auto_settings
 
         plan = one_replica_plan(conf, dataset, device)
         self.devices = replica_devices(plan)
+        auto_settings.resolve(conf, training_device())  # `auto` as a run on this machine decides it
         strategy = make_strategy(self.devices)
-        self.warmup, self.steps, self.batch = warmup, steps, plan.per_replica_batch
+        self.per_call = max(1, int(per_call))
+        self.warmup, self.steps = -(-warmup // self.per_call), max(1, steps // self.per_call)  # in calls
+        self.batch = plan.per_replica_batch * self.per_call  # images per call
         data = distribute(
             strategy,
             self.devices,
@@ -73,17 +89,30 @@ class KerasBound:
             self.model = compile_task_model(
                 cfg=conf, side=build_keras_side(task, dataset), strategy=strategy, dataset=dataset, plan=plan
             )
-            self.data = tf.nest.map_structure(tf.identity, next(iter(data)))  # kept where the model computes
-        self.step = tf.function(lambda data: self.model.train_step(data), jit_compile=bool(conf.backend.compile))
+            one_step = tf.function(lambda data: self.model.train_step(data), jit_compile=bool(conf.backend.compile))
+            if feed == "tensors":
+                self.data = tf.nest.map_structure(tf.identity, next(iter(data)))  # kept where the model computes
+                self.step = lambda: one_step(self.data)
+            else:  # as Keras' fit(): the iterator read outside XLA, each step's batch into the compiled step
+                iterator = iter(data)
+
+                @tf.function
+                def steps_on_iterator(iterator):
+                    logs = one_step(next(iterator))
+                    for _ in range(self.per_call - 1):
+                        logs = one_step(next(iterator))
+                    return logs
+
+                self.step = lambda: steps_on_iterator(iterator)
 
     def once(self) -> Timing:
-        """The Timing (images/s) of `steps` train steps after `warmup` (the last step's loss fetched before the clock
-        stops)."""
+        """The Timing (images/s) of the window's calls after the warm-up's (the last call's loss fetched before the
+        clock stops)."""
         from hydrali.backends.keras.strategy import placement
 
         with placement(self.devices):
             return time_steps(
-                lambda: self.step(self.data),
+                self.step,
                 warmup=self.warmup,
                 steps=self.steps,
                 images_per_step=self.batch,
@@ -91,10 +120,10 @@ class KerasBound:
             )
 
 
-def keras_bound(cfg: dict, warmup: int, steps: int) -> KerasBound:
+def keras_bound(cfg: dict, warmup: int, steps: int, feed: str = "tensors", per_call: int = 1) -> KerasBound:
     """The worker's factory of KerasBound (from a plain config)."""
     conf, task, dataset = prepare(cfg)
-    return KerasBound(conf, task, dataset, warmup, steps)
+    return KerasBound(conf, task, dataset, warmup, steps, feed=feed, per_call=per_call)
 
 
 def hydrali_training(cfg: dict, name: str, run_dir: str, warmup: int, steps: int):

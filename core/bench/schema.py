@@ -49,6 +49,7 @@ class TrainBenchConfig:
     overrides: List[str] = field(default_factory=list)
     lightning: List[str] = field(default_factory=list)
     keras: List[str] = field(default_factory=list)
+    keras_loops: List[int] = field(default_factory=list)
     warmup: int = 10
     steps: int = 20
 

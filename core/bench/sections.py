@@ -379,6 +379,26 @@ class Bench:
                 ),
                 Remote(self.worker, "hydrali.core.bench.keras_loops.keras_bound", cfg=plain(cfg), **steps),
             )
+            for per_call in t.keras_loops:  # the same train step fed by the DALIDataset, as fit() runs it
+                self._add(
+                    pairs,
+                    Row(
+                        "keras",
+                        f"train/keras/dali/{per_call}/{variant}",
+                        f"{what}: plain Keras loop fed by DALI, {per_call} step(s) per call",
+                        "gpu",
+                        (bound.key,),
+                        short=f"plain Keras loop ({per_call} per call)",
+                    ),
+                    Remote(
+                        self.worker,
+                        "hydrali.core.bench.keras_loops.keras_bound",
+                        cfg=plain(cfg),
+                        feed="dali",
+                        per_call=per_call,
+                        **steps,
+                    ),
+                )
             self._add(
                 pairs,
                 Row(
