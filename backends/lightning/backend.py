@@ -18,7 +18,13 @@ from hydrali.backends.lightning import agreement
 from hydrali.backends.lightning.callbacks import EpochNumberCheckpoint, Observe, progress_bar
 from hydrali.backends.lightning.collectives import all_gather_bytes
 from hydrali.backends.lightning.data import LAYOUT, DaliDataModule
-from hydrali.backends.lightning.module import HydraliModule, build_torch_side, compile_torch_side, start_side_from
+from hydrali.backends.lightning.module import (
+    HydraliModule,
+    build_torch_side,
+    compile_torch_side,
+    start_side_from,
+    training_device_of,
+)
 from hydrali.backends.lightning.spec import SPEC
 from hydrali.core.contracts.backend import TrainingDevice
 from hydrali.core.distributed import gather, topology
@@ -194,9 +200,8 @@ class LightningBackend:
     def training_device(self, backend: DictConfig) -> TrainingDevice:
         """The GPU torch trains on (the current CUDA device), or the CPU with backend.accelerator=cpu or no GPU."""
         if str(backend.accelerator) == "cpu" or not torch.cuda.is_available():
-            return TrainingDevice("cpu", "CPU")
-        index = torch.cuda.current_device()
-        return TrainingDevice("gpu", torch.cuda.get_device_name(index), tuple(torch.cuda.get_device_capability(index)))
+            return training_device_of(torch.device("cpu"))
+        return training_device_of(torch.device("cuda", torch.cuda.current_device()))
 
     def processes_to_start(self, backend: DictConfig) -> int:
         """How many processes hydrali starts for this job on this node: backend.devices under DDP (from the job's

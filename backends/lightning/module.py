@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 
 from hydrali.backends.lightning.spec import SPEC
 from hydrali.core.config.schema import Optimizer
+from hydrali.core.contracts.backend import TrainingDevice
 from hydrali.core.contracts.task import side_builder
 from hydrali.core.errors import HydraliError, first_line
 from hydrali.core.optim.optimizer import ADAM_EPSILON, decays
@@ -97,6 +98,13 @@ def make_schedule(
             schedule=str(optim.schedule),
         ),
     )
+
+
+def training_device_of(device: torch.device) -> TrainingDevice:
+    """`device` as core's `auto` settings need it: a CUDA device's name and compute capability, or the CPU."""
+    if device.type != "cuda":
+        return TrainingDevice("cpu", "CPU")
+    return TrainingDevice("gpu", torch.cuda.get_device_name(device), tuple(torch.cuda.get_device_capability(device)))
 
 
 def precision_plugin(precision: str, device_type: str) -> Precision:

@@ -47,6 +47,7 @@ def detect_machine() -> Machine:
     """Cores, usable GPUs (DALI's and torch's view) and whether the Keras side is installed."""
     import torch
 
+    from hydrali.backends.lightning.module import training_device_of
     from hydrali.core.data.devices import dali_cuda_devices
 
     dali, why = dali_cuda_devices()
@@ -59,11 +60,7 @@ def detect_machine() -> Machine:
         )
     except (ImportError, ValueError):
         tf = False
-    if dali:
-        capability = tuple(torch.cuda.get_device_capability(0))
-        device = TrainingDevice("gpu", torch.cuda.get_device_name(0), capability)
-    else:
-        device = TrainingDevice("cpu", "CPU")
+    device = training_device_of(torch.device("cuda", 0) if dali else torch.device("cpu"))
     return Machine(cores=os.cpu_count() or 1, gpus=dali, no_gpu=why, tensorflow=tf, device=device)
 
 

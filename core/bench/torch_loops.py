@@ -17,7 +17,6 @@ import torch
 from omegaconf import DictConfig
 
 from hydrali.core.bench.timing import HostStamp, StepWindow, time_steps
-from hydrali.core.contracts.backend import TrainingDevice
 from hydrali.core.run import auto_settings
 
 
@@ -84,15 +83,11 @@ class TorchLoop:
             build_torch_side,
             compile_torch_side,
             precision_plugin,
+            training_device_of,
         )
 
         cfg, steps_per_epoch = self.cfg, max(1, self.plan.epoch.train_steps)
-        if self.device.type == "cuda":  # `auto` as a run on this GPU decides it
-            capability = tuple(torch.cuda.get_device_capability(self.device))
-            gpu = TrainingDevice("gpu", torch.cuda.get_device_name(self.device), capability)
-            auto_settings.resolve(cfg, gpu)
-        else:
-            auto_settings.resolve(cfg, TrainingDevice("cpu", "CPU"))
+        auto_settings.resolve(cfg, training_device_of(self.device))  # `auto` as a run on this device decides it
         module = HydraliModule(
             build_torch_side(self.task, cfg, self.dataset),
             cfg.optim,
