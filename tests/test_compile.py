@@ -55,14 +55,26 @@ def test_lightning_compiled_checkpoint_resumes_uncompiled_and_back(make_cfg, tmp
 
 @pytest.mark.keras
 def test_keras_compile_trains_with_xla(make_cfg, tmp_path):
-    out, jit = tmp_path / "keras", tmp_path / "jit.json"
+    out, jit, traces = tmp_path / "keras", tmp_path / "jit.json", tmp_path / "traces.jsonl"
     observe = with_plugin_callback("jit", "KerasRecordJit", path=str(jit))
+    record = f"+model.record_xla={traces}"
     run(
         make_cfg(
-            *TINY, "backend=keras", "backend.verbose=0", "epochs=1", "backend.compile=true", observe, output_dir=out
+            *TINY,
+            "backend=keras",
+            "backend.verbose=0",
+            "epochs=1",
+            "backend.compile=true",
+            observe,
+            record,
+            output_dir=out,
         )
     )
     assert json.loads(jit.read_text()) == {"jit_compile": True, "train_function": True}
+    traced = [json.loads(line) for line in traces.read_text().splitlines()]
+    assert {(t["training"], t["xla"]) for t in traced} == {(True, True), (False, True)}, (
+        f"the network's forward was traced inside XLA for training and for validation, never outside: {traced}"
+    )
     summary = read_summary(out)
     assert summary["compiled"] is True and summary["first_step_seconds"] > 0
     assert summary["history"][0]["train/images"] == 11 * 120 and summary["history"][0]["val/images"] == 360

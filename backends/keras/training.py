@@ -6,7 +6,8 @@
 - validation weighs each sample by hydrali.core.run.epoch's mask: the shard's padding counts for nothing,
 - `images` (a weighted metric) counts the samples trained on or scored,
 - backend.precision selects a Keras dtype policy (16-mixed scales the loss),
-- backend.compile XLA-compiles the train step (jit_compile); validation runs without XLA.
+- backend.compile XLA-compiles the train step (jit_compile) and validation's forward pass (the task's look at
+  the batch, such as detection's non-max suppression, stays outside XLA).
 
 `build_keras_side` and `compile_task_model` are what the backend builds a run's model with; the benchmark
 (core/bench/keras_loops.py) builds its upper bound with them too.
@@ -252,6 +253,7 @@ class ContractModel(keras.Model):
         self.val_shard_sizes = [int(s) for s in val_shard_sizes]  # one per shard of the job
         self.batch = int(batch)
         self.val_step = keras.Variable(0, dtype="int32", trainable=False, name="val_step")
+        self.validation_forward = None  # the XLA-compiled forward pass of validation (make_test_function)
 
     def call(self, inputs, training=False):
         return self.network(inputs, training=training)
@@ -272,16 +274,21 @@ class ContractModel(keras.Model):
         return self._reducible(super().train_step(data))
 
     def make_test_function(self, force=False):
-        """Keras' validation function, built without XLA even when the model is jit-compiled: XLA (backend.compile)
-        is for the train step; a task's validation may use ops that XLA cannot compile (detection's non-max
-        suppression), and it still runs as a TensorFlow graph."""
+        """Keras' validation function. With XLA (backend.compile) only the network's forward pass is XLA-compiled:
+        the rest of the step, the task's look at the batch included (detection's non-max suppression, which XLA
+        cannot compile), runs as a TensorFlow graph around it."""
         if not self.jit_compile:
+            self.validation_forward = None
             return super().make_test_function(force)
+        self.validation_forward = tf.function(self._forward, jit_compile=True, reduce_retracing=True)
         self.jit_compile = False
         try:
             return super().make_test_function(force)
         finally:
             self.jit_compile = True
+
+    def _forward(self, x):
+        return self(x, training=False)
 
     def _reducible(self, logs: dict) -> dict:
         """A step's logs as Keras can average them over TF_CONFIG workers: under MultiWorkerMirroredStrategy it
@@ -300,7 +307,7 @@ class ContractModel(keras.Model):
     def test_step(self, data):
         x, y = data[0], data[1]  # further elements (e.g. image ids) are for the task's on_val_batch
         weights = self.valid_mask()
-        y_pred = self(x, training=False)
+        y_pred = self._forward(x) if self.validation_forward is None else self.validation_forward(x)
         if self.on_val_batch is not None:
             self.on_val_batch(data, y_pred, weights)
         per_sample = self.loss.call(y, ops.cast(y_pred, "float32"))

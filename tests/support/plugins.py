@@ -40,15 +40,39 @@ class KerasInterruptAtEpoch:
         return _Interrupt()
 
 
-def keras_model_without_batchnorm(num_classes: int, image_size: int, **unused):
-    """A small conv net with no BatchNorm: its gradients do not depend on how a batch is split."""
+def keras_model_without_batchnorm(num_classes: int, image_size: int, record_xla: str | None = None, **unused):
+    """A small conv net with no BatchNorm: its gradients do not depend on how a batch is split. With `record_xla`
+    (a path), each trace of its forward pass appends to that file, as a JSON line, whether it was traced for
+    training and whether TensorFlow traced it inside an XLA-compiled function."""
     import keras
 
     inputs = keras.Input((image_size, image_size, 3))
-    x = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(inputs)
+    x = inputs if record_xla is None else _XlaTraceRecorder(record_xla)(inputs)
+    x = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(x)
     x = keras.layers.Conv2D(16, 3, strides=2, padding="same", activation="relu")(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
     return keras.Model(inputs, keras.layers.Dense(num_classes)(x))
+
+
+def _XlaTraceRecorder(path: str):
+    """A Keras layer passing its input through, which records how TensorFlow traces it (see
+    keras_model_without_batchnorm)."""
+    import json
+
+    import keras
+    import tensorflow as tf
+    from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
+
+    class XlaTraceRecorder(keras.layers.Layer):
+        def call(self, inputs, training=False):
+            graph = tf.compat.v1.get_default_graph()
+            if tf.inside_function() and graph.name != "scratch_graph":  # not Keras' shape inference
+                record = {"training": bool(training), "xla": GraphOrParentsInXlaContext(graph), "graph": graph.name}
+                with open(path, "a") as fh:
+                    fh.write(json.dumps(record) + "\n")
+            return inputs
+
+    return XlaTraceRecorder()
 
 
 class KerasRecordPolicies:
