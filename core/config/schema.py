@@ -56,6 +56,14 @@ class Device(Choice):
     gpu = "gpu"
 
 
+class WorkerCores(Choice):
+    """Which cores DALI's worker threads may use (hydrali.core.data.affinity): auto, spare or any."""
+
+    auto = "auto"
+    spare = "spare"
+    any = "any"
+
+
 class LastBatch(Choice):
     """What happens to an epoch's last, partial training batch (hydrali.core.run.epoch.TRAIN_STEPS)."""
 
@@ -127,6 +135,7 @@ class PipelineConfig:
     num_threads: int = 2
     hw_decoder_load: float = 1.0
     prefetch_queue_depth: int = 2
+    worker_cores: WorkerCores = WorkerCores.auto
     train_last_batch: LastBatch = LastBatch.drop
     dtype: Dtype = Dtype.float
     options: Dict[str, Any] = field(default_factory=dict)

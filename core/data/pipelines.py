@@ -14,6 +14,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from hydrali.core.data import affinity
 from hydrali.core.errors import HydraliError
 
 READER_NAME = "Reader"  # every recipe names its reader so, for iterators and the epoch contract
@@ -120,7 +121,8 @@ def make_pipeline(
     prefetch_queue_depth: int,
     **inputs,
 ):
-    """An unbuilt DALI Pipeline from the recipe, given core's `inputs` and the recipe's `options`."""
+    """An unbuilt DALI Pipeline from the recipe, given core's `inputs` and the recipe's `options`; its worker
+    threads pinned as this process decided (hydrali.core.data.affinity)."""
     check_options(recipe_path, options)
     recipe = load_recipe(recipe_path)
     try:
@@ -130,6 +132,7 @@ def make_pipeline(
             device_id=device_id,
             seed=seed,
             prefetch_queue_depth=prefetch_queue_depth,
+            **affinity.dali_arguments(),
             **inputs,
             **dict(options),
         )

@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from hydrali.core.config.validate import check_config
 from hydrali.core.contracts.backend import Backend
 from hydrali.core.contracts.registry import backend_spec, load_backend
-from hydrali.core.data import autotune, devices, weights_preprocessing
+from hydrali.core.data import affinity, autotune, devices, weights_preprocessing
 from hydrali.core.data.image_files import write_skipped_files
 from hydrali.core.distributed import agreement, gather, local_launch, topology
 from hydrali.core.distributed.launchers import LAUNCHED_BY_HYDRALI
@@ -105,6 +105,8 @@ def _run(attempt: run_dir.Attempt, started: float) -> float | None:
     if processes > 1:  # the job's processes, started from its resolved config (one seed, one run dir)
         local_launch.run_processes(cfg, processes, int(cfg.backend.get("num_nodes", 1)), plan.seed, attempt.overrides)
         return _optimized_value(read_summary(output_dir), cfg.optimized_metric)
+    per_node, _, per_process = backend.replicas(cfg.backend, plan.device)
+    affinity.pin_workers(cfg.pipeline, plan, per_node // max(1, per_process))  # before any pipeline is built
     if cfg.pipeline.autotune:  # every process probes its own DALI pipeline; the choice goes into cfg (and MLflow)
         autotune.apply(cfg, task, dataset, plan, backend)
     seeding.seed_everything(plan.seed, cfg.deterministic)

@@ -214,6 +214,41 @@ class RecordPipelineThreads:
         return _Record()
 
 
+class RecordWorkerCores:
+    """Write, as JSON to `path`, the cores the OS lets each DALI worker thread of this process run on (read from
+    /proc by thread name), and this process's own cores, after the first training step; `framework`: lightning or
+    keras, the backend whose callback this is."""
+
+    def __new__(cls, path: str, framework: str):
+        import json
+        import os
+        from pathlib import Path
+
+        from hydrali.core.data.affinity import worker_thread_cores
+
+        def record() -> None:
+            if not Path(path).exists():
+                threads = {tid: sorted(cores) for tid, cores in worker_thread_cores().items()}
+                process = sorted(os.sched_getaffinity(0))
+                Path(path).write_text(json.dumps({"threads": threads, "process": process}))
+
+        if framework == "keras":
+            import keras
+
+            class _KerasRecord(keras.callbacks.Callback):
+                def on_train_batch_end(self, batch, logs=None) -> None:
+                    record()
+
+            return _KerasRecord()
+        import lightning as L
+
+        class _Record(L.Callback):
+            def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+                record()
+
+        return _Record()
+
+
 class RecordChangedWeights:
     """On Lightning: write to `path` (JSON) which entries of the network's state (weights and BatchNorm statistics)
     changed between the start and the end of training, and which did not."""
