@@ -11,7 +11,7 @@ import pytest
 from hydrali.core.data import autotune
 from hydrali.core.data.autotune import Setting, Trial
 from tests.support.checks import read_summary
-from tests.support.configs import LIGHTNING_QUIET, SMALL_NET, with_plugin_callback
+from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET, SMALL_NET, with_plugin_callback
 
 
 def test_thread_candidates_stay_within_the_cores_without_duplicates_and_keep_the_configured_value():
@@ -136,24 +136,36 @@ def test_the_probe_leaves_the_run_s_data_order_as_it_was(digits_source):
 
 
 @pytest.mark.slow
-def test_a_run_with_autotune_trains_with_the_chosen_threads(make_cfg, tmp_path, caplog):
-    """A tiny Lightning run with pipeline.autotune=true: the choice is logged in one line, is a candidate, is in the
-    MLflow run's params, and is what the training iterator's DALI pipeline runs with (read by a callback)."""
+@pytest.mark.parametrize("backend", ["lightning", pytest.param("keras", marks=pytest.mark.keras)])
+def test_a_run_with_autotune_times_training_steps_and_trains_with_the_chosen_threads(
+    make_cfg, tmp_path, caplog, backend
+):
+    """A tiny run with pipeline.autotune=true (timed by training steps, the default): the network trained the
+    probe's steps besides the run's own (counted by the network itself), the choice is logged in one line, is a
+    candidate, is in the MLflow run's params, and (Lightning) is what the training iterator's DALI pipeline runs
+    with (read by a callback)."""
     from mlflow.tracking import MlflowClient
 
     from hydrali.core.run.runner import run
 
-    seen = tmp_path / "threads.json"
-    out = tmp_path / "run"
+    seen, steps, out = tmp_path / "threads.json", tmp_path / "steps.txt", tmp_path / "run"
+    observe = (
+        [with_plugin_callback("threads", "RecordPipelineThreads", path=str(seen))] if backend == "lightning" else []
+    )
     cfg = make_cfg(
         *SMALL_NET,
-        *LIGHTNING_QUIET,
+        *(LIGHTNING_QUIET if backend == "lightning" else KERAS_QUIET),
+        f"backend={backend}",
         "pipeline=light",
         "epochs=1",
+        "data.verify=off",
         "pipeline.autotune=true",
         "pipeline.autotune_warmup=1",
         "pipeline.autotune_batches=3",
-        with_plugin_callback("threads", "RecordPipelineThreads", path=str(seen)),
+        "model._target_=tests.support.plugins.torch_model_without_batchnorm",
+        "model.keras_target=tests.support.plugins.keras_model_without_batchnorm",
+        f"+model.record_steps={steps}",
+        *observe,
         output_dir=out,
     )
     cores = len(os.sched_getaffinity(0))
@@ -161,10 +173,17 @@ def test_a_run_with_autotune_trains_with_the_chosen_threads(make_cfg, tmp_path, 
     with caplog.at_level("INFO", logger="hydrali"):
         run(cfg)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("autotune: ")]
-    assert len(lines) == 1 and "settings probed in" in lines[0], lines
-    params = MlflowClient(cfg.tracking.uri).get_run(read_summary(out)["mlflow_run_id"]).data.params
+    assert len(lines) == 1 and "settings timed by training steps in" in lines[0], lines
+    probed = int(lines[0].rpartition("); ")[2].split()[0])
+    summary = read_summary(out)
+    run_steps = summary["history"][0]["train/images"] // cfg.data.batch_size
+    warmup = cfg.pipeline.prefetch_queue_depth + 1  # autotune_warmup=1 is raised to the batches DALI prepared ahead
+    probe_steps = len(steps.read_text().splitlines()) - run_steps
+    assert probed * (warmup + 1) <= probe_steps <= probed * (warmup + 3), (probed, probe_steps, run_steps)
+    params = MlflowClient(cfg.tracking.uri).get_run(summary["mlflow_run_id"]).data.params
     chosen = int(params["pipeline.num_threads"])
     assert chosen in candidates and 1 <= chosen <= cores
     assert f"num_threads {chosen} " in lines[0]
-    assert json.loads(seen.read_text()) == [chosen], "DALI trained with the chosen num_threads"
-    assert params["pipeline.autotune"] == "True"
+    if backend == "lightning":
+        assert json.loads(seen.read_text()) == [chosen], "DALI trained with the chosen num_threads"
+    assert params["pipeline.autotune"] == "True" and params["pipeline.autotune_by"] == "training"

@@ -62,7 +62,8 @@ def test_the_plain_torch_loop_trains_the_tasks_network_from_either_feed(feed, ma
     loop = TorchLoop(task, cfg, dataset, plan, feed, warmup=1, steps=2)
 
     first = loop.once()
-    network, optimizer = loop._state.torch_task, loop._state.optimizer
+    probe = loop._state[0]  # the Lightning backend's probe the loop trains
+    network, optimizer = probe.torch_task, probe.optimizer
     before = [p.detach().clone() for p in network.parameters()]
     second = loop.once()
 

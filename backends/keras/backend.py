@@ -192,6 +192,12 @@ class KerasBackend:
             )
         return count, 1, count
 
+    def training_probe(self, *, cfg: DictConfig, task, dataset, plan: Plan):
+        """The run's compiled model, trained apart by a plain loop (backends/keras/probe.py)."""
+        from hydrali.backends.keras.probe import KerasProbe
+
+        return KerasProbe(cfg=cfg, task=task, dataset=dataset, plan=plan)
+
     def load_trained(self, *, cfg: DictConfig, task, dataset, checkpoint: Path):
         """The run's network with the weights of a Keras checkpoint, for inference."""
         from hydrali.backends.keras.trained import load_trained

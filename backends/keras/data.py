@@ -75,6 +75,12 @@ def dali_dataset(*, task, cfg, dataset, plan: Plan, replica: int, is_training: b
         layout=LAYOUT,
         is_training=is_training,
     )
+    return pipeline_dataset(pipe, task=task, cfg=cfg, plan=plan, device_id=shard.device_id, is_training=is_training)
+
+
+def pipeline_dataset(pipe, *, task, cfg, plan: Plan, device_id: int | None, is_training: bool) -> tf.data.Dataset:
+    """A task's DALI pipeline (not built) as a DALIDataset of its outputs, run with the pipeline's own threads,
+    queue depth and executor."""
     specs = task.output_specs(
         batch=plan.per_replica_batch,
         image_size=cfg.data.image_size,
@@ -85,7 +91,7 @@ def dali_dataset(*, task, cfg, dataset, plan: Plan, replica: int, is_training: b
     return dali_tf.DALIDataset(
         pipeline=pipe,
         batch_size=plan.per_replica_batch,
-        device_id=shard.device_id,
+        device_id=device_id,
         # DALIDataset runs the pipeline with its own executor settings (4 threads, ...), not the pipeline's: the
         # pipeline's, so that pipeline.num_threads and prefetch_queue_depth mean on Keras what they mean on Lightning
         num_threads=pipe.num_threads,

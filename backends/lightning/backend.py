@@ -249,6 +249,12 @@ class LightningBackend:
 
         return load_trained(cfg=cfg, task=task, dataset=dataset, checkpoint=checkpoint)
 
+    def training_probe(self, *, cfg: DictConfig, task, dataset, plan: Plan):
+        """The run's network and optimizer, trained apart by a plain loop (backends/lightning/probe.py)."""
+        from hydrali.backends.lightning.probe import LightningProbe
+
+        return LightningProbe(cfg=cfg, task=task, dataset=dataset, plan=plan)
+
     def share_from_rank0(self, values: dict, plan: Plan) -> dict:
         """Rank 0's `values` on every process that torchrun, srun or MPI started (torch.distributed's store)."""
         return agreement.share_from_rank0(values, plan)

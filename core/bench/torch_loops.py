@@ -10,20 +10,12 @@ shard. Only the loop around them is plain: no Trainer, no callbacks, no logging.
 
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple
-
 import lightning as L
 import torch
 from omegaconf import DictConfig
 
+from hydrali.backends.lightning.probe import synchronize
 from hydrali.core.bench.timing import HostStamp, StepWindow, time_steps
-from hydrali.core.run import auto_settings
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for `device`'s queued work (nothing to wait for on the CPU)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 class CudaStamp:
@@ -56,63 +48,29 @@ class LightningStepTimer(L.Callback):
             trainer.should_stop = True
 
 
-class _Built(NamedTuple):
-    """What a TorchLoop trains with, built once."""
-
-    torch_task: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    schedule: torch.optim.lr_scheduler.LRScheduler
-    precision: object  # Lightning's precision plugin
-    batches: Iterator[dict]
-
-
 class TorchLoop:
     """The task's network trained by a plain loop: `feed` = "tensors" (the shard's first batch, kept on the device
     and fed again at every step: the upper bound) or "dali" (the backend's DALI loader of the shard). It runs where
-    the plan puts DALI: on the GPU with "gpu", else on the CPU."""
+    the plan puts DALI: on the GPU with "gpu", else on the CPU. The network, optimizer and step are the Lightning
+    backend's probe (backends/lightning/probe.py), which pipeline.autotune trains too."""
 
     def __init__(self, task, cfg: DictConfig, dataset, plan, feed: str, warmup: int, steps: int):
         self.task, self.cfg, self.dataset, self.plan, self.feed = task, cfg, dataset, plan, feed
         self.warmup, self.steps = warmup, steps
-        self.device = torch.device("cuda" if plan.device == "gpu" else "cpu")
         self._state = None
 
     def _build(self):
-        from hydrali.backends.lightning.module import (
-            HydraliModule,
-            build_torch_side,
-            compile_torch_side,
-            precision_plugin,
-            training_device_of,
-        )
+        from hydrali.backends.lightning.probe import LightningProbe
 
-        cfg, steps_per_epoch = self.cfg, max(1, self.plan.epoch.train_steps)
-        auto_settings.resolve(cfg, training_device_of(self.device))  # `auto` as a run on this device decides it
-        module = HydraliModule(
-            build_torch_side(self.task, cfg, self.dataset),
-            cfg.optim,
-            self.plan,
-            steps_per_epoch,
-            channels_last=cfg.backend.channels_last,
-        )
-        if cfg.backend.compile:  # the compiled bound: before the module moves, as the backend compiles it
-            compile_torch_side(module.torch_task, cfg.backend)
-        module.to(self.device)
-        optimizers = module.configure_optimizers()
-        return _Built(
-            module.torch_task,
-            optimizers["optimizer"],
-            optimizers["lr_scheduler"]["scheduler"],
-            precision_plugin(str(cfg.backend.precision), self.device.type),
-            self._batches(),
-        )
+        probe = LightningProbe(cfg=self.cfg, task=self.task, dataset=self.dataset, plan=self.plan)
+        return probe, self._batches(probe.device)
 
-    def _batches(self):
+    def _batches(self, device: torch.device):
         from hydrali.backends.lightning.data import dali_loader
 
         loader = dali_loader(task=self.task, cfg=self.cfg, dataset=self.dataset, plan=self.plan, is_training=True)
         if self.feed == "tensors":
-            first = {name: value.to(self.device).clone() for name, value in next(iter(loader)).items()}
+            first = {name: value.to(device).clone() for name, value in next(iter(loader)).items()}
             del loader  # the pipeline is not read again
             while True:
                 yield first
@@ -124,35 +82,18 @@ class TorchLoop:
         marked)."""
         if self._state is None:
             self._state = self._build()
-        torch_task, optimizer, schedule, precision, batches = self._state
-        scaler = getattr(precision, "scaler", None)
-        torch_task.train()
-
-        def step():
-            batch = next(batches)
-            with precision.forward_context():
-                loss, _ = torch_task.training_loss(batch)
-            optimizer.zero_grad(set_to_none=True)
-            if scaler is not None:
-                scaler.scale(loss).backward()
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                loss.backward()
-                optimizer.step()
-            schedule.step()
-            return loss
-
+        probe, batches = self._state
         return time_steps(
-            step,
+            lambda: probe.train_step(next(batches)),
             warmup=self.warmup,
             steps=self.steps,
             images_per_step=self.plan.per_replica_batch,
-            sync=lambda out: synchronize(self.device),
-            stamp=step_stamp(self.device),
+            sync=probe.wait,
+            stamp=step_stamp(probe.device),
         )
 
     def close(self) -> None:
         """Free the network, its optimizer and the pipeline."""
+        if self._state is not None:
+            self._state[0].close()
         self._state = None
-        torch.cuda.empty_cache()

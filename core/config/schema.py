@@ -64,6 +64,13 @@ class WorkerCores(Choice):
     any = "any"
 
 
+class AutotuneBy(Choice):
+    """What pipeline.autotune times its candidates by (hydrali.core.data.autotune): training or decode."""
+
+    training = "training"
+    decode = "decode"
+
+
 class LastBatch(Choice):
     """What happens to an epoch's last, partial training batch (hydrali.core.run.epoch.TRAIN_STEPS)."""
 
@@ -140,6 +147,7 @@ class PipelineConfig:
     dtype: Dtype = Dtype.float
     options: Dict[str, Any] = field(default_factory=dict)
     autotune: bool = False  # probe num_threads (and hw_decoder_load on a GPU) before training
+    autotune_by: AutotuneBy = AutotuneBy.training  # candidates timed by training steps, or by the pipeline alone
     autotune_threads: List[int] = field(default_factory=list)  # num_threads candidates; empty: automatic
     autotune_loads: List[float] = field(default_factory=lambda: [0.5, 0.8, 1.0])  # hw_decoder_load candidates
     autotune_warmup: int = 3  # batches run before timing (at least prefetch_queue_depth + 1)

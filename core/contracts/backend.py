@@ -68,10 +68,28 @@ class TrainedNetwork(Protocol):
 
 
 @runtime_checkable
+class TrainingProbe(Protocol):
+    """A throwaway copy of a run's network and optimizer (its precision, compile and layout settings), trained on
+    the batches of a DALI pipeline it is given: what `pipeline.autotune_by=training` times its candidates with
+    (hydrali.core.data.autotune). It changes nothing of the run: the run builds its own network afterwards."""
+
+    def steps_on(self, pipe: Any) -> Any:
+        """A callable that trains one step on the next batch of `pipe` (a DALI pipeline of the run's training
+        recipe, not yet built) and returns what `wait` takes."""
+
+    def wait(self, output: Any) -> None:
+        """Return once the step that returned `output`, and every step before it, has run on the device."""
+
+    def close(self) -> None:
+        """Free the network, its optimizer and the pipelines' feeds."""
+
+
+@runtime_checkable
 class Backend(Protocol):
     """How a run trains on one framework. Core calls these in this order: visible_gpus, replicas, training_device,
-    (share_from_rank0), newest_checkpoint / checkpoint_epochs, processes_to_start, fit. The commands on a trained
-    run (hydrali eval, predict, export) call newest_checkpoint and load_trained."""
+    (share_from_rank0), newest_checkpoint / checkpoint_epochs, processes_to_start, training_probe (with
+    pipeline.autotune), fit. The commands on a trained run (hydrali eval, predict, export) call newest_checkpoint
+    and load_trained."""
 
     layout: str  # the layout of each image its framework wants from DALI: CHW (torch) | HWC (Keras)
 
@@ -100,6 +118,9 @@ class Backend(Protocol):
     def load_trained(self, *, cfg: DictConfig, task: Any, dataset: Any, checkpoint: Path) -> TrainedNetwork:
         """The network of the run configured by `cfg`, with the weights of `checkpoint` (one of this backend's),
         for `dataset`'s classes; a HydraliError when the checkpoint does not fit it."""
+
+    def training_probe(self, *, cfg: DictConfig, task: Any, dataset: Any, plan: Plan) -> TrainingProbe:
+        """The run's network and optimizer, built apart for pipeline.autotune to time training steps with."""
 
     def fit(
         self,

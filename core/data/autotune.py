@@ -1,10 +1,16 @@
 """`pipeline.autotune=true`: a short probe that picks DALI's `num_threads` and `hw_decoder_load` for this machine.
 
 Before training, each process builds its real training pipeline (the recipe, shard, seed, batch and layout the
-run will use) at a few candidate settings, runs `autotune_warmup` batches, times `autotune_batches` more (GPU
-outputs waited for before the clock is read), keeps the fastest, and writes it into `cfg.pipeline` (so the run
+run will use) at a few candidate settings, runs `autotune_warmup` batches, times `autotune_batches` more, keeps
+the fastest, and writes it into `cfg.pipeline` (so the run
 trains with it and MLflow logs it as `pipeline.num_threads` / `pipeline.hw_decoder_load`). One log line says
 what was chosen against the configured setting.
+
+What a candidate is timed by is `pipeline.autotune_by`: `training` (the default) feeds each candidate's batches to
+training steps of a copy of the run's network and optimizer, which the backend builds apart
+(`Backend.training_probe`: its precision, compile and layout settings; thrown away before the run builds its own),
+so that DALI's decode kernels compete for the GPU's SMs with training as they will in the run; `decode` times the
+pipeline alone (GPU outputs waited for before the clock is read), which favours decoding on the SMs.
 
 Every process probes for itself: DALI's threads belong to a process's own pipelines, and under DDP the
 processes of a node probe at the same time, so each measures its own pipeline while its neighbours compete for
@@ -30,6 +36,7 @@ from typing import Callable, Iterable, Sequence
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from hydrali.core.config.schema import AutotuneBy
 from hydrali.core.data.dali_errors import explain_dali_error
 from hydrali.core.errors import HydraliError
 
@@ -65,6 +72,7 @@ class AutotuneResult:
     configured: Setting
     trials: list[Trial] = field(default_factory=list)
     seconds: float = 0.0
+    judge: str = "decode"  # pipeline.autotune_by: what the images/s are of (training steps, or the pipeline alone)
 
     def rate(self, setting: Setting) -> float | None:
         """Images/s measured for `setting` (None if not measured, or cut short)."""
@@ -74,7 +82,8 @@ class AutotuneResult:
     def line(self) -> str:
         """The one log line: chosen vs configured, and what the probe cost."""
         chosen, configured = self.rate(self.chosen), self.rate(self.configured)
-        probed = f"{len(self.trials)} settings probed in {self.seconds:.1f} s"
+        timed_by = "training steps" if self.judge == "training" else "decoding alone"
+        probed = f"{len(self.trials)} settings timed by {timed_by} in {self.seconds:.1f} s"
         if self.chosen == self.configured:
             return f"autotune: keeps {self.chosen} ({chosen or 0:,.0f} images/s, the fastest); {probed}"
         was = f"{configured:,.0f} images/s, {chosen / configured:.2f}x" if chosen and configured else "slower"
@@ -124,20 +133,43 @@ def pick(trials: Sequence[Trial], prefer: Setting | None = None) -> Setting:
     return best.setting
 
 
-def measure(pipe, *, batch_size: int, warmup: int, batches: int, deadline: float | None = None) -> tuple[float, bool]:
-    """Time `batches` runs of a built pipeline after `warmup` runs; images/s. Each run returns when its batch is
-    ready; GPU outputs of the last batch are copied back (waiting on DALI's stream) before the clock is read.
-    With `deadline` (seconds), the timing stops once it is passed. Returns (images/s, complete): 0 and False
+@dataclass
+class Feed:
+    """What a candidate is timed on: `step()` consumes one batch (a pipeline run, or a training step on it), and
+    `wait(output)` returns once the work of the step that returned `output` is done (GPU work included)."""
+
+    step: Callable[[], object]
+    wait: Callable[[object], None]
+
+
+def decode_feed(pipe) -> Feed:
+    """A pipeline timed alone (pipeline.autotune_by=decode): it is built, and each step is one run; the last batch's
+    smallest GPU output is copied back before the clock is read."""
+    pipe.build()
+    return Feed(pipe.run, _wait_for)
+
+
+def training_feed(probe) -> Callable[[object], Feed]:
+    """Pipelines timed by the training steps they feed (pipeline.autotune_by=training): `probe` is the backend's
+    TrainingProbe (hydrali.core.contracts.backend), a copy of the run's network and optimizer."""
+    return lambda pipe: Feed(probe.steps_on(pipe), probe.wait)
+
+
+def measure(
+    feed: Feed, *, batch_size: int, warmup: int, batches: int, deadline: float | None = None
+) -> tuple[float, bool]:
+    """Time `batches` steps of `feed` after `warmup` steps; images/s (the last step waited for before the clock is
+    read). With `deadline` (seconds), the timing stops once it is passed. Returns (images/s, complete): 0 and False
     for a timing stopped by its deadline (it lost)."""
     for _ in range(warmup):
-        pipe.run()
+        feed.step()
     started = time.perf_counter()
     outputs = None
     for done in range(batches):
-        outputs = pipe.run()
+        outputs = feed.step()
         if deadline is not None and time.perf_counter() - started > deadline and done + 1 < batches:
             return 0.0, False
-    _wait_for(outputs)
+    feed.wait(outputs)
     return batches * batch_size / (time.perf_counter() - started), True
 
 
@@ -159,19 +191,23 @@ def probe(
     batches: int,
     timed_whole: Setting | None = None,
     trials: Sequence[Trial] = (),
+    feed: Callable[[object], Feed] = decode_feed,
 ) -> list[Trial]:
-    """Build, time and tear down one pipeline per setting, in order; `build(setting)` returns a built pipeline.
-    A setting whose timed batches pass the best one's whole window (of these or the earlier `trials`) is cut
-    short (incomplete), except `timed_whole` (the configured setting: its rate is the baseline of the log line)."""
+    """Build, time and tear down one pipeline per setting, in order; `build(setting)` returns a pipeline (not yet
+    built) and `feed(pipe)` what it is timed on (decode_feed: the pipeline alone). A setting whose timed batches
+    pass the best one's whole window (of these or the earlier `trials`) is cut short (incomplete), except
+    `timed_whole` (the configured setting: its rate is the baseline of the log line)."""
     done: list[Trial] = list(trials)
     for setting in settings:
         best = max((t.images_per_s for t in done if t.complete), default=0.0)
         deadline = batches * batch_size / best if best and setting != timed_whole else None
         pipe = build(setting)
+        timed = None
         try:
-            rate, complete = measure(pipe, batch_size=batch_size, warmup=warmup, batches=batches, deadline=deadline)
+            timed = feed(pipe)
+            rate, complete = measure(timed, batch_size=batch_size, warmup=warmup, batches=batches, deadline=deadline)
         finally:
-            del pipe
+            del pipe, timed
             release_memory()
         done.append(Trial(setting, rate, complete))
     return done[len(trials) :]
@@ -197,10 +233,11 @@ def search(
     batch_size: int,
     warmup: int,
     batches: int,
+    feed: Callable[[object], Feed] = decode_feed,
 ) -> list[Trial]:
     """Coordinate search: with `loads` (GPU), each load at the most threads, then each thread count at the best
-    load; without (CPU), each thread count. Every setting is probed once; returns all trials."""
-    run = dict(batch_size=batch_size, warmup=warmup, batches=batches, timed_whole=configured)
+    load; without (CPU), each thread count. Every setting is probed once, timed on `feed`; returns all trials."""
+    run = dict(batch_size=batch_size, warmup=warmup, batches=batches, timed_whole=configured, feed=feed)
     if not loads:
         return probe([Setting(t) for t in threads], build, **run)
     trials = probe([Setting(max(threads), load) for load in loads], build, **run)
@@ -235,7 +272,7 @@ def tune(cfg: DictConfig, task, dataset, plan, backend) -> AutotuneResult:
         override = {"num_threads": setting.num_threads}
         if setting.hw_decoder_load is not None:
             override["hw_decoder_load"] = setting.hw_decoder_load
-        pipe = task.build_pipeline(
+        return task.build_pipeline(
             pipeline=OmegaConf.merge(p, override),
             data=cfg.data,
             model=cfg.model,
@@ -245,22 +282,45 @@ def tune(cfg: DictConfig, task, dataset, plan, backend) -> AutotuneResult:
             layout=layout,
             is_training=True,
         )
-        pipe.build()
-        return pipe
 
     started = time.perf_counter()
+    judge = AutotuneBy.of(p.autotune_by, "pipeline.autotune_by")
+    trainer = training_probe(cfg, task, dataset, plan, backend) if judge is AutotuneBy.training else None
     try:
         trials = search(
-            configured, threads, loads, build, batch_size=plan.per_replica_batch, warmup=warmup, batches=batches
+            configured,
+            threads,
+            loads,
+            build,
+            batch_size=plan.per_replica_batch,
+            warmup=warmup,
+            batches=batches,
+            feed=decode_feed if trainer is None else training_feed(trainer),
         )
     except RuntimeError as err:
         raise explain_dali_error(err, lambda: task.explain_decode_error(dataset)) from err
+    finally:
+        if trainer is not None:
+            trainer.close()
     return AutotuneResult(
         chosen=pick(trials, prefer=configured),
         configured=configured,
         trials=trials,
         seconds=time.perf_counter() - started,
+        judge=judge.value,
     )
+
+
+def training_probe(cfg: DictConfig, task, dataset, plan, backend):
+    """The backend's copy of the run's network and optimizer that candidates are timed with; a HydraliError when
+    the backend has none (a backend of another package may not declare it)."""
+    make = getattr(backend, "training_probe", None)
+    if make is None:
+        raise HydraliError(
+            f"pipeline.autotune_by=training: backend {cfg.backend.name} cannot train a probe: "
+            f"pass pipeline.autotune_by=decode"
+        )
+    return make(cfg=cfg, task=task, dataset=dataset, plan=plan)
 
 
 def apply(cfg: DictConfig, task, dataset, plan, backend) -> AutotuneResult:

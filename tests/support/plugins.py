@@ -40,18 +40,42 @@ class KerasInterruptAtEpoch:
         return _Interrupt()
 
 
-def keras_model_without_batchnorm(num_classes: int, image_size: int, record_xla: str | None = None, **unused):
+def keras_model_without_batchnorm(
+    num_classes: int, image_size: int, record_xla: str | None = None, record_steps: str | None = None, **unused
+):
     """A small conv net with no BatchNorm: its gradients do not depend on how a batch is split. With `record_xla`
     (a path), each trace of its forward pass appends to that file, as a JSON line, whether it was traced for
-    training and whether TensorFlow traced it inside an XLA-compiled function."""
+    training and whether TensorFlow traced it inside an XLA-compiled function. With `record_steps` (a path), each
+    forward pass in training mode appends a line to that file (XLA cannot compile that)."""
     import keras
 
     inputs = keras.Input((image_size, image_size, 3))
     x = inputs if record_xla is None else _XlaTraceRecorder(record_xla)(inputs)
+    x = x if record_steps is None else _StepRecorder(record_steps)(x)
     x = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(x)
     x = keras.layers.Conv2D(16, 3, strides=2, padding="same", activation="relu")(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
     return keras.Model(inputs, keras.layers.Dense(num_classes)(x))
+
+
+def _StepRecorder(path: str):
+    """A Keras layer passing its input through, which appends a line to `path` at each forward pass in training."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    def append() -> np.int32:
+        with open(path, "a") as fh:
+            fh.write("step\n")
+        return np.int32(1)
+
+    class StepRecorder(keras.layers.Layer):
+        def call(self, inputs, training=False):
+            if training:
+                tf.numpy_function(append, [], Tout=tf.int32, stateful=True, name="record_step")
+            return inputs
+
+    return StepRecorder()
 
 
 def _XlaTraceRecorder(path: str):
@@ -133,11 +157,12 @@ class RecordTrainingLabels:
         return _Record()
 
 
-def torch_model_without_batchnorm(num_classes: int, **unused):
-    """A small conv net with no BatchNorm, on torch: its gradients do not depend on how a batch is split."""
+def torch_model_without_batchnorm(num_classes: int, record_steps: str | None = None, **unused):
+    """A small conv net with no BatchNorm, on torch: its gradients do not depend on how a batch is split. With
+    `record_steps` (a path), each forward pass in training mode appends a line to that file."""
     from torch import nn
 
-    return nn.Sequential(
+    network = nn.Sequential(
         nn.Conv2d(3, 8, 3, padding=1),
         nn.ReLU(),
         nn.Conv2d(8, 16, 3, stride=2, padding=1),
@@ -146,6 +171,15 @@ def torch_model_without_batchnorm(num_classes: int, **unused):
         nn.Flatten(),
         nn.Linear(16, num_classes),
     )
+    if record_steps is not None:
+
+        def record(module, inputs, output) -> None:
+            if module.training:
+                with open(record_steps, "a") as fh:
+                    fh.write("step\n")
+
+        network.register_forward_hook(record)
+    return network
 
 
 class RecordDynamoGraphs:
