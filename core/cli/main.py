@@ -92,7 +92,7 @@ def _serve_ui(overrides: list[str]) -> None:
 
 def main() -> None:
     """Run hydrali from the command line (the `hydrali` console script); `hydrali ui` browses the runs;
-    `hydrali eval|predict|export RUN_DIR` use a trained run."""
+    `hydrali eval|predict|export RUN_DIR` use a trained run; `hydrali convert` shards a dataset."""
     try:
         register_schemas()  # reads the registry: a broken plug-in ends here in one line
     except HydraliError as err:

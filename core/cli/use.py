@@ -1,5 +1,6 @@
-"""The commands on a trained run: `hydrali eval|predict|export RUN_DIR [key=value ...]`. Each prints its
-documented keys with `--help`; a mistake ends in one line and exit code 2, with nothing written."""
+"""The commands beside training: on a trained run, `hydrali eval|predict|export RUN_DIR [key=value ...]`; on a
+dataset, `hydrali convert key=value ...`. Each prints its documented keys with `--help`; a mistake ends in one line
+and exit code 2, with nothing written."""
 
 from __future__ import annotations
 
@@ -13,13 +14,16 @@ COMMANDS = {  # command -> the function(path, overrides) doing it
     "eval": "hydrali.core.inference.evaluate.evaluate",
     "predict": "hydrali.core.inference.predict.predict",
     "export": "hydrali.core.inference.export.export",
+    "convert": "hydrali.core.data.convert.convert",
 }
+ON_A_RUN = ("eval", "predict", "export")  # the commands whose first argument is a run dir
 
 
 def usage(command: str) -> str:
     """The command's usage line and its documented keys (its conf/<command>.yaml)."""
     text = resources.files("hydrali.conf").joinpath(f"{command}.yaml").read_text()
-    return f"usage: hydrali {command} RUN_DIR [key=value ...]\n\n{text}"
+    what = "RUN_DIR [key=value ...]" if command in ON_A_RUN else "key=value ..."
+    return f"usage: hydrali {command} {what}\n\n{text}"
 
 
 def run_command(command: str, arguments: list[str]) -> None:

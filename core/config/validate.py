@@ -76,11 +76,23 @@ def check_unknown_keys(cfg: DictConfig) -> None:
             continue
         declared = {f.name for f in dataclasses.fields(schema)}
         for key in cfg[group]:
+            if key not in declared and group == "data":
+                _refuse_another_tasks_data(cfg, str(key))
             if key not in declared:
                 raise HydraliError(
                     f"{group}.{key} is not a setting of {group}"
                     f"{closest_hint(f'{group}.{key}', [f'{group}.{d}' for d in declared])}"
                 )
+
+
+def _refuse_another_tasks_data(cfg: DictConfig, key: str) -> None:
+    """Fail naming the task a data config is for, when its key `key` is a data setting of another task only."""
+    for name, spec in task_specs().items():
+        if name != cfg.task.name and key in {f.name for f in dataclasses.fields(spec.data_schema)}:
+            raise HydraliError(
+                f"data={cfg.data.get('name')} is a dataset of task={name}, not of task={cfg.task.name} (its data.{key} "
+                f"is a setting of {name} data): choose a data= of task={cfg.task.name}"
+            )
 
 
 def check_backend_trains_task(cfg: DictConfig) -> None:

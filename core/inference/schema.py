@@ -1,6 +1,7 @@
-"""The schemas of `hydrali eval`, `hydrali predict` and `hydrali export` (conf/eval.yaml, conf/predict.yaml,
-conf/export.yaml): hydrali's whole config, which the run dir's record fills, plus each command's own keys. Hydra
-checks them at composition: an unknown key or a value of the wrong type is one line naming it."""
+"""The schemas of the commands beside training: `hydrali eval`, `hydrali predict` and `hydrali export` (conf/eval.yaml,
+conf/predict.yaml, conf/export.yaml: hydrali's whole config, which the run dir's record fills, plus each command's
+own keys) and `hydrali convert` (conf/convert.yaml: hydrali's config naming the data, plus where and how to write
+it). Hydra checks them at composition: an unknown key or a value of the wrong type is one line naming it."""
 
 from __future__ import annotations
 
@@ -61,7 +62,24 @@ class ExportRoot(UseConfig):
     tolerance: float = 1e-4  # the largest absolute difference accepted between the export's outputs and the framework's
 
 
-SCHEMAS = {"eval": EvalRoot, "predict": PredictRoot, "export": ExportRoot}  # command -> its schema
+class ShardFormat(Choice):
+    """What `hydrali convert` writes (core.data.convert)."""
+
+    webdataset = "webdataset"  # WebDataset tar shards with DALI's index files (data=webdataset reads them)
+
+
+@dataclass
+class ConvertRoot(HydraliConfig):
+    """conf/convert.yaml's top level."""
+
+    out: Optional[str] = None  # the folder the shards are written to (required; absent or empty)
+    format: ShardFormat = ShardFormat.webdataset
+    shard_size: int = 1000  # samples per tar at most
+    min_shards: int = 8  # tars per split at least (the most processes planned to read it), one sample each at least
+    shuffle: bool = True  # the samples shuffled once (with seed) as they are written
+
+
+SCHEMAS = {"eval": EvalRoot, "predict": PredictRoot, "export": ExportRoot, "convert": ConvertRoot}  # command -> schema
 
 
 def register_use_schemas() -> None:

@@ -20,6 +20,8 @@ from nvidia.dali.auto_aug import rand_augment as dali_rand_augment
 from nvidia.dali.auto_aug import trivial_augment as dali_trivial_augment
 
 from hydrali.core.data.pipelines import Source, decoder_args
+from hydrali.core.data.webdataset import ShardSource
+from hydrali.tasks.classification import sharded
 
 _DTYPES = {"float": types.FLOAT, "float16": types.FLOAT16}
 
@@ -35,7 +37,15 @@ class FolderSource(Source):
 
 def read_files(source: Source, initial_fill: int):
     """The sharded file reader every recipe starts with: (encoded images, labels), named "Reader". A plain Source
-    reads every image of its class folders; a FolderSource may list them."""
+    reads every image of its class folders; a FolderSource may list them; a ShardSource reads tar shards (each
+    sample's image file and its int32 label)."""
+    if isinstance(source, ShardSource):
+        return fn.readers.webdataset(
+            ext=[sharded.IMAGE, sharded.LABEL],
+            dtypes=[types.UINT8, types.INT32],
+            initial_fill=initial_fill,
+            **source.webdataset_args(),
+        )
     files = getattr(source, "files", None)
     listed = {} if files is None else {"files": list(files), "labels": list(source.labels)}
     return fn.readers.file(file_root=source.root, initial_fill=initial_fill, **listed, **source.reader_args())

@@ -13,11 +13,13 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from hydrali.core.data import webdataset
 from hydrali.core.data.image_files import Verify
 from hydrali.core.errors import HydraliError
 from hydrali.core.optim.class_weights import describe, resolve_class_weights
 from hydrali.core.run.plan import Plan, Shard
 from hydrali.tasks.base import DaliTask
+from hydrali.tasks.classification import sharded
 from hydrali.tasks.classification.datasets import ImageFolderInfo, image_files, scan_image_folder, write_digits
 from hydrali.tasks.classification.recipes import FolderSource
 from hydrali.tasks.classification.scoring import ClassificationPredictions, ClassificationScores
@@ -45,25 +47,46 @@ class ClassificationTask(DaliTask):
 
     def prepare_data(self, data: DictConfig, verify: Verify) -> ImageFolderInfo:
         """Make sure the dataset is on disk (writing the bundled one if needed) and scan it; then check its
-        image files as much as `verify` says (off, quick or full)."""
+        image files as much as `verify` says (off, quick or full). Shards (data=webdataset) are read from their
+        manifest, their files checked to exist."""
+        if data.name == webdataset.FORMAT:
+            info = sharded.open_shards(str(data.root))
+            self.check_prepared(data, info, Verify.off, classes_in=f"{data.root}/{webdataset.MANIFEST}")
+            return self._weighted(info)
         if data.name == "digits":
             write_digits(data.root, size=data.size, val_fraction=data.val_fraction)
         info = scan_image_folder(data.root)
         bad = self.check_prepared(data, info, verify, classes_in=f"{data.root}/train (class folders)")
         info = info.without(bad) if bad else info
+        return self._weighted(info)
+
+    def _weighted(self, info):
+        """The dataset with the loss's class weights (task.class_weights) resolved from its training counts."""
         weights = resolve_class_weights(self.class_weights, info.train_per_class, info.classes)
         if weights is not None:
             log.info("class weights (task.class_weights=%s): %s", self.class_weights, describe(weights, info.classes))
         return replace(info, class_weights=weights)
 
     def image_files(self, dataset: ImageFolderInfo) -> list[Path]:
-        """Every image file of train/ and val/ (hydrali predict: the files it reads)."""
+        """Every image file of train/ and val/ (hydrali predict: the files it reads); none for shards."""
+        if isinstance(dataset, sharded.ShardedClassification):
+            return []
         if dataset.val_files is not None:
             return [dataset.val_dir / name for name in dataset.val_files]
         return image_files([dataset.train_dir, dataset.val_dir])
 
     def source(self, dataset: ImageFolderInfo, shard: Shard, plan: Plan, is_training: bool) -> FolderSource:
-        """The split's class folders (without the files left out), this replica's shard of them."""
+        """The split's class folders (without the files left out), or its tar shards, this replica's shard of them."""
+        if isinstance(dataset, sharded.ShardedClassification):
+            shards = dataset.train if is_training else dataset.val
+            return webdataset.ShardSource(
+                dataset.root,
+                shard.shard_id,
+                plan.num_shards,
+                is_training,
+                paths=shards.paths,
+                index_paths=shards.index_paths,
+            )
         split_dir = dataset.train_dir if is_training else dataset.val_dir
         listed = dataset.listed_files(split_dir)
         files, labels = listed if listed is not None else (None, None)
@@ -74,6 +97,8 @@ class ClassificationTask(DaliTask):
         scored by hydrali eval."""
         if split == "val":
             return self.prepare_data(data, verify)
+        if data.name == webdataset.FORMAT:
+            raise HydraliError(f"split={split}: shards hold train and val; convert the {split} split as a val split")
         if data.name == "digits":
             write_digits(data.root, size=data.size, val_fraction=data.val_fraction)
         info = scan_image_folder(data.root, val_split=split)
@@ -104,6 +129,14 @@ class ClassificationTask(DaliTask):
     def predictions(self, dataset: ImageFolderInfo, top_k: int) -> ClassificationPredictions:
         """What hydrali predict accumulates and writes (predictions.csv)."""
         return ClassificationPredictions(dataset.classes, top_k)
+
+    def shard_samples(self, dataset: ImageFolderInfo, split: str, seed: int | None):
+        """(how many, the samples) of `split` as hydrali convert writes them (tasks/classification/sharded.py)."""
+        return sharded.samples(dataset, split, seed)
+
+    def shard_facts(self, dataset: ImageFolderInfo) -> dict:
+        """What the shards' manifest records about the data: classes and training counts."""
+        return sharded.facts(dataset)
 
     def artifacts(self) -> list:
         """Files the task wrote for the run's tracker: none."""

@@ -1,0 +1,189 @@
+"""Data at scale: `hydrali convert` writes WebDataset tar shards that DALI reads back (what it read, observed), and
+`data=webdataset` trains from them, from a folder or from a local S3-compatible server (moto's), on both backends."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from nvidia.dali import pipeline_def
+
+from hydrali.core.data.webdataset import ShardSource, read_manifest, split_shards
+from hydrali.tasks.classification.datasets import image_files, scan_image_folder, write_digits
+from hydrali.tasks.classification.recipes import read_files
+from tests.support.checks import fails_with, read_summary
+from tests.support.cli import run_cli
+from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET, TINY, with_plugin_callback
+from tests.support.datasets import write_one_image_per_class
+from tests.support.object_store import S3Server
+
+# 8 epochs of the tiny network: converged enough (val/acc about 0.97) that the order the samples come in moves it
+# by less than 0.01
+CONVERGED = ["epochs=12", *TINY]
+
+
+def convert(tmp_path: Path, data_dir: Path, out: Path, *args: str):
+    """`hydrali convert` of the session's digits (or what `args` name) into `out`."""
+    return run_cli("convert", f"paths.data_dir={data_dir}", f"out={out}", *args, cwd=tmp_path)
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory, data_dir) -> Path:
+    """The bundled digits converted once for the module."""
+    root = tmp_path_factory.mktemp("wds")
+    out = convert(root, data_dir, root / "shards", "shard_size=200")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "train: 1437 samples in 8 shards" in out.stdout, out.stdout
+    return root / "shards"
+
+
+def what_dali_reads(source: ShardSource) -> list[tuple[str, int]]:
+    """(sha1 of the encoded image, label) of every sample DALI's reader gives `source` in one pass."""
+
+    @pipeline_def(batch_size=64, num_threads=1, device_id=None, seed=3)
+    def encoded():
+        images, labels = read_files(source, initial_fill=1)
+        return images, labels
+
+    pipe = encoded()
+    pipe.build()
+    size = pipe.epoch_size("Reader")
+    read = []
+    while len(read) < size:
+        images, labels = pipe.run()
+        read += [(hashlib.sha1(images.at(i).tobytes()).hexdigest(), int(labels.at(i)[0])) for i in range(len(images))]
+    return read[:size]
+
+
+def test_dali_reads_back_every_image_of_both_splits_with_its_label_from_the_converted_shards(shards, data_dir):
+    folder = scan_image_folder(write_digits(data_dir / "digits", size=32, val_fraction=0.2))
+    manifest = read_manifest(str(shards))
+    assert manifest.facts["classes"] == list(folder.classes)
+    assert (manifest.splits["train"].samples, manifest.splits["val"].samples) == (1437, 360)
+    for split, split_dir in (("train", folder.train_dir), ("val", folder.val_dir)):
+        located = split_shards(str(shards), manifest, split)
+        assert len(located.paths) == 8 and all(Path(p).with_suffix(".idx").is_file() for p in located.paths)
+        read = what_dali_reads(
+            ShardSource(str(shards), 0, 1, False, paths=located.paths, index_paths=located.index_paths)
+        )
+        expected = sorted(
+            (hashlib.sha1(path.read_bytes()).hexdigest(), folder.classes.index(path.parent.name))
+            for path in image_files([split_dir])
+        )
+        assert sorted(read) == expected, f"{split}: every file once, with its folder's label"
+        labels_in_order = [label for _, label in read[:50]]
+        assert len(set(labels_in_order)) >= 8, "written shuffled: the first samples mix the classes"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["lightning", "keras"])
+def test_training_from_shards_reaches_the_folders_val_acc(tmp_path, data_dir, shards, backend):
+    quiet = LIGHTNING_QUIET if backend == "lightning" else KERAS_QUIET
+    best = {}
+    for name, data in (("folder", []), ("shards", ["data=webdataset", f"data.root={shards}", "data.image_size=16"])):
+        out = run_cli(
+            f"backend={backend}",
+            f"paths.data_dir={data_dir}",
+            f"hydra.run.dir={tmp_path / name}",
+            "tracking=none",
+            *CONVERGED,
+            *quiet,
+            *data,
+            cwd=tmp_path,
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        summary = read_summary(tmp_path / name)
+        assert summary["train_images"] == 12 * (1437 // 64) * 64 and summary["val_images"] == 360
+        best[name] = summary["best"]["val/acc"]
+    assert best["folder"] > 0.9
+    assert best["shards"] == pytest.approx(best["folder"], abs=0.01)
+
+
+@pytest.mark.slow
+def test_two_ddp_processes_read_disjoint_shards_that_cover_the_training_set(tmp_path):
+    # every image its own class: the labels each process trained on name the samples DALI read for it
+    classes, batch = 36, 9  # 18 samples a process: 2 whole batches, its whole range
+    write_one_image_per_class(tmp_path / "ds", classes)
+    shards = tmp_path / "shards"
+    out = run_cli("convert", "data=imagefolder", f"data.root={tmp_path / 'ds'}", f"out={shards}", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    record = tmp_path / "record"
+    res = run_cli(
+        "data=webdataset",
+        f"data.root={tmp_path / 'shards'}",
+        "data.image_size=24",
+        f"data.batch_size={batch}",
+        "backend.accelerator=cpu",
+        "backend.devices=2",
+        "backend.strategy=ddp",
+        "epochs=1",
+        "tracking=none",
+        *TINY,
+        *LIGHTNING_QUIET,
+        "pipeline.options.initial_fill=1",
+        with_plugin_callback("labels", "RecordTrainingLabels", folder=str(record)),
+        f"hydra.run.dir={tmp_path / 'ddp'}",
+        cwd=tmp_path,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    read = [[int(x) for x in (record / f"labels_rank{r}.txt").read_text().split()] for r in (0, 1)]
+    assert len(read[0]) == len(set(read[0])) == 18 and len(read[1]) == len(set(read[1])) == 18
+    assert set(read[0]).isdisjoint(read[1]), "the two processes read disjoint ranges of the shards"
+    assert set(read[0]) | set(read[1]) == set(range(classes)), "together they read the whole training set"
+    manifest = json.loads((tmp_path / "shards" / "manifest.json").read_text())
+    assert manifest["facts"]["classes"][:2] == ["c000", "c001"]
+
+
+@pytest.mark.slow
+def test_training_from_an_s3_bucket_equals_training_from_the_same_shards_on_disk(tmp_path, data_dir, shards):
+    args = [f"paths.data_dir={data_dir}", "tracking=none", "data=webdataset", "data.image_size=16", "epochs=2"]
+    args += [*TINY, *LIGHTNING_QUIET]
+    with S3Server() as s3:
+        s3.upload(shards, "datasets", "digits")
+        remote = run_cli(
+            *args, "data.root=s3://datasets/digits", f"hydra.run.dir={tmp_path / 's3'}", cwd=tmp_path, env=s3.env
+        )
+        assert remote.returncode == 0, remote.stderr[-3000:]
+        missing_bucket = run_cli(*args, "data.root=s3://nobucket/digits", cwd=tmp_path, env=s3.env)
+        missing_prefix = run_cli(*args, "data.root=s3://datasets/other", cwd=tmp_path, env=s3.env)
+        no_credentials = run_cli(
+            *args, "data.root=s3://datasets/digits", cwd=tmp_path, env={**s3.env, **s3.without_credentials}
+        )
+    local = run_cli(*args, f"data.root={shards}", f"hydra.run.dir={tmp_path / 'local'}", cwd=tmp_path)
+    assert local.returncode == 0, local.stderr[-3000:]
+    from_s3, from_disk = read_summary(tmp_path / "s3"), read_summary(tmp_path / "local")
+    assert [h["train/loss"] for h in from_s3["history"]] == [h["train/loss"] for h in from_disk["history"]]
+    assert from_s3["best"] == from_disk["best"]
+    fails_with(missing_bucket, "s3://nobucket/digits/manifest.json", "bucket nobucket does not exist")
+    fails_with(missing_prefix, "s3://datasets/other/manifest.json", "no such object")
+    fails_with(no_credentials, "no credentials", "AWS_ACCESS_KEY_ID")
+
+
+def test_bad_conversions_and_shards_are_one_line_and_write_nothing(tmp_path, data_dir, shards):
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "keep.txt").write_text("mine")
+    fails_with(convert(tmp_path, data_dir, used), f"out={used} already holds files")
+    assert sorted(p.name for p in used.iterdir()) == ["keep.txt"]
+    fails_with(run_cli("convert", f"paths.data_dir={data_dir}", cwd=tmp_path), "needs out=")
+    fails_with(convert(tmp_path, data_dir, tmp_path / "x", "shard_size=0"), "shard_size=0")
+    fails_with(convert(tmp_path, data_dir, tmp_path / "x", "data=webdataset", f"data.root={shards}"), "already sharded")
+    assert not (tmp_path / "x").exists() and not list(tmp_path.glob(".x.tmp-*"))
+    fails_with(
+        run_cli("data=webdataset", f"data.root={tmp_path}", f"paths.data_dir={data_dir}", cwd=tmp_path),
+        f"data.root={tmp_path} holds no manifest.json",
+    )
+    broken = tmp_path / "broken"
+    shutil.copytree(shards, broken)
+    (broken / "train" / "shard-000003.idx").unlink()
+    fails_with(
+        run_cli("data=webdataset", f"data.root={broken}", f"paths.data_dir={data_dir}", cwd=tmp_path),
+        "shard-000003.idx is missing",
+    )
+    fails_with(
+        run_cli("task=detection", "data=webdataset", f"data.root={shards}", cwd=tmp_path),
+        "data=webdataset is a dataset of task=classification, not of task=detection",
+    )
