@@ -90,7 +90,7 @@ def _XlaTraceRecorder(path: str):
     class XlaTraceRecorder(keras.layers.Layer):
         def call(self, inputs, training=False):
             graph = tf.compat.v1.get_default_graph()
-            if tf.inside_function() and graph.name != "scratch_graph":  # not Keras' shape inference
+            if tf.inside_function() and not graph.name.startswith("scratch_graph"):  # not Keras' shape inference
                 record = {"training": bool(training), "xla": GraphOrParentsInXlaContext(graph), "graph": graph.name}
                 with open(path, "a") as fh:
                     fh.write(json.dumps(record) + "\n")
