@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import shutil
@@ -100,6 +101,19 @@ def test_training_from_shards_reaches_the_folders_val_acc(tmp_path, data_dir, sh
         best[name] = summary["best"]["val/acc"]
     assert best["folder"] > 0.9
     assert best["shards"] == pytest.approx(best["folder"], abs=0.01)
+    # the run trained on shards, used as any run: eval scores its val split as training did; predict labels the
+    # same images given as files, as often rightly as eval says
+    run = tmp_path / "shards"
+    scored = run_cli("eval", str(run), cwd=tmp_path)
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    acc = json.loads((run / "eval/val/metrics.json").read_text())["metrics"]["val/acc"]
+    assert acc == pytest.approx(best["shards"], abs=1e-4)
+    labelled = run_cli("predict", str(run), f"source={data_dir / 'digits' / 'val'}", "out=pred", cwd=tmp_path)
+    assert labelled.returncode == 0, labelled.stderr[-3000:]
+    with (run / "pred" / "predictions.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 360
+    assert sum(Path(r["file"]).parts[0] == r["class_1"] for r in rows) / len(rows) == pytest.approx(acc, abs=1e-9)
 
 
 @pytest.mark.slow

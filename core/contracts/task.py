@@ -9,7 +9,7 @@ spec's `framework`; a new backend on an existing framework needs no change to an
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
@@ -138,6 +138,18 @@ class InferenceTask(Protocol):
 
     def predictions(self, dataset: Dataset, top_k: int) -> Predictions:
         """A fresh Predictions of the dataset's validation split."""
+
+
+class ShardableTask(Protocol):
+    """What a task adds for `hydrali convert` (hydrali.core.data.convert); optional, and refused in one line when
+    lacking. Its recipes read the shards back when their source is a hydrali.core.data.webdataset.ShardSource."""
+
+    def shard_samples(self, dataset: Dataset, split: str, seed: int | None) -> tuple[int, Iterator[dict[str, Any]]]:
+        """(how many, the samples) of `split`: each a dict of `__key__` and file extension -> bytes, shuffled with
+        `seed` (None: in the dataset's order)."""
+
+    def shard_facts(self, dataset: Dataset) -> dict[str, Any]:
+        """What the shards' manifest records about the data for the task to read them back (classes, counts)."""
 
 
 class TorchSide(Protocol):

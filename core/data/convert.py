@@ -8,6 +8,7 @@ progress bar, and renames the folder into place only when all of it is written.
 
 from __future__ import annotations
 
+import secrets
 import shlex
 import sys
 from datetime import datetime, timezone
@@ -26,7 +27,8 @@ SPLITS = ("train", "val")
 
 
 def convert(path: str | None, overrides: list[str]) -> None:
-    """Write the dataset that `overrides` compose (task, data) as shards in `out`, and print what was written."""
+    """Write the dataset that `overrides` compose (task, data) as shards in `out`, and print what was written. The
+    task must offer hydrali.core.contracts.task.ShardableTask; `seed=null` draws the shuffle's seed (recorded)."""
     if path is not None:
         raise HydraliError(f"hydrali convert takes key=value arguments only, not {path}: e.g. out={path}")
     cfg, options = compose("convert", overrides)
@@ -51,11 +53,12 @@ def convert(path: str | None, overrides: list[str]) -> None:
 
     from tqdm import tqdm
 
+    seed = None if not options.shuffle else int(cfg.seed) if cfg.seed is not None else secrets.randbelow(2**31)
     staging = webdataset.staging_folder(out)
     splits = {}
     try:
         for split in SPLITS:
-            count, samples = task.shard_samples(dataset, split, seed=cfg.seed if options.shuffle else None)
+            count, samples = task.shard_samples(dataset, split, seed=seed)
             with tqdm(total=count, desc=f"{split}", unit="sample", disable=not sys.stderr.isatty(), leave=False) as bar:
                 splits[split] = webdataset.write_split(
                     samples,
@@ -73,7 +76,7 @@ def convert(path: str | None, overrides: list[str]) -> None:
                 "command": "hydrali convert " + " ".join(shlex.quote(o) for o in overrides),
                 "data": str(cfg.data.name),
                 "source": str(cfg.data.root),
-                "seed": int(cfg.seed),
+                "seed": seed,  # null: written in the dataset's order (shuffle=false)
                 "shuffled": bool(options.shuffle),
                 "shard_size": int(options.shard_size),
                 "min_shards": int(options.min_shards),

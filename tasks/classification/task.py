@@ -112,15 +112,14 @@ class ClassificationTask(DaliTask):
         hydrali predict reads through the validation recipe."""
         if annotations is not None:
             raise HydraliError(f"annotations={annotations}: a COCO file of the images is for task=detection")
-        return replace(
-            dataset,
+        return ImageFolderInfo(
             root=folder,
+            classes=dataset.classes,
             num_train=0,
             num_val=len(files),
-            skipped=(),
             val_split=".",
             val_files=tuple(files),
-        )
+        )  # the classes of the run's data, a folder dataset or shards
 
     def scores(self, dataset: ImageFolderInfo) -> ClassificationScores:
         """What hydrali eval accumulates over the split's batches (tasks/classification/scoring.py)."""
