@@ -185,6 +185,7 @@ def test_bad_conversions_and_shards_are_one_line_and_write_nothing(tmp_path, dat
     fails_with(run_cli("convert", f"paths.data_dir={data_dir}", cwd=tmp_path), "needs out=")
     fails_with(convert(tmp_path, data_dir, tmp_path / "x", "shard_size=0"), "shard_size=0")
     fails_with(convert(tmp_path, data_dir, tmp_path / "x", "data=webdataset", f"data.root={shards}"), "already sharded")
+    fails_with(convert(tmp_path, data_dir, tmp_path / "x", "task=detection"), "cannot be written as shards")
     assert not (tmp_path / "x").exists() and not list(tmp_path.glob(".x.tmp-*"))
     fails_with(
         run_cli("data=webdataset", f"data.root={tmp_path}", f"paths.data_dir={data_dir}", cwd=tmp_path),
@@ -201,3 +202,11 @@ def test_bad_conversions_and_shards_are_one_line_and_write_nothing(tmp_path, dat
         run_cli("task=detection", "data=webdataset", f"data.root={shards}", cwd=tmp_path),
         "data=webdataset is a dataset of task=classification, not of task=detection",
     )
+
+
+def test_convert_help_names_its_keys_and_hydrali_help_names_convert(tmp_path):
+    shown = run_cli("convert", "--help", cwd=tmp_path)
+    assert shown.returncode == 0 and shown.stdout.startswith("usage: hydrali convert key=value ...")
+    for key in ("out:", "format: webdataset", "shard_size:", "min_shards:", "shuffle:"):
+        assert key in shown.stdout
+    assert "hydrali convert data=imagefolder" in run_cli("--help", cwd=tmp_path).stdout
