@@ -26,7 +26,7 @@ from tests.support.object_store import S3Server
 CONVERGED = ["epochs=12", *TINY]
 
 
-def convert(tmp_path: Path, data_dir: Path, out: Path, *args: str):
+def convert(tmp_path: Path, data_dir: Path, out: Path | str, *args: str):
     """`hydrali convert` of the session's digits (or what `args` name) into `out`."""
     return run_cli("convert", f"paths.data_dir={data_dir}", f"out={out}", *args, cwd=tmp_path)
 
@@ -35,9 +35,12 @@ def convert(tmp_path: Path, data_dir: Path, out: Path, *args: str):
 def shards(tmp_path_factory, data_dir) -> Path:
     """The bundled digits converted once for the module."""
     root = tmp_path_factory.mktemp("wds")
-    out = convert(root, data_dir, root / "shards", "shard_size=200")
+    out = convert(root, data_dir, root / "shards", "shard_size=100", "seed=null")
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "train: 1437 samples in 8 shards" in out.stdout, out.stdout
+    assert "train: 1437 samples in 15 shards" in out.stdout, out.stdout  # shard_size decides: 15 tars of <= 100
+    assert "val  : 360 samples in 8 shards" in out.stdout, out.stdout  # min_shards decides: 8 tars of 45
+    made_by = json.loads((root / "shards" / "manifest.json").read_text())["made_by"]
+    assert isinstance(made_by["seed"], int) and made_by["shuffled"] is True, "seed=null: the drawn seed is recorded"
     return root / "shards"
 
 
@@ -66,7 +69,8 @@ def test_dali_reads_back_every_image_of_both_splits_with_its_label_from_the_conv
     assert (manifest.splits["train"].samples, manifest.splits["val"].samples) == (1437, 360)
     for split, split_dir in (("train", folder.train_dir), ("val", folder.val_dir)):
         located = split_shards(str(shards), manifest, split)
-        assert len(located.paths) == 8 and all(Path(p).with_suffix(".idx").is_file() for p in located.paths)
+        assert len(located.paths) == (15 if split == "train" else 8)
+        assert all(Path(p).with_suffix(".idx").is_file() for p in located.paths)
         read = what_dali_reads(
             ShardSource(str(shards), 0, 1, False, paths=located.paths, index_paths=located.index_paths)
         )
@@ -183,6 +187,7 @@ def test_bad_conversions_and_shards_are_one_line_and_write_nothing(tmp_path, dat
     fails_with(convert(tmp_path, data_dir, used), f"out={used} already holds files")
     assert sorted(p.name for p in used.iterdir()) == ["keep.txt"]
     fails_with(run_cli("convert", f"paths.data_dir={data_dir}", cwd=tmp_path), "needs out=")
+    fails_with(convert(tmp_path, data_dir, "s3://bucket/digits"), "convert writes a local folder")
     fails_with(convert(tmp_path, data_dir, tmp_path / "x", "shard_size=0"), "shard_size=0")
     fails_with(convert(tmp_path, data_dir, tmp_path / "x", "data=webdataset", f"data.root={shards}"), "already sharded")
     fails_with(convert(tmp_path, data_dir, tmp_path / "x", "task=detection"), "cannot be written as shards")

@@ -86,9 +86,11 @@ def check_unknown_keys(cfg: DictConfig) -> None:
 
 
 def _refuse_another_tasks_data(cfg: DictConfig, key: str) -> None:
-    """Fail naming the task a data config is for, when its key `key` is a data setting of another task only."""
+    """Fail naming the task a data config is for: one whose data settings hold every key of cfg.data (`key`, not a
+    setting of this task's data, among them)."""
+    keys = set(cfg.data)
     for name, spec in task_specs().items():
-        if name != cfg.task.name and key in {f.name for f in dataclasses.fields(spec.data_schema)}:
+        if name != cfg.task.name and keys <= {f.name for f in dataclasses.fields(spec.data_schema)}:
             raise HydraliError(
                 f"data={cfg.data.get('name')} is a dataset of task={name}, not of task={cfg.task.name} (its data.{key} "
                 f"is a setting of {name} data): choose a data= of task={cfg.task.name}"

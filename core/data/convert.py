@@ -8,7 +8,6 @@ progress bar, and renames the folder into place only when all of it is written.
 
 from __future__ import annotations
 
-import secrets
 import shlex
 import sys
 from datetime import datetime, timezone
@@ -18,12 +17,13 @@ from hydra.utils import instantiate
 from omegaconf import open_dict
 
 from hydrali.core.config.validate import check_config
-from hydrali.core.data import webdataset
+from hydrali.core.data import object_store, webdataset
 from hydrali.core.data.image_files import Verify
 from hydrali.core.errors import HydraliError
 from hydrali.core.inference.trained_run import compose
+from hydrali.core.run import seeding
 
-SPLITS = ("train", "val")
+SPLITS = ("train", "val")  # what convert writes: every split a run reads
 
 
 def convert(path: str | None, overrides: list[str]) -> None:
@@ -40,6 +40,8 @@ def convert(path: str | None, overrides: list[str]) -> None:
         raise HydraliError(
             f"data={cfg.data.name} is already sharded: name the dataset to convert (data=imagefolder, ...)"
         )
+    if object_store.is_remote(options.out):
+        raise HydraliError(f"out={options.out}: convert writes a local folder; copy it to object storage afterwards")
     out = Path(options.out).expanduser().absolute()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise HydraliError(f"out={out} already holds files: name a new or empty folder")
@@ -47,13 +49,15 @@ def convert(path: str | None, overrides: list[str]) -> None:
         cfg.paths.output_dir = str(out)  # what a run's config names its output dir (resolved by Hydra in a run)
     check_config(cfg)
     task = instantiate(cfg.task)
-    if not hasattr(task, "shard_samples"):
+    if not (hasattr(task, "shard_samples") and hasattr(task, "shard_facts")):  # core.contracts.task.ShardableTask
         raise HydraliError(f"task={cfg.task.name} cannot be written as shards yet")
     dataset = task.prepare_data(cfg.data, Verify(str(cfg.data.verify)))
 
     from tqdm import tqdm
 
-    seed = None if not options.shuffle else int(cfg.seed) if cfg.seed is not None else secrets.randbelow(2**31)
+    seed = seeding.resolve_seed(cfg.seed) if options.shuffle else None
+    if options.shuffle and cfg.seed is None:
+        seeding.announce_drawn(seed)
     staging = webdataset.staging_folder(out)
     splits = {}
     try:
@@ -80,6 +84,7 @@ def convert(path: str | None, overrides: list[str]) -> None:
                 "shuffled": bool(options.shuffle),
                 "shard_size": int(options.shard_size),
                 "min_shards": int(options.min_shards),
+                "skipped": [str(path) for path, _ in getattr(dataset, "skipped", ())],  # data.bad_files=skip
                 "written": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             },
         )

@@ -36,9 +36,17 @@ def _bucket_and_key(url: str) -> tuple[str, str]:
 
 
 def _client():
+    """boto3's S3 client as the environment configures it (AWS_ENDPOINT_URL, AWS_REGION, credentials), as DALI's."""
     import boto3
+    from botocore.exceptions import BotoCoreError
 
-    return boto3.client("s3")  # AWS_ENDPOINT_URL, AWS_REGION and the credentials from the environment, as DALI's
+    try:
+        return boto3.client("s3")
+    except (BotoCoreError, ValueError) as err:  # an unknown AWS_PROFILE, a malformed AWS_ENDPOINT_URL, ...
+        raise HydraliError(
+            f"object storage is not configured as boto3 and DALI read it ({err}): check AWS_ENDPOINT_URL (a URL such "
+            f"as http://10.0.0.5:9000), AWS_PROFILE and AWS_REGION"
+        ) from err
 
 
 def _explain(err: Exception, url: str) -> HydraliError:
@@ -103,9 +111,19 @@ def check_readable(locations: list[str]) -> None:
     from botocore.exceptions import BotoCoreError, ClientError
 
     client = _client()
+    folders: dict[tuple[str, str], list[str]] = {}  # (bucket, folder prefix) -> the URLs expected in it
     for loc in remote:
         bucket, key = _bucket_and_key(loc)
+        folders.setdefault((bucket, key.rpartition("/")[0] + "/"), []).append(loc)
+    for (bucket, prefix), expected in folders.items():  # one listing per folder, not a request per file
         try:
-            client.head_object(Bucket=bucket, Key=key)
+            pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+            listed = {f"{S3}{bucket}/{item['Key']}" for page in pages for item in page.get("Contents", ())}
         except (BotoCoreError, ClientError) as err:
-            raise _error_for(client, err, loc) from err
+            raise _error_for(client, err, expected[0]) from err
+        missing = [loc for loc in expected if loc not in listed]
+        if missing:
+            raise HydraliError(
+                f"{missing[0]} is missing (and {len(missing) - 1} more): the shards and their index files must stay "
+                f"beside manifest.json"
+            )

@@ -119,7 +119,11 @@ def read_manifest(root: str) -> Manifest:
             f"data.root={root} holds no {MANIFEST}: point it at a folder written by "
             f"`hydrali convert ... out=<folder> format=webdataset`"
         )
-    return Manifest.from_json(object_store.read_bytes(where).decode("utf-8"), where)
+    try:
+        text = object_store.read_bytes(where).decode("utf-8")
+    except (UnicodeDecodeError, IsADirectoryError) as err:
+        raise HydraliError(f"{where} is not a hydrali manifest ({err}): write the shards again") from err
+    return Manifest.from_json(text, where)
 
 
 def split_shards(root: str, manifest: Manifest, split: str) -> Shards:

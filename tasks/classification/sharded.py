@@ -81,10 +81,16 @@ def open_shards(root: str) -> ShardedClassification:
         raise HydraliError(
             f"{webdataset.MANIFEST} of {root} lacks its classes ({err}): convert the data again"
         ) from err
+    train = webdataset.split_shards(root, manifest, "train")
+    if len(per_class) != len(classes) or sum(per_class) != train.samples:
+        raise HydraliError(
+            f"{webdataset.MANIFEST} of {root} counts {sum(per_class)} training images over {len(per_class)} classes "
+            f"but lists {train.samples} samples and {len(classes)} classes: convert the data again"
+        )
     return ShardedClassification(
         root=str(root),
         classes=classes,
-        train=webdataset.split_shards(root, manifest, "train"),
+        train=train,
         val=webdataset.split_shards(root, manifest, "val"),
         train_per_class=per_class,
     )

@@ -98,7 +98,10 @@ class ClassificationTask(DaliTask):
         if split == "val":
             return self.prepare_data(data, verify)
         if data.name == webdataset.FORMAT:
-            raise HydraliError(f"split={split}: shards hold train and val; convert the {split} split as a val split")
+            raise HydraliError(
+                f"split={split}: shards hold train and val; score the {split} split from its folder: "
+                f"hydrali eval RUN_DIR split={split} data=imagefolder data.root=<the folder holding {split}/>"
+            )
         if data.name == "digits":
             write_digits(data.root, size=data.size, val_fraction=data.val_fraction)
         info = scan_image_folder(data.root, val_split=split)
@@ -128,6 +131,15 @@ class ClassificationTask(DaliTask):
     def predictions(self, dataset: ImageFolderInfo, top_k: int) -> ClassificationPredictions:
         """What hydrali predict accumulates and writes (predictions.csv)."""
         return ClassificationPredictions(dataset.classes, top_k)
+
+    def explain_decode_error(self, dataset: ImageFolderInfo) -> str | None:
+        """After a decoder failed: the files that cannot be decoded, or for shards how to write them again."""
+        if isinstance(dataset, sharded.ShardedClassification):
+            return (
+                f"an image in the shards of {dataset.root} cannot be decoded: convert the dataset again with "
+                f"data.verify=full data.bad_files=skip"
+            )
+        return super().explain_decode_error(dataset)
 
     def shard_samples(self, dataset: ImageFolderInfo, split: str, seed: int | None):
         """(how many, the samples) of `split` as hydrali convert writes them (tasks/classification/sharded.py)."""
