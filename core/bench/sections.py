@@ -162,6 +162,10 @@ class Bench:
         for recipe in b.recipes:
             cfg = self.classification([f"pipeline={recipe}"], drop=("pipeline",))
             task, dataset = self.task_and_data(cfg)
+            if not hasattr(dataset, "train_dir"):  # shards (data=webdataset): no image files for the PIL baseline
+                for section in sections:
+                    self.report.skip(section, f"{recipe} recipe through the data layers", "needs an image folder")
+                continue
             files = sorted(str(p) for p in Path(dataset.train_dir).glob("*/*"))
             loader = dict(warmup=b.warmup, batches=b.batches)
             if "loaders" in sections:
