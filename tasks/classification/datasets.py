@@ -88,14 +88,20 @@ class ImageFolderInfo:
 
     def params(self) -> dict:
         """What is logged to MLflow about the data."""
-        w = self.class_weights
-        weights = {"dataset/class_weight_min": min(w), "dataset/class_weight_max": max(w)} if w else {}
-        return {
-            "dataset/num_classes": self.num_classes,
-            "dataset/num_train": self.num_train,
-            "dataset/num_val": self.num_val,
-            **weights,
-        }
+        return dataset_params(self)
+
+
+def dataset_params(dataset) -> dict:
+    """What is logged to MLflow about a classification dataset (a folder or shards): its class and image counts and
+    the range of its class weights."""
+    w = dataset.class_weights
+    weights = {"dataset/class_weight_min": min(w), "dataset/class_weight_max": max(w)} if w else {}
+    return {
+        "dataset/num_classes": dataset.num_classes,
+        "dataset/num_train": dataset.num_train,
+        "dataset/num_val": dataset.num_val,
+        **weights,
+    }
 
 
 def _images_in(folder: Path) -> list[Path]:

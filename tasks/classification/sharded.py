@@ -17,7 +17,7 @@ from pathlib import Path
 from hydrali.core.data import webdataset
 from hydrali.core.data.image_files import IMAGE_EXTENSIONS
 from hydrali.core.errors import HydraliError
-from hydrali.tasks.classification.datasets import ImageFolderInfo, image_files
+from hydrali.tasks.classification.datasets import ImageFolderInfo, dataset_params, image_files
 
 TASK = "classification"
 LABEL = "label"  # int32, little-endian
@@ -53,16 +53,11 @@ class ShardedClassification:
         return len(self.classes)
 
     def params(self) -> dict:
-        """What is logged to MLflow about the data."""
-        w = self.class_weights
-        weights = {"dataset/class_weight_min": min(w), "dataset/class_weight_max": max(w)} if w else {}
+        """What is logged to MLflow about the data: a folder's figures and the number of shards of each split."""
         return {
-            "dataset/num_classes": self.num_classes,
-            "dataset/num_train": self.num_train,
-            "dataset/num_val": self.num_val,
+            **dataset_params(self),
             "dataset/shards_train": len(self.train.paths),
             "dataset/shards_val": len(self.val.paths),
-            **weights,
         }
 
 
