@@ -146,7 +146,7 @@ def index_of(shard: str) -> str:
 
 def shard_count(samples: int, shard_size: int, min_shards: int) -> int:
     """How many tars a split of `samples` is written to: shard_size samples each at most, and at least min_shards
-    (as many processes as may read it at once) while every tar keeps one sample."""
+    (files to spread over storage and copy in parallel) while every tar keeps one sample."""
     return max(1, min(samples, max(math.ceil(samples / shard_size), min_shards)))
 
 
