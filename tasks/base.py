@@ -122,8 +122,11 @@ class DaliTask:
         shard: Shard,
         layout: str,
         is_training: bool,
+        checkpointing: bool = False,
+        restore: str | None = None,
     ):
-        """The DALI pipeline (not yet built) of one replica's shard of one split."""
+        """The DALI pipeline (not yet built) of one replica's shard of one split; with `checkpointing`, one whose
+        reader and random state DALI can save (`restore`: a state it saved, to continue from)."""
         return make_pipeline(
             pipeline.recipe,
             OmegaConf.to_container(pipeline.options, resolve=True),
@@ -138,6 +141,8 @@ class DaliTask:
             image_size=data.image_size,
             dtype=str(pipeline.dtype),
             hw_decoder_load=pipeline.hw_decoder_load,
+            checkpointing=checkpointing,
+            restore=restore,
             **self.recipe_arguments(model, data),
         )
 

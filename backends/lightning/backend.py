@@ -15,9 +15,15 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from hydrali.backends.lightning import agreement
-from hydrali.backends.lightning.callbacks import EpochNumberCheckpoint, Observe, progress_bar
+from hydrali.backends.lightning.callbacks import (
+    EpochNumberCheckpoint,
+    Observe,
+    ReaderPosition,
+    StopOnSignal,
+    progress_bar,
+)
 from hydrali.backends.lightning.collectives import all_gather_bytes
-from hydrali.backends.lightning.data import LAYOUT, DaliDataModule
+from hydrali.backends.lightning.data import LAYOUT, DaliDataModule, ResumableDaliLoader
 from hydrali.backends.lightning.module import (
     HydraliModule,
     build_torch_side,
@@ -33,6 +39,7 @@ from hydrali.core.run import job_context, weights_from_run
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR
 from hydrali.core.run.observer import TrainingObserver
 from hydrali.core.run.plan import Plan
+from hydrali.core.run.preemption import PreemptionWatch
 from hydrali.core.run.record import RunRecord
 from hydrali.core.run.results import FitResult
 from hydrali.core.run.summary import model_line, network_name
@@ -83,7 +90,15 @@ class _NoStartupNoise(logging.Filter):
 
 
 def _fit(
-    *, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume_from: Path | None, output_dir: Path
+    *,
+    cfg: DictConfig,
+    task,
+    dataset,
+    plan: Plan,
+    record: RunRecord,
+    resume_from: Path | None,
+    output_dir: Path,
+    preemption: PreemptionWatch | None,
 ) -> FitResult:
     _quiet_duplicate_logs()
     checkpoint_dir = output_dir / CHECKPOINT_DIR
@@ -138,6 +153,9 @@ def _fit(
         steps_per_epoch=plan.epoch.train_steps,
         warmup_steps=cfg.throughput_warmup_steps,
     )
+    train_loader = datamodule.loaders["train"]
+    reader_position = [ReaderPosition(train_loader)] if isinstance(train_loader, ResumableDaliLoader) else []
+    stop_on_signal = [StopOnSignal(preemption, checkpoint_dir / LAST)] if preemption is not None else []
     trainer = L.Trainer(
         max_epochs=cfg.epochs,
         accelerator=cfg.backend.accelerator,
@@ -150,9 +168,11 @@ def _fit(
         default_root_dir=str(output_dir),
         enable_progress_bar=show_bar,
         callbacks=[
+            *reader_position,  # first: the checkpoints below save DALI's state after the batches trained
             checkpoint,
             last,
             Observe(observer),
+            *stop_on_signal,  # after the step was observed
             *([progress_bar()] if show_bar else []),
             *_extra_callbacks(cfg),
         ],
@@ -269,8 +289,10 @@ class LightningBackend:
         record: RunRecord,
         resume_from: Path | None,
         output_dir: Path,
+        preemption: PreemptionWatch | None = None,
     ) -> FitResult:
-        """Train `task` on this process's shard as the plan says; checkpoint, record and resume through Lightning."""
+        """Train `task` on this process's shard as the plan says; checkpoint, record and resume through Lightning
+        (mid-epoch included); save and stop on a signal `preemption` notes."""
         return _fit(
             cfg=cfg,
             task=task,
@@ -279,4 +301,5 @@ class LightningBackend:
             record=record,
             resume_from=resume_from,
             output_dir=output_dir,
+            preemption=preemption,
         )

@@ -4,11 +4,15 @@ run log, the summary and Keras' checkpoint names do)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar, TQDMProgressBar
 from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 
 from hydrali.core.run.observer import TrainingObserver
+from hydrali.core.run.preemption import Preempted, PreemptionWatch
 
 
 class EpochNumberCheckpoint(ModelCheckpoint):
@@ -24,17 +28,30 @@ class EpochNumberCheckpoint(ModelCheckpoint):
 
 class Observe(L.Callback):
     """Lightning's hooks, told to core's TrainingObserver (core/run/observer.py): the same record and throughput as
-    on every backend."""
+    on every backend. Its state (the epoch in progress) goes into every checkpoint, so that an epoch resumed in its
+    middle is recorded whole."""
 
     def __init__(self, observer: TrainingObserver):
         self.observer = observer
         self._validated = False
+        self._saved: dict | None = None  # the epoch in progress when the checkpoint resumed from was saved
+
+    def state_dict(self) -> dict:
+        """The epoch in progress (core's TrainingObserver.partial_epoch)."""
+        return self.observer.partial_epoch()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Kept until training starts: an epoch resumed in its middle continues from it."""
+        self._saved = dict(state_dict)
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._validated = False
         self.observer.epoch_start(trainer.current_epoch)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if not self.observer.started(trainer.current_epoch):  # resumed in the middle of the epoch
+            self._validated = False
+            self.observer.epoch_resumed(trainer.current_epoch, self._saved or {})
         self.observer.step_start(
             batch_idx, lambda: trainer.optimizers[0].param_groups[0]["lr"], trainer.num_training_batches
         )
@@ -52,6 +69,40 @@ class Observe(L.Callback):
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         self.observer.epoch_end(trainer.current_epoch, dict(trainer.callback_metrics), self._validated)
+
+
+class ReaderPosition(L.Callback):
+    """Tells the training loader how many batches of the epoch were trained, so that a checkpoint saves DALI's
+    state after exactly those (backends/lightning/data.py's ResumableDaliLoader)."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.loader.trained = batch_idx + 1
+
+
+class StopOnSignal(L.Callback):
+    """After a training step: when the job's processes agree that one of them received a preemption signal
+    (core/run/preemption.py), save `path` (the run's last.ckpt) where the epoch is, then stop with Preempted."""
+
+    def __init__(self, watch: PreemptionWatch, path: Path):
+        self.watch, self.path = watch, Path(path)
+        self._batches = 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._batches += 1
+        if not self.watch.should_check(self._batches, trainer.world_size):
+            return
+        if not trainer.strategy.reduce_boolean_decision(self.watch.requested(), all=False):
+            return
+        partial = self.path.with_name(self.path.name + ".partial")  # a kill while writing leaves last.ckpt whole
+        trainer.save_checkpoint(partial)
+        if trainer.is_global_zero:
+            os.replace(partial, self.path)
+        trainer.strategy.barrier("preempted")
+        where = f"at epoch {trainer.current_epoch + 1}, step {batch_idx + 1} of {trainer.num_training_batches}"
+        raise Preempted(self.watch.received or self.watch.signals[0], where, str(self.path))
 
 
 class _RichEpochsFromOne(RichProgressBar):

@@ -18,8 +18,9 @@ class DaliLoader:
     contract. Validation batches are trimmed to their real samples (the shard's padding is dropped), and a
     validation that stopped early is finished first, so that every validation starts at its shard's start."""
 
-    def __init__(self, iterator: DALIGenericIterator, steps: int, on_error, valid=None):
-        self.iterator = iterator
+    def __init__(self, make_iterator, steps: int, on_error, valid=None):
+        self.make_iterator = make_iterator  # make_iterator(restore) -> a DALIGenericIterator (restore: DALI state)
+        self.iterator = make_iterator(None)
         self.steps = steps
         self.on_error = on_error
         self.valid = valid  # valid(step) -> real samples in batch `step`; None: all (training)
@@ -49,35 +50,84 @@ class DaliLoader:
             yield batch
 
 
+class ResumableDaliLoader(DaliLoader):
+    """The training loader of a pipeline built with DALI's checkpointing: Lightning saves its `state_dict` in
+    every checkpoint (DALI's reader and random state after the batches trained so far in the epoch) and gives it
+    back on resume, mid-epoch included, so that the batches after a resume are those an uninterrupted run reads.
+
+    Lightning fetches a batch ahead of the one it trains, so the loader keeps DALI's state before each batch it
+    hands out and saves the one after the batches trained (`trained`, which hydrali's callback sets)."""
+
+    def __init__(self, make_iterator, steps: int, on_error):
+        super().__init__(make_iterator, steps, on_error)
+        self.trained = 0  # batches of the current epoch trained (set after each training step)
+        self._start = 0  # the epoch's batch the next iter() starts at (after a mid-epoch restore)
+        self._states: dict[int, str] = {}  # DALI's state before batch i of the epoch (i = steps: after the last)
+
+    def _state(self) -> str:
+        return self.iterator.checkpoints()[0]
+
+    def __iter__(self):
+        start, self._start = self._start, 0
+        self._states = {}
+        for step in range(start, self.steps):
+            self._states = {k: v for k, v in self._states.items() if k >= step - 2}  # Lightning is 1 batch ahead
+            self._states[step] = self._state()
+            yield self._next()
+        self._states[self.steps] = self._state()
+
+    def state_dict(self) -> dict:
+        """DALI's state after the batches of the epoch trained so far, and their count."""
+        if self.trained not in self._states:  # before the epoch's first batch: the state at hand
+            return {"reader": self._state(), "trained": self.trained}
+        return {"reader": self._states[self.trained], "trained": self.trained}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from a saved state: the pipeline is built again from it, and the next epoch's iteration
+        starts at the batch after those trained (the whole epoch when it ended there)."""
+        del self.iterator  # one pipeline at a time (on a GPU, its memory)
+        self.iterator = self.make_iterator(state["reader"])
+        self.trained = int(state["trained"])
+        self._start = self.trained % self.steps if self.steps else 0
+
+
 def dali_loader(*, task, cfg, dataset, plan: Plan, is_training: bool) -> DaliLoader:
     """The loader of one split of this process's shard: the task's DALI pipeline through DALIGenericIterator, cut
-    into epochs by the plan's epoch contract; DALI's errors are explained (hydrali.core.data.dali_errors)."""
+    into epochs by the plan's epoch contract; DALI's errors are explained (hydrali.core.data.dali_errors). With
+    pipeline.checkpointing, the training loader saves and restores DALI's state with Lightning's checkpoints."""
     contract: EpochContract = plan.epoch
     shard = plan.shard
+    checkpointing = is_training and bool(cfg.pipeline.get("checkpointing", False))
 
     def explain(err: RuntimeError) -> Exception:
         return explain_dali_error(err, lambda: task.explain_decode_error(dataset))
 
-    pipe = task.build_pipeline(
-        pipeline=cfg.pipeline,
-        data=cfg.data,
-        model=cfg.model,
-        dataset=dataset,
-        plan=plan,
-        shard=shard,
-        layout=LAYOUT,
-        is_training=is_training,
-    )
-    try:
-        pipe.build()
-        # endless: the contract counts the steps
-        iterator = DALIGenericIterator([pipe], list(task.output_names(is_training)))
-    except RuntimeError as err:
-        raise explain(err) from err
+    def make_iterator(restore: str | None) -> DALIGenericIterator:
+        pipe = task.build_pipeline(
+            pipeline=cfg.pipeline,
+            data=cfg.data,
+            model=cfg.model,
+            dataset=dataset,
+            plan=plan,
+            shard=shard,
+            layout=LAYOUT,
+            is_training=is_training,
+            checkpointing=checkpointing,
+            restore=restore,
+        )
+        try:
+            pipe.build()
+            # endless: the contract counts the steps
+            return DALIGenericIterator([pipe], list(task.output_names(is_training)))
+        except RuntimeError as err:
+            raise explain(err) from err
+
+    if checkpointing:
+        return ResumableDaliLoader(make_iterator, contract.train_steps, explain)
     if is_training:
-        return DaliLoader(iterator, contract.train_steps, explain)
+        return DaliLoader(make_iterator, contract.train_steps, explain)
     return DaliLoader(
-        iterator, contract.val_steps, explain, valid=lambda step: contract.val_valid(shard.shard_id, step)
+        make_iterator, contract.val_steps, explain, valid=lambda step: contract.val_valid(shard.shard_id, step)
     )
 
 

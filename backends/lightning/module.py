@@ -142,6 +142,9 @@ def compile_torch_side(torch_task: torch.nn.Module, backend: DictConfig) -> torc
     )
 
 
+EPOCH_LOSS_KEY = "hydrali_epoch_loss"  # a checkpoint's [sum of loss x samples, samples] of the epoch in progress
+
+
 class HydraliModule(L.LightningModule):
     """Trains `torch_task` (model + loss + metrics) with SGD/AdamW at the plan's effective lr."""
 
@@ -162,12 +165,30 @@ class HydraliModule(L.LightningModule):
         self.step_loss_in_bar = step_loss_in_bar
         if channels_last:
             self.torch_task.to(memory_format=torch.channels_last)
+        # this process's sum of loss x samples and its samples over the epoch so far, kept in checkpoints: an epoch
+        # resumed in its middle has the train/loss of the uninterrupted epoch
+        self._loss_sum: torch.Tensor | float = 0.0
+        self._loss_samples = 0
+
+    def on_train_epoch_start(self) -> None:
+        self._loss_sum, self._loss_samples = 0.0, 0
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint[EPOCH_LOSS_KEY] = [float(self._loss_sum), self._loss_samples]
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self._loss_sum, self._loss_samples = checkpoint.get(EPOCH_LOSS_KEY, [0.0, 0])
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         loss, n = self.torch_task.training_loss(batch)
-        # the epoch's mean over every process, synced once at the epoch's end (a step value with sync_dist would
-        # all-reduce at every step); a progress bar shows this process's own loss of each step
-        self.log("train/loss", loss, on_step=False, on_epoch=True, batch_size=n, sync_dist=True)
+        self._loss_sum = self._loss_sum + loss.detach().double() * n
+        self._loss_samples += n
+        if batch_idx == self.trainer.num_training_batches - 1:
+            # the epoch's mean over every process, synced once at the epoch's end (a step value with sync_dist
+            # would all-reduce at every step)
+            mean = self._loss_sum / self._loss_samples
+            self.log("train/loss", mean, on_step=False, on_epoch=True, batch_size=1, sync_dist=True)
+        # a progress bar shows this process's own loss of each step
         if self.step_loss_in_bar:
             self.log("loss", loss, on_step=True, on_epoch=False, prog_bar=True, logger=False, batch_size=n)
         return loss

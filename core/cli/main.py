@@ -9,7 +9,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from hydrali.core.cli.exit_codes import EXIT_FAILED_SWEEP, EXIT_INTERRUPTED, EXIT_USER_ERROR
+from hydrali.core.cli.exit_codes import EXIT_FAILED_SWEEP, EXIT_INTERRUPTED, EXIT_SIGNAL_BASE, EXIT_USER_ERROR
 from hydrali.core.config.store import register_schemas
 from hydrali.core.errors import HydraliError
 from hydrali.core.tracking.run_files import remove_if_empty
@@ -23,6 +23,7 @@ _job = {"started": False}  # whether a job started in this process
 
 @hydra.main(config_path="pkg://hydrali.conf", config_name="config", version_base="1.3")
 def _hydra_entry(cfg: DictConfig) -> float | None:
+    from hydrali.core.run.preemption import Preempted
     from hydrali.core.run.runner import run  # imported here so that `--help` and `--cfg` stay fast
     from hydrali.core.tracking import sweep
 
@@ -43,6 +44,14 @@ def _hydra_entry(cfg: DictConfig) -> float | None:
             flush=True,
         )
         sys.exit(EXIT_INTERRUPTED)
+    except Preempted as stop:
+        print(
+            f"hydrali: preempted by {stop}: the run is marked KILLED; the same command with "
+            f"hydra.run.dir={cfg.paths.output_dir} resumes it there (a requeued SLURM job does)",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.exit(EXIT_SIGNAL_BASE + stop.signum)
 
 
 def _close_stopped_sweep(status: str) -> None:

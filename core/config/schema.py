@@ -152,6 +152,7 @@ class PipelineConfig:
     autotune_loads: List[float] = field(default_factory=lambda: [0.5, 0.8, 1.0])  # hw_decoder_load candidates
     autotune_warmup: int = 3  # batches run before timing (at least prefetch_queue_depth + 1)
     autotune_batches: int = 10  # batches timed per candidate
+    checkpointing: bool = True  # DALI's reader and random state saved with every checkpoint (exact resume)
 
 
 @dataclass
@@ -197,6 +198,15 @@ class PathsConfig:
 
 
 @dataclass
+class PreemptionConfig:
+    """The `preemption` node (conf/config.yaml): the signals that save a checkpoint and stop the run."""
+
+    signals: List[str] = field(default_factory=lambda: ["SIGUSR1", "SIGUSR2"])
+    check_every_n_steps: int = 10  # with several processes: how often they agree on a signal
+    requeue: bool = True  # requeue the SLURM job with scontrol when no launcher does
+
+
+@dataclass
 class HydraliConfig:
     """The top level. Groups are typed Any here: each option brings its own schema.
 
@@ -211,6 +221,7 @@ class HydraliConfig:
     optim: Any = MISSING
     tracking: Any = MISSING
     paths: Any = MISSING
+    preemption: PreemptionConfig = field(default_factory=PreemptionConfig)
     seed: Optional[int] = 42
     deterministic: bool = False
     epochs: int = 10

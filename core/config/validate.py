@@ -14,6 +14,7 @@ from hydrali.core.contracts.registry import backend_spec, backend_specs, task_sp
 from hydrali.core.data.pipelines import check_options
 from hydrali.core.errors import HydraliError
 from hydrali.core.run.auto_settings import check_backend_settings
+from hydrali.core.run.preemption import signal_number
 
 _HINTS = {
     "data.root": "data.root=/path/to/dataset (a folder holding train/ and val/, one sub-folder per class)",
@@ -125,6 +126,17 @@ def check_config(cfg: DictConfig) -> None:
     check_tracking(cfg.tracking)
     check_bad_files(cfg.data)
     check_fine_tuning(cfg)
+    check_preemption(cfg.preemption)
+
+
+def check_preemption(preemption: DictConfig) -> None:
+    """preemption.signals are signals a run can save on; the processes agree at least every step."""
+    for name in preemption.signals:
+        signal_number(str(name))
+    if preemption.check_every_n_steps < 1:
+        raise HydraliError(
+            f"preemption.check_every_n_steps={preemption.check_every_n_steps}: pass 1 or more (1: every step)"
+        )
 
 
 FREEZE_CHOICES = (None, "backbone")  # model.freeze (conf/model_common.yaml)

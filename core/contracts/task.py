@@ -82,8 +82,11 @@ class Task(Protocol):
         shard: Shard,
         layout: str,
         is_training: bool,
+        checkpointing: bool = False,
+        restore: str | None = None,
     ) -> Any:
-        """The DALI pipeline (not yet built) of one replica's shard of one split."""
+        """The DALI pipeline (not yet built) of one replica's shard of one split; with `checkpointing`, one whose
+        reader and random state DALI can save (`restore`: a state it saved, to continue from)."""
 
     def artifacts(self) -> list[tuple[Any, str]]:
         """Files the task wrote for the run's tracker: (path, artifact folder)."""

@@ -119,10 +119,13 @@ def make_pipeline(
     device_id: int | None,
     seed: int,
     prefetch_queue_depth: int,
+    checkpointing: bool = False,
+    restore: str | None = None,
     **inputs,
 ):
     """An unbuilt DALI Pipeline from the recipe, given core's `inputs` and the recipe's `options`; its worker
-    threads pinned as this process decided (hydrali.core.data.affinity)."""
+    threads pinned as this process decided (hydrali.core.data.affinity). With `checkpointing`, DALI keeps its
+    readers' and random operators' state (`restore`: a state saved by such a pipeline, to continue from)."""
     check_options(recipe_path, options)
     recipe = load_recipe(recipe_path)
     try:
@@ -133,6 +136,7 @@ def make_pipeline(
             seed=seed,
             prefetch_queue_depth=prefetch_queue_depth,
             **affinity.dali_arguments(),
+            **({"enable_checkpointing": True, "checkpoint": restore} if checkpointing else {}),
             **inputs,
             **dict(options),
         )

@@ -37,6 +37,20 @@ class TrainingObserver:
         self._epoch, self._steps, self._lrs = epoch, 0, {}
         self.clock.epoch_start()
 
+    def started(self, epoch: int) -> bool:
+        """Whether this observer saw the start of epoch `epoch` (not when training resumed in its middle)."""
+        return self._epoch == epoch
+
+    def partial_epoch(self) -> dict:
+        """The epoch in progress (its number, steps observed and lrs read), for a checkpoint saved in its middle."""
+        return {"epoch": self._epoch, "steps": self._steps, "lrs": dict(self._lrs)}
+
+    def epoch_resumed(self, epoch: int, partial: dict) -> None:
+        """Training resumed in the middle of epoch `epoch` from a checkpoint that held `partial` (partial_epoch)."""
+        self.epoch_start(epoch)
+        if partial.get("epoch") == epoch:
+            self._steps, self._lrs = int(partial["steps"]), dict(partial["lrs"])
+
     def step_start(self, step: int, lr: Callable[[], float], steps_in_epoch: float | None = None) -> None:
         """Training step `step` of the epoch starts; `lr()` reads the lr it uses (read at the first and last step
         only: on some frameworks reading it waits for the device). `steps_in_epoch`: the steps this epoch runs when

@@ -18,7 +18,7 @@ from hydrali.core.data.image_files import write_skipped_files
 from hydrali.core.distributed import agreement, gather, local_launch, topology
 from hydrali.core.distributed.launchers import LAUNCHED_BY_HYDRALI
 from hydrali.core.distributed.mpi_ranks import adopt_mpi_ranks
-from hydrali.core.run import auto_settings, job_context, run_dir, seeding, weights_from_run
+from hydrali.core.run import auto_settings, job_context, preemption, run_dir, seeding, weights_from_run
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR, resolve_checkpoint, write_trained_with
 from hydrali.core.run.plan import Plan, plan_run
 from hydrali.core.run.record import RunRecord
@@ -165,15 +165,17 @@ def _run(attempt: run_dir.Attempt, started: float) -> float | None:
         skipped = getattr(dataset, "skipped", ())  # a task of an installed package may not leave files out
         if plan.global_rank == 0 and skipped:
             tracker.log_artifact(write_skipped_files(output_dir, skipped))
-        result = backend.fit(
-            cfg=cfg,
-            task=task,
-            dataset=dataset,
-            plan=plan,
-            record=record,
-            resume_from=resume_from,
-            output_dir=output_dir,
-        )
+        with preemption.watching(cfg.preemption) as watch:
+            result = backend.fit(
+                cfg=cfg,
+                task=task,
+                dataset=dataset,
+                plan=plan,
+                record=record,
+                resume_from=resume_from,
+                output_dir=output_dir,
+                preemption=watch,
+            )
         if cfg.tracking.log_checkpoint and result.best_checkpoint:
             tracker.log_artifact(result.best_checkpoint, "checkpoints")
         for path, folder in task.artifacts():
@@ -182,8 +184,16 @@ def _run(attempt: run_dir.Attempt, started: float) -> float | None:
     except (KeyboardInterrupt, SystemExit):
         status = "KILLED"
         raise
-    finally:
+    except preemption.Preempted as stop:
+        status = "KILLED"  # until the job, started again, resumes it (RUNNING, then FINISHED)
         tracker.finish(status)
+        status = None
+        log.warning("preempted by %s; the same command in %s resumes there", stop, output_dir)
+        watch.hand_over(stop.signum, plan.global_rank)  # submitit's requeue exits here; scontrol requeue returns
+        raise
+    finally:
+        if status is not None:
+            tracker.finish(status)
 
     if plan.global_rank != 0:
         return None

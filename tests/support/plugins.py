@@ -326,3 +326,38 @@ class KerasRecordChangedWeights:
                     json.dump({"changed": changed, "kept": sorted(set(self.start) - set(changed))}, fh)
 
         return _Record()
+
+
+SIGNAL_AT_STEP = "HYDRALI_TEST_SIGNAL_AT_STEP"  # the environment variable RecordBatches reads
+
+
+class RecordBatches:
+    """Record every training batch Lightning trains on, as DALI made it: one JSON line per step appended to `path`
+    (the epoch, the step in it, and a sha1 of each output's bytes). When the environment holds SIGNAL_AT_STEP=N, the
+    process sends itself SIGUSR1 after its N-th training step (counted from 1 in this process), as SLURM does before
+    a preemption: the environment, not the config, so that the run started again has the same settings."""
+
+    def __new__(cls, path: str):
+        import hashlib
+        import json
+        import os
+        import signal
+
+        import lightning as L
+
+        signal_at = int(os.environ.get(SIGNAL_AT_STEP, "0"))
+
+        class _Record(L.Callback):
+            steps = 0
+
+            def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+                digests = {k: hashlib.sha1(v.detach().cpu().numpy().tobytes()).hexdigest() for k, v in batch.items()}
+                with open(path, "a") as fh:
+                    fh.write(json.dumps({"epoch": trainer.current_epoch, "step": batch_idx, **digests}) + "\n")
+
+            def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+                self.steps += 1
+                if self.steps == signal_at:
+                    os.kill(os.getpid(), signal.SIGUSR1)
+
+        return _Record()

@@ -1,0 +1,111 @@
+"""Preemption: a signal that asks a run to stop soon (SLURM's `--signal` before a preemption or the time limit,
+submitit's USR2) becomes a checkpoint at the next training step, then a hand-over to whoever requeues the job.
+
+The signal handler only notes the signal: the backend asks `requested()` after each training step (all processes
+of a job agree on it, core/contracts/backend.py), saves a checkpoint where the epoch is, and raises `Preempted`.
+The run is marked KILLED in MLflow, and `hand_over()` then requeues the job: through the handler that was there
+before hydrali's (submitit's, which requeues the job and exits), or with `scontrol requeue` on a plain SLURM job.
+Started again in its run dir with the same settings, the run resumes from that checkpoint (core/run/runner.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+from contextlib import contextmanager
+from typing import Iterator
+
+from hydrali.core.errors import HydraliError
+
+log = logging.getLogger("hydrali")
+UNCATCHABLE = ("SIGKILL", "SIGSTOP", "SIGINT")  # SIGINT stays Ctrl+C: the run stops at once, marked KILLED
+
+
+class Preempted(BaseException):
+    """The run stopped on a preemption signal after saving a checkpoint. Not an Exception: a sweep's job runner
+    (hydrali.core.tracking.sweep.run_job) must not record it as a failure, and Lightning re-raises it."""
+
+    def __init__(self, signum: int, where: str, checkpoint: str):
+        super().__init__(f"{signal.Signals(signum).name}: checkpoint saved {where} ({checkpoint})")
+        self.signum, self.where, self.checkpoint = signum, where, checkpoint
+
+
+def signal_number(name: str) -> int:
+    """The number of signal `name` (SIGUSR1 or USR1); a HydraliError naming the setting when it is not one hydrali
+    can wait for."""
+    full = name if name.upper().startswith("SIG") else f"SIG{name}"
+    full = full.upper()
+    if full in UNCATCHABLE or not hasattr(signal, full):
+        raise HydraliError(
+            f"preemption.signals: {name} is not a signal a run can save on: pass names such as SIGUSR1, SIGUSR2 "
+            f"or SIGTERM (not {', '.join(UNCATCHABLE)})"
+        )
+    return int(getattr(signal, full))
+
+
+class PreemptionWatch:
+    """Notes the first of `signals` this process receives, while installed; hands the job over afterwards."""
+
+    def __init__(self, signals: list[str], check_every_n_steps: int, requeue: bool):
+        self.signals = [signal_number(name) for name in signals]
+        self.check_every_n_steps = max(1, int(check_every_n_steps))
+        self.requeue = bool(requeue)
+        self.received: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def _note(self, signum: int, frame) -> None:
+        if self.received is None:
+            self.received = signum
+
+    def install(self) -> None:
+        """Note the signals from now on (the handlers they had are kept for the hand-over and restored)."""
+        for signum in self.signals:
+            self._previous[signum] = signal.signal(signum, self._note)
+
+    def restore(self) -> None:
+        """Give the signals their handlers from before `install`."""
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def requested(self) -> bool:
+        """Whether this process received one of the signals."""
+        return self.received is not None
+
+    def should_check(self, step: int, processes: int) -> bool:
+        """Whether training step `step` (counted from 1 over the run) is one where the job's processes agree: every
+        step for one process; every check_every_n_steps steps for several (agreeing is a collective)."""
+        return processes == 1 or step % self.check_every_n_steps == 0
+
+    def hand_over(self, signum: int, global_rank: int) -> None:
+        """After the checkpoint: call the handler the signal had before hydrali's (submitit's requeues the job and
+        exits), else, on global rank 0 of a SLURM job with preemption.requeue, requeue it with scontrol."""
+        previous = self._previous.get(signum)
+        if callable(previous):
+            previous(signum, None)
+            return
+        job = os.environ.get("SLURM_JOB_ID")
+        if not (self.requeue and job and global_rank == 0):
+            return
+        scontrol = shutil.which("scontrol")
+        if scontrol is None:
+            log.warning("SLURM job %s not requeued: scontrol is not on PATH", job)
+            return
+        done = subprocess.run([scontrol, "requeue", job], capture_output=True, text=True, check=False)
+        if done.returncode == 0:
+            log.info("SLURM job %s requeued: it resumes from the checkpoint when it starts again", job)
+        else:
+            log.warning("scontrol requeue %s failed: %s", job, (done.stderr or done.stdout).strip())
+
+
+@contextmanager
+def watching(preemption) -> Iterator[PreemptionWatch]:
+    """A PreemptionWatch of the `preemption` config node, installed for the block."""
+    watch = PreemptionWatch(list(preemption.signals), preemption.check_every_n_steps, preemption.requeue)
+    watch.install()
+    try:
+        yield watch
+    finally:
+        watch.restore()

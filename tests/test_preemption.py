@@ -1,0 +1,82 @@
+"""A run sent a preemption signal (SIGUSR1, as SLURM sends before preempting or at the time limit) in the middle of an
+epoch saves a checkpoint there and stops; started again as the requeued job is (the same command, the same run dir)
+it goes on from that step: one MLflow run with the whole history, the same training batches as an uninterrupted
+run (recorded as DALI made them), and with deterministic=true on the CPU the same final weights."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from tests.support.checks import read_summary
+from tests.support.cli import run_cli
+from tests.support.configs import LIGHTNING_QUIET, TINY, with_plugin_callback
+from tests.support.plugins import SIGNAL_AT_STEP
+
+EPOCHS = 3
+
+
+def _batches(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _weights(run: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
+
+
+def _history(client: MlflowClient, run_id: str, metric: str) -> list[tuple[int, float]]:
+    return [(m.step, m.value) for m in client.get_metric_history(run_id, metric)]
+
+
+@pytest.mark.slow
+def test_a_run_preempted_mid_epoch_resumes_where_it_stopped_as_if_never_stopped(tmp_path, data_dir):
+    args = [f"epochs={EPOCHS}", "deterministic=true", *TINY, *LIGHTNING_QUIET, f"paths.data_dir={data_dir}"]
+
+    def start(name: str, env: dict[str, str] | None = None):
+        out = tmp_path / name
+        record = with_plugin_callback("record", "RecordBatches", path=str(tmp_path / f"{name}.jsonl"))
+        return out, run_cli(*args, record, f"hydra.run.dir={out}", cwd=tmp_path, env=env)
+
+    whole, done = start("whole")
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = len(_batches(tmp_path / "whole.jsonl")) // EPOCHS
+    signal_at = steps + steps // 2  # in the middle of the second epoch
+
+    cut, stopped = start("cut", {SIGNAL_AT_STEP: str(signal_at)})
+    assert stopped.returncode == 128 + 10, stopped.stderr[-3000:]  # 128 + SIGUSR1
+    said = [line for line in stopped.stderr.splitlines() if line.startswith("hydrali: preempted")]
+    assert said == [
+        f"hydrali: preempted by SIGUSR1: checkpoint saved at epoch 2, step {signal_at - steps + 1} of {steps} "
+        f"({cut / 'checkpoints' / 'last.ckpt'}): the run is marked KILLED; the same command with "
+        f"hydra.run.dir={cut} resumes it there (a requeued SLURM job does)"
+    ]
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    run_id = json.loads((cut / "run.json").read_text())["mlflow_run_id"]
+    assert client.get_run(run_id).info.status == "KILLED"
+
+    again, resumed = start("cut")  # the requeued job: the same command, no signal this time
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert again == cut
+
+    # the batches trained, as DALI made them: the stopped run's and the resumed run's, one after the other
+    assert _batches(tmp_path / "cut.jsonl") == _batches(tmp_path / "whole.jsonl")
+    # one MLflow run, the whole history, as the uninterrupted run's
+    runs = client.search_runs([client.get_experiment_by_name("hydrali").experiment_id])
+    whole_id = read_summary(whole)["mlflow_run_id"]
+    assert sorted(r.info.run_id for r in runs) == sorted([run_id, whole_id])
+    assert client.get_run(run_id).info.status == "FINISHED"
+    for metric in ("train/loss", "val/loss", "val/acc", "lr/first", "lr/last", "train/images"):
+        cut_history, whole_history = _history(client, run_id, metric), _history(client, whole_id, metric)
+        assert [step for step, _ in cut_history] == list(range(1, EPOCHS + 1)), metric
+        assert [s for s, _ in cut_history] == [s for s, _ in whole_history], metric
+        assert [v for _, v in cut_history] == pytest.approx([v for _, v in whole_history], abs=1e-5), metric
+    assert [row["epoch"] for row in read_summary(cut)["history"]] == list(range(1, EPOCHS + 1))
+    # the same final weights, to 1e-5
+    cut_weights, whole_weights = _weights(cut), _weights(whole)
+    assert cut_weights.keys() == whole_weights.keys()
+    for name, value in whole_weights.items():
+        assert torch.allclose(cut_weights[name].float(), value.float(), atol=1e-5), name
