@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 
 from tests.support.checks import read_summary
 from tests.support.cli import run_cli
-from tests.support.configs import LIGHTNING_QUIET, TINY, with_plugin_callback
+from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET, TINY, with_plugin_callback
 from tests.support.plugins import SIGNAL_AT_STEP
 
 EPOCHS = 3
@@ -80,3 +80,32 @@ def test_a_run_preempted_mid_epoch_resumes_where_it_stopped_as_if_never_stopped(
     assert cut_weights.keys() == whole_weights.keys()
     for name, value in whole_weights.items():
         assert torch.allclose(cut_weights[name].float(), value.float(), atol=1e-5), name
+
+
+@pytest.mark.slow
+def test_keras_stops_on_the_signal_and_resumes_from_its_last_whole_epoch_in_the_same_run(tmp_path, data_dir):
+    out = tmp_path / "run"
+    signal = "+backend.callbacks.signal={_target_: tests.support.plugins.KerasSignalAtStep}"
+    args = ["backend=keras", f"epochs={EPOCHS}", *TINY, *KERAS_QUIET, f"paths.data_dir={data_dir}", signal]
+    args.append(f"hydra.run.dir={out}")
+    steps = 21  # the digits' training split at the default batch of 64: 1,400 images
+    stopped = run_cli(*args, cwd=tmp_path, env={SIGNAL_AT_STEP: str(steps + 5)})
+    assert stopped.returncode == 128 + 10, stopped.stderr[-3000:]
+    said = [line for line in stopped.stderr.splitlines() if line.startswith("hydrali: preempted")]
+    assert said == [
+        f"hydrali: preempted by SIGUSR1: stopped at epoch 2, step 5; Keras resumes at the start of that epoch, from "
+        f"{out / 'checkpoints' / 'epoch001.weights.h5'} (DALI's TensorFlow plugin keeps no reader state to resume "
+        f"mid-epoch): the run is marked KILLED; the same command with hydra.run.dir={out} resumes it there "
+        f"(a requeued SLURM job does)"
+    ]
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    run_id = json.loads((out / "run.json").read_text())["mlflow_run_id"]
+    assert client.get_run(run_id).info.status == "KILLED"
+
+    resumed = run_cli(*args, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    runs = client.search_runs([client.get_experiment_by_name("hydrali").experiment_id])
+    assert [r.info.run_id for r in runs] == [run_id] and runs[0].info.status == "FINISHED"
+    assert [step for step, _ in _history(client, run_id, "val/acc")] == list(range(1, EPOCHS + 1))
+    summary = read_summary(out)
+    assert [row["epoch"] for row in summary["history"]] == list(range(1, EPOCHS + 1)) and summary["first_epoch"] == 2

@@ -17,7 +17,7 @@ from hydra.utils import instantiate  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from hydrali.backends.keras import checkpoints, workers  # noqa: E402
-from hydrali.backends.keras.callbacks import Observe  # noqa: E402
+from hydrali.backends.keras.callbacks import Observe, StopOnSignal  # noqa: E402
 from hydrali.backends.keras.data import LAYOUT, dali_dataset, distribute  # noqa: E402
 from hydrali.backends.keras.strategy import (  # noqa: E402
     make_strategy,
@@ -38,6 +38,7 @@ from hydrali.core.run import weights_from_run  # noqa: E402
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR  # noqa: E402
 from hydrali.core.run.observer import TrainingObserver  # noqa: E402
 from hydrali.core.run.plan import Plan  # noqa: E402
+from hydrali.core.run.preemption import PreemptionWatch  # noqa: E402
 from hydrali.core.run.record import RunRecord  # noqa: E402
 from hydrali.core.run.results import FitResult  # noqa: E402
 from hydrali.core.run.summary import model_line, network_name  # noqa: E402
@@ -53,7 +54,15 @@ def _verbosity(verbose):
 
 
 def _fit(
-    *, cfg: DictConfig, task, dataset, plan: Plan, record: RunRecord, resume_from: Path | None, output_dir: Path
+    *,
+    cfg: DictConfig,
+    task,
+    dataset,
+    plan: Plan,
+    record: RunRecord,
+    resume_from: Path | None,
+    output_dir: Path,
+    preemption: PreemptionWatch | None,
 ) -> FitResult:
     checkpoint_dir = output_dir / CHECKPOINT_DIR
     chief = plan.global_rank == 0  # the one writer among TF_CONFIG workers (the only process otherwise)
@@ -125,6 +134,7 @@ def _fit(
                 else []
             ),
             ValidationPosition(),
+            *([StopOnSignal(preemption, checkpoint_dir)] if preemption is not None else []),
             *(instantiate(spec) for spec in cfg.backend.callbacks.values()),
         ]
         try:
@@ -236,8 +246,10 @@ class KerasBackend:
         record: RunRecord,
         resume_from: Path | None,
         output_dir: Path,
+        preemption: PreemptionWatch | None = None,
     ) -> FitResult:
-        """Train `task` with one replica per shard of this process, as the plan says; checkpoint every epoch."""
+        """Train `task` with one replica per shard of this process, as the plan says; checkpoint every epoch; stop
+        on a signal `preemption` notes (resumed from the last epoch's end)."""
         return _fit(
             cfg=cfg,
             task=task,
@@ -246,4 +258,5 @@ class KerasBackend:
             record=record,
             resume_from=resume_from,
             output_dir=output_dir,
+            preemption=preemption,
         )

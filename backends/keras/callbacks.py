@@ -3,9 +3,13 @@ throughput)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import keras
 
+from hydrali.backends.keras import checkpoints
 from hydrali.core.run.observer import TrainingObserver
+from hydrali.core.run.preemption import Preempted, PreemptionWatch
 
 
 def metric_name(keras_name: str) -> str:
@@ -42,3 +46,27 @@ class Observe(keras.callbacks.Callback):
         logs = logs or {}
         metrics = {metric_name(k): v for k, v in logs.items() if k.startswith("val_") or k == "loss"}
         self.observer.epoch_end(epoch, metrics, validated=any(k.startswith("val_") for k in logs))
+
+
+class StopOnSignal(keras.callbacks.Callback):
+    """After a training step: when this process received a preemption signal (core/run/preemption.py), stop with
+    Preempted. DALI's TensorFlow plugin keeps no reader state, so Keras resumes from its newest checkpoint, the end
+    of the last whole epoch: the interrupted epoch is trained again from its start."""
+
+    def __init__(self, watch: PreemptionWatch, checkpoint_dir: Path):
+        super().__init__()
+        self.watch, self.checkpoint_dir = watch, Path(checkpoint_dir)
+        self._epoch = 0
+
+    def on_epoch_begin(self, epoch: int, logs=None) -> None:
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch: int, logs=None) -> None:
+        if not self.watch.requested():
+            return
+        newest = checkpoints.newest(self.checkpoint_dir)
+        raise Preempted(
+            self.watch.received,
+            f"stopped at epoch {self._epoch + 1}, step {batch + 1}; Keras resumes at the start of that epoch, from "
+            f"{newest or 'its first weights'} (DALI's TensorFlow plugin keeps no reader state to resume mid-epoch)",
+        )

@@ -102,7 +102,7 @@ class StopOnSignal(L.Callback):
             os.replace(partial, self.path)
         trainer.strategy.barrier("preempted")
         where = f"at epoch {trainer.current_epoch + 1}, step {batch_idx + 1} of {trainer.num_training_batches}"
-        raise Preempted(self.watch.received or self.watch.signals[0], where, str(self.path))
+        raise Preempted(self.watch.received or self.watch.signals[0], f"checkpoint saved {where} ({self.path})")
 
 
 class _RichEpochsFromOne(RichProgressBar):

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
 
     from hydrali.core.run.plan import Plan
+    from hydrali.core.run.preemption import PreemptionWatch
     from hydrali.core.run.record import RunRecord
     from hydrali.core.run.results import FitResult
 
@@ -132,6 +133,9 @@ class Backend(Protocol):
         record: RunRecord,
         resume_from: Path | None,
         output_dir: Path,
+        preemption: PreemptionWatch | None = None,
     ) -> FitResult:
         """Train `task` on this process's shards as `plan` says, recording each epoch into `record` and saving
-        checkpoints under `output_dir`; resume from `resume_from` when given."""
+        checkpoints under `output_dir`; resume from `resume_from` when given. After each training step, when the
+        job's processes agree that `preemption` noted a signal, save a checkpoint to resume from as the backend
+        can (mid-epoch where its data loader keeps DALI's state) and raise core.run.preemption.Preempted."""

@@ -28,9 +28,9 @@ class Preempted(BaseException):
     """The run stopped on a preemption signal after saving a checkpoint. Not an Exception: a sweep's job runner
     (hydrali.core.tracking.sweep.run_job) must not record it as a failure, and Lightning re-raises it."""
 
-    def __init__(self, signum: int, where: str, checkpoint: str):
-        super().__init__(f"{signal.Signals(signum).name}: checkpoint saved {where} ({checkpoint})")
-        self.signum, self.where, self.checkpoint = signum, where, checkpoint
+    def __init__(self, signum: int, what: str):
+        super().__init__(f"{signal.Signals(signum).name}: {what}")
+        self.signum = signum
 
 
 def signal_number(name: str) -> int:

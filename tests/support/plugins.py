@@ -361,3 +361,26 @@ class RecordBatches:
                     os.kill(os.getpid(), signal.SIGUSR1)
 
         return _Record()
+
+
+class KerasSignalAtStep:
+    """On Keras: when the environment holds SIGNAL_AT_STEP=N, the process sends itself SIGUSR1 after its N-th
+    training step (counted from 1 in this process), as SLURM does before a preemption."""
+
+    def __new__(cls):
+        import os
+        import signal
+
+        import keras
+
+        signal_at = int(os.environ.get(SIGNAL_AT_STEP, "0"))
+
+        class _Signal(keras.callbacks.Callback):
+            steps = 0
+
+            def on_train_batch_end(self, batch: int, logs=None) -> None:
+                self.steps += 1
+                if self.steps == signal_at:
+                    os.kill(os.getpid(), signal.SIGUSR1)
+
+        return _Signal()
