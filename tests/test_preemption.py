@@ -109,3 +109,31 @@ def test_keras_stops_on_the_signal_and_resumes_from_its_last_whole_epoch_in_the_
     assert [step for step, _ in _history(client, run_id, "val/acc")] == list(range(1, EPOCHS + 1))
     summary = read_summary(out)
     assert [row["epoch"] for row in summary["history"]] == list(range(1, EPOCHS + 1)) and summary["first_epoch"] == 2
+
+
+@pytest.mark.slow
+def test_a_job_of_the_submitit_launcher_is_requeued_on_the_signal_and_resumes_in_its_run(tmp_path, data_dir):
+    # the launcher of hydra/launcher=slurm, run on this machine: submitit's handler of the signal (here USR1, as
+    # SUBMITIT_PREEMPT_SIGNAL says) requeues the job after hydrali's checkpoint, and submitit starts it again
+    batches = tmp_path / "batches.jsonl"
+    record = with_plugin_callback("record", "RecordBatches", path=str(batches))
+    args = ["-m", "hydra/launcher=submitit_local", f"epochs={EPOCHS}", "deterministic=true", *TINY, *LIGHTNING_QUIET]
+    env = {SIGNAL_AT_STEP: "30", "SUBMITIT_PREEMPT_SIGNAL": "USR1"}
+    out = run_cli(*args, f"paths.data_dir={data_dir}", record, cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (job,) = tmp_path.glob("multirun/*/*/0")
+    logs = "".join(p.read_text() for p in job.parent.glob(".submitit/*/*_log.*"))
+    assert "Requeued job" in logs and "preempted by SIGUSR1" in logs, logs[-3000:]
+    # every step of every epoch trained once, across the two starts of the job
+    steps = [(b["epoch"], b["step"]) for b in _batches(batches)]
+    per_epoch = len(steps) // EPOCHS
+    assert steps == [(epoch, step) for epoch in range(EPOCHS) for step in range(per_epoch)]
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    (child,) = [
+        r
+        for r in client.search_runs([client.get_experiment_by_name("hydrali").experiment_id])
+        if "mlflow.parentRunId" in r.data.tags
+    ]
+    assert child.info.status == "FINISHED"
+    assert [step for step, _ in _history(client, child.info.run_id, "val/acc")] == list(range(1, EPOCHS + 1))
+    assert read_summary(job)["first_epoch"] == 2

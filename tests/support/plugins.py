@@ -335,7 +335,8 @@ class RecordBatches:
     """Record every training batch Lightning trains on, as DALI made it: one JSON line per step appended to `path`
     (the epoch, the step in it, and a sha1 of each output's bytes). When the environment holds SIGNAL_AT_STEP=N, the
     process sends itself SIGUSR1 after its N-th training step (counted from 1 in this process), as SLURM does before
-    a preemption: the environment, not the config, so that the run started again has the same settings."""
+    a preemption, once per `path` (a job that a launcher requeues keeps its environment): the environment, not the
+    config, so that the run started again has the same settings."""
 
     def __new__(cls, path: str):
         import hashlib
@@ -357,7 +358,9 @@ class RecordBatches:
 
             def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
                 self.steps += 1
-                if self.steps == signal_at:
+                sent = f"{path}.signalled"
+                if self.steps == signal_at and not os.path.exists(sent):
+                    open(sent, "w").close()
                     os.kill(os.getpid(), signal.SIGUSR1)
 
         return _Record()
