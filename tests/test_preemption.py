@@ -137,3 +137,13 @@ def test_a_job_of_the_submitit_launcher_is_requeued_on_the_signal_and_resumes_in
     assert child.info.status == "FINISHED"
     assert [step for step, _ in _history(client, child.info.run_id, "val/acc")] == list(range(1, EPOCHS + 1))
     assert read_summary(job)["first_epoch"] == 2
+
+
+def test_a_signal_no_run_can_save_on_is_one_line_before_anything_runs(tmp_path, data_dir):
+    out = run_cli("preemption.signals=[SIGKILL]", f"paths.data_dir={data_dir}", cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert out.stderr.strip().splitlines() == [
+        "hydrali: error: preemption.signals: SIGKILL is not a signal a run can save on: pass names such as "
+        "SIGUSR1, SIGUSR2 or SIGTERM (not SIGKILL, SIGSTOP, SIGINT)"
+    ]
+    assert not list(tmp_path.glob("outputs/*/*")) and not (tmp_path / "mlflow.db").exists()

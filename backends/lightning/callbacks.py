@@ -97,7 +97,7 @@ class StopOnSignal(L.Callback):
         if not trainer.strategy.reduce_boolean_decision(self.watch.requested(), all=False):
             return
         partial = self.path.with_name(self.path.name + ".partial")  # a kill while writing leaves last.ckpt whole
-        trainer.save_checkpoint(partial)
+        trainer.save_checkpoint(partial, weights_only=False)
         if trainer.is_global_zero:
             os.replace(partial, self.path)
         trainer.strategy.barrier("preempted")

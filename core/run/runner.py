@@ -188,7 +188,6 @@ def _run(attempt: run_dir.Attempt, started: float) -> float | None:
         status = "KILLED"  # until the job, started again, resumes it (RUNNING, then FINISHED)
         tracker.finish(status)
         status = None
-        log.warning("preempted by %s; the same command in %s resumes there", stop, output_dir)
         watch.hand_over(stop.signum, plan.global_rank)  # submitit's requeue exits here; scontrol requeue returns
         raise
     finally:
