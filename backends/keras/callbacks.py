@@ -58,8 +58,12 @@ class StopOnSignal(keras.callbacks.Callback):
         self.watch, self.checkpoint_dir = watch, Path(checkpoint_dir)
         self._epoch = 0
 
+    def on_train_begin(self, logs=None) -> None:
+        self.watch.reassert()  # after DALI's pipelines and the GPU's libraries are loaded
+
     def on_epoch_begin(self, epoch: int, logs=None) -> None:
         self._epoch = epoch
+        self.watch.reassert()
 
     def on_train_batch_end(self, batch: int, logs=None) -> None:
         if not self.watch.requested():

@@ -90,6 +90,12 @@ class StopOnSignal(L.Callback):
         self.watch, self.path = watch, Path(path)
         self._batches = 0
 
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.watch.reassert()  # after DALI's pipelines and the GPU's libraries are loaded
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self.watch.reassert()
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._batches += 1
         if not self.watch.should_check(self._batches, trainer.world_size):

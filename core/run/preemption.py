@@ -65,6 +65,13 @@ class PreemptionWatch:
         for signum in self.signals:
             self._previous[signum] = signal.signal(signum, self._note)
 
+    def reassert(self) -> None:
+        """Take the signals back: a library may install its own handler in C once loaded (on a GPU machine, one
+        that the CUDA-side libraries load takes SIGUSR1 and SIGUSR2, and the signal never reaches Python). The
+        backends call this when training starts and at each epoch's start."""
+        for signum in self._previous:
+            signal.signal(signum, self._note)
+
     def restore(self) -> None:
         """Give the signals their handlers from before `install`."""
         for signum, handler in self._previous.items():
