@@ -147,3 +147,36 @@ def test_a_signal_no_run_can_save_on_is_one_line_before_anything_runs(tmp_path, 
         "SIGUSR1, SIGUSR2 or SIGTERM (not SIGKILL, SIGSTOP, SIGINT)"
     ]
     assert not list(tmp_path.glob("outputs/*/*")) and not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.slow
+def test_ddp_processes_agree_on_the_signal_of_one_and_all_resume_at_the_same_step(tmp_path, data_dir):
+    # the signal reaches rank 0 only; the processes agree every 4 steps, so both stop after step 16 of the run (in
+    # the second epoch: 11 steps an epoch of 2 x 64 images), save one checkpoint and resume there
+    out, batches = tmp_path / "run", tmp_path / "batches.jsonl"
+    record = with_plugin_callback("record", "RecordBatches", path=str(batches))
+    ddp = ["backend.devices=2", "backend.strategy=ddp", "backend.accelerator=cpu", "preemption.check_every_n_steps=4"]
+    args = [*ddp, f"epochs={EPOCHS}", *TINY, *LIGHTNING_QUIET, f"paths.data_dir={data_dir}", record]
+    args.append(f"hydra.run.dir={out}")
+    stopped = run_cli(*args, cwd=tmp_path, env={SIGNAL_AT_STEP: "13"}, timeout=900)
+    assert stopped.returncode == 128 + 10, stopped.stderr[-3000:]
+    said = [line for line in stopped.stderr.splitlines() if line.startswith("hydrali: preempted")]
+    assert said == [
+        f"hydrali: preempted by SIGUSR1: the job's 2 processes saved a checkpoint and stopped: the run is marked "
+        f"KILLED; the same command with hydra.run.dir={out} resumes it there (a requeued SLURM job does)"
+    ]
+    first = {rank: _batches(p) for rank, p in ((0, batches), (1, Path(f"{batches}.rank1")))}
+    assert [len(steps) for steps in first.values()] == [16, 16], "both stopped after the same step"
+    assert first[0][-1]["epoch"] == first[1][-1]["epoch"] == 1 and first[0][-1]["step"] == first[1][-1]["step"]
+
+    resumed = run_cli(*args, cwd=tmp_path, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    for path in (batches, Path(f"{batches}.rank1")):
+        steps = [(b["epoch"], b["step"]) for b in _batches(path)]
+        per_epoch = len(steps) // EPOCHS
+        assert per_epoch > first[0][-1]["step"] + 1, "the stop was in the middle of the epoch"
+        assert steps == [(epoch, step) for epoch in range(EPOCHS) for step in range(per_epoch)], "each step once"
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("hydrali").experiment_id])
+    assert run.info.status == "FINISHED"
+    assert [step for step, _ in _history(client, run.info.run_id, "val/acc")] == list(range(1, EPOCHS + 1))

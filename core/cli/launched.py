@@ -14,11 +14,13 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from hydrali.core.cli.exit_codes import EXIT_SIGNAL_BASE
 from hydrali.core.config.store import register_schemas
 from hydrali.core.distributed.launchers import TORCHRUN
 from hydrali.core.distributed.local_launch import CONFIG_FILE, CONTEXT_FILE, LOGGING_FILE
 from hydrali.core.errors import HydraliError
 from hydrali.core.run import job_context
+from hydrali.core.run.preemption import Preempted
 from hydrali.core.run.runner import run
 
 
@@ -43,6 +45,8 @@ def process_main(folder: Path) -> None:
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Preempted as stop:  # the job's process says it (hydrali.core.distributed.local_launch)
+        sys.exit(EXIT_SIGNAL_BASE + stop.signum)
     except BaseException as err:
         text = str(err).strip().splitlines()
         (folder / f"rank{rank}.error").write_text(f"{type(err).__name__}: {text[0] if text else ''}\n")

@@ -34,6 +34,7 @@ from hydrali.core.distributed.launchers import (
 )
 from hydrali.core.errors import HydraliError
 from hydrali.core.run import job_context
+from hydrali.core.run.preemption import Preempted, PreemptionWatch
 
 log = logging.getLogger("hydrali")
 
@@ -68,9 +69,18 @@ def save_launch(cfg: DictConfig, seed: int, overrides: list[str]) -> Path:
     return folder
 
 
-def run_processes(cfg: DictConfig, processes: int, num_nodes: int, seed: int, overrides: list[str]) -> Path:
+def run_processes(
+    cfg: DictConfig,
+    processes: int,
+    num_nodes: int,
+    seed: int,
+    overrides: list[str],
+    preemption: PreemptionWatch | None = None,
+) -> Path:
     """Start `processes` processes of this job on this node from its resolved config (composed from `overrides`),
     wait for them, and return the run dir. A process that fails ends the others; its one-line message is raised.
+    A signal `preemption` watches is passed on to the processes; when they stop on it (after their checkpoint),
+    Preempted is raised here too.
 
     Several nodes (each started by hand, as with Lightning's launcher): NODE_RANK, MASTER_ADDR and MASTER_PORT
     come from the environment; one node: node 0 on 127.0.0.1 and a free port."""
@@ -106,6 +116,8 @@ def run_processes(cfg: DictConfig, processes: int, num_nodes: int, seed: int, ov
             LAUNCHED_BY_HYDRALI: "1",
         }
         procs.append(subprocess.Popen([sys.executable, "-m", "hydrali.core.cli.launched", str(folder)], env=env))
+    if preemption is not None:
+        preemption.relay = lambda signum: _send(procs, signum)
     try:
         failed = _wait(procs)
     except KeyboardInterrupt:  # a Ctrl+C reaches the processes too: let them end their run (KILLED) first
@@ -113,9 +125,12 @@ def run_processes(cfg: DictConfig, processes: int, num_nodes: int, seed: int, ov
         raise
     if failed is not None:
         local, code = failed
-        _end(procs, signal.SIGINT)  # as Ctrl+C: each ends its run cleanly
+        stopped_by = preemption.stopped_by(code) if preemption is not None else None
+        _end(procs, signal.SIGINT, wait_first=stopped_by is not None)  # as Ctrl+C: each ends its run cleanly
         if code == 130:
             raise KeyboardInterrupt
+        if stopped_by is not None:  # every process stops at the same step, after the checkpoint
+            raise Preempted(stopped_by, f"the job's {processes * num_nodes} processes saved a checkpoint and stopped")
         rank = node_rank * processes + local  # the global rank its error file is named by (core/cli/launched.py)
         error = folder / f"rank{rank}.error"
         message = error.read_text().strip() if error.exists() else f"it ended with exit code {code} (its log is above)"
@@ -133,6 +148,13 @@ def _wait(procs: list[subprocess.Popen]) -> tuple[int, int] | None:
         if all(code == 0 for code in codes):
             return None
         time.sleep(_POLL_S)
+
+
+def _send(procs: list[subprocess.Popen], sig: int) -> None:
+    """Send `sig` to the processes still running."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(sig)
 
 
 def _end(procs: list[subprocess.Popen], sig: int, wait_first: bool = False) -> None:

@@ -18,6 +18,7 @@ import subprocess
 from contextlib import contextmanager
 from typing import Iterator
 
+from hydrali.core.cli.exit_codes import EXIT_SIGNAL_BASE
 from hydrali.core.errors import HydraliError
 
 log = logging.getLogger("hydrali")
@@ -54,11 +55,14 @@ class PreemptionWatch:
         self.check_every_n_steps = max(1, int(check_every_n_steps))
         self.requeue = bool(requeue)
         self.received: int | None = None
+        self.relay = None  # relay(signum): passes the signal on (to the processes this one started for the job)
         self._previous: dict[int, object] = {}
 
     def _note(self, signum: int, frame) -> None:
         if self.received is None:
             self.received = signum
+        if self.relay is not None:
+            self.relay(signum)
 
     def install(self) -> None:
         """Note the signals from now on (the handlers they had are kept for the hand-over and restored)."""
@@ -76,6 +80,11 @@ class PreemptionWatch:
         """Give the signals their handlers from before `install`."""
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
+
+    def stopped_by(self, exit_code: int) -> int | None:
+        """The signal a process that saved and stopped on one of the signals exits with (128 + it), else None."""
+        signum = exit_code - EXIT_SIGNAL_BASE
+        return signum if signum in self.signals else None
 
     def requested(self) -> bool:
         """Whether this process received one of the signals."""

@@ -103,7 +103,13 @@ def _run(attempt: run_dir.Attempt, started: float) -> float | None:
         weights_from_run.check(cfg, backend.newest_checkpoint)
     processes = backend.processes_to_start(cfg.backend)
     if processes > 1:  # the job's processes, started from its resolved config (one seed, one run dir)
-        local_launch.run_processes(cfg, processes, int(cfg.backend.get("num_nodes", 1)), plan.seed, attempt.overrides)
+        with preemption.watching(cfg.preemption) as watch:  # passed on to the processes
+            try:
+                nodes = int(cfg.backend.get("num_nodes", 1))
+                local_launch.run_processes(cfg, processes, nodes, plan.seed, attempt.overrides, preemption=watch)
+            except preemption.Preempted as stop:
+                watch.hand_over(stop.signum, plan.global_rank)  # a launcher's requeue (submitit) goes here
+                raise
         return _optimized_value(read_summary(output_dir), cfg.optimized_metric)
     per_node, _, per_process = backend.replicas(cfg.backend, plan.device)
     affinity.pin_workers(cfg.pipeline, plan, per_node // max(1, per_process))  # before any pipeline is built

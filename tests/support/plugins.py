@@ -333,10 +333,11 @@ SIGNAL_AT_STEP = "HYDRALI_TEST_SIGNAL_AT_STEP"  # the environment variable Recor
 
 class RecordBatches:
     """Record every training batch Lightning trains on, as DALI made it: one JSON line per step appended to `path`
-    (the epoch, the step in it, and a sha1 of each output's bytes). When the environment holds SIGNAL_AT_STEP=N, the
-    process sends itself SIGUSR1 after its N-th training step (counted from 1 in this process), as SLURM does before
-    a preemption, once per `path` (a job that a launcher requeues keeps its environment): the environment, not the
-    config, so that the run started again has the same settings."""
+    (`path`.rank<N> on the process of global rank N > 0: the epoch, the step in it, and a sha1 of each output's
+    bytes). When the environment holds SIGNAL_AT_STEP=N, the process of global rank 0 sends itself SIGUSR1 after its
+    N-th training step (counted from 1 in this process), as SLURM does before a preemption, once per `path` (a job
+    that a launcher requeues keeps its environment): the environment, not the config, so that the run started again
+    has the same settings."""
 
     def __new__(cls, path: str):
         import hashlib
@@ -353,13 +354,14 @@ class RecordBatches:
 
             def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
                 digests = {k: hashlib.sha1(v.detach().cpu().numpy().tobytes()).hexdigest() for k, v in batch.items()}
-                with open(path, "a") as fh:
+                rank = trainer.global_rank
+                with open(path if rank == 0 else f"{path}.rank{rank}", "a") as fh:
                     fh.write(json.dumps({"epoch": trainer.current_epoch, "step": batch_idx, **digests}) + "\n")
 
             def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
                 self.steps += 1
                 sent = f"{path}.signalled"
-                if self.steps == signal_at and not os.path.exists(sent):
+                if self.steps == signal_at and trainer.global_rank == 0 and not os.path.exists(sent):
                     open(sent, "w").close()
                     os.kill(os.getpid(), signal.SIGUSR1)
 
