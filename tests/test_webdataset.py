@@ -191,7 +191,12 @@ def test_bad_conversions_and_shards_are_one_line_and_write_nothing(tmp_path, dat
     fails_with(convert(tmp_path, data_dir, "s3://bucket/digits"), "convert writes a local folder")
     fails_with(convert(tmp_path, data_dir, tmp_path / "x", "shard_size=0"), "shard_size=0")
     fails_with(convert(tmp_path, data_dir, tmp_path / "x", "data=webdataset", f"data.root={shards}"), "already sharded")
-    fails_with(convert(tmp_path, data_dir, tmp_path / "x", "task=detection"), "cannot be written as shards")
+    fails_with(
+        convert(
+            tmp_path, data_dir, tmp_path / "x", "task=detection", "data=webdataset_detection", f"data.root={shards}"
+        ),
+        "already sharded",
+    )
     assert not (tmp_path / "x").exists() and not list(tmp_path.glob(".x.tmp-*"))
     fails_with(
         run_cli("data=webdataset", f"data.root={tmp_path}", f"paths.data_dir={data_dir}", cwd=tmp_path),
@@ -207,6 +212,10 @@ def test_bad_conversions_and_shards_are_one_line_and_write_nothing(tmp_path, dat
     fails_with(
         run_cli("task=detection", "data=webdataset", f"data.root={shards}", cwd=tmp_path),
         "data=webdataset is a dataset of task=classification, not of task=detection",
+    )
+    fails_with(
+        run_cli("task=detection", "data=webdataset_detection", f"data.root={shards}", cwd=tmp_path),
+        f"data.root={shards} holds classification shards: train them with task=classification data=webdataset",
     )
 
 

@@ -154,6 +154,10 @@ class ShardableTask(Protocol):
     def shard_facts(self, dataset: Dataset) -> dict[str, Any]:
         """What the shards' manifest records about the data for the task to read them back (classes, counts)."""
 
+    # Optional: `shard_files(dataset) -> dict[str, bytes]`, files the shards' folder holds besides the tars (path
+    # relative to it -> content), e.g. the annotation file a detection run scores against; the facts name them.
+    # Optional: `shard_reading`, the overrides that train from the shards, as convert prints them (data=webdataset).
+
 
 class TorchSide(Protocol):
     """A task's side on torch (an nn.Module holding the network): built by `task.sides.torch`, called as

@@ -1,9 +1,10 @@
 """`hydrali convert data=... out=DIR [format=webdataset] [shard_size=N]`: a dataset's splits written as shards that
 DALI reads at scale (core.data.webdataset), read back with `data=webdataset data.root=DIR`.
 
-The task says what a sample holds (its `shard_samples`) and what the manifest records about the data (its
-`shard_facts`); this command checks the input as a training run would, writes every split beside `out` with a
-progress bar, and renames the folder into place only when all of it is written.
+The task says what a sample holds (its `shard_samples`), what the manifest records about the data (its
+`shard_facts`) and which files the folder holds besides the tars (its optional `shard_files`); this command checks
+the input as a training run would, writes every split beside `out` with a progress bar, and renames the folder into
+place only when all of it is written.
 """
 
 from __future__ import annotations
@@ -72,6 +73,10 @@ def convert(path: str | None, overrides: list[str]) -> None:
                     min_shards=options.min_shards,
                     progress=bar.update,
                 )
+        extra = task.shard_files(dataset) if hasattr(task, "shard_files") else {}  # the task's files beside the tars
+        for name, content in extra.items():
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
+            (staging / name).write_bytes(content)
         manifest = webdataset.Manifest(
             task=str(cfg.task.name),
             splits=splits,
@@ -98,4 +103,5 @@ def convert(path: str | None, overrides: list[str]) -> None:
         few = len(written.shards) < options.min_shards
         note = f" (fewer than min_shards={options.min_shards}: the split has {written.samples} samples)" if few else ""
         print(f"{split:5s}: {written.samples} samples in {len(written.shards)} shards{note}")
-    print(f"wrote {out} ({webdataset.MANIFEST}); train from it with data=webdataset data.root={out}")
+    reading = getattr(task, "shard_reading", "data=webdataset")  # the overrides that train from the shards
+    print(f"wrote {out} ({webdataset.MANIFEST}); train from it with {reading} data.root={out}")

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from hydrali.core.data import object_store
+from hydrali.core.data.image_files import IMAGE_EXTENSIONS
 from hydrali.core.data.pipelines import Source
 from hydrali.core.errors import HydraliError
 
@@ -34,6 +35,7 @@ MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
 INDEX_SUFFIX = ".idx"
 KEY = "__key__"  # a sample's key, as WebDataset names it; every other entry is a file extension and its bytes
+IMAGE = ";".join(sorted({e.lstrip(".") for e in IMAGE_EXTENSIONS}))  # fn.readers.webdataset's ext: any image file
 
 
 @dataclass(frozen=True)

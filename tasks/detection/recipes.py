@@ -27,6 +27,8 @@ import nvidia.dali.types as types
 from nvidia.dali import pipeline_def
 
 from hydrali.core.data.pipelines import Source, decoder_args
+from hydrali.core.data.webdataset import ShardSource
+from hydrali.tasks.detection import sharded
 from hydrali.tasks.detection.anchors import box_encoder_args
 from hydrali.tasks.detection.layout import TARGET_COLUMN_AXIS
 
@@ -41,9 +43,12 @@ class CocoSource(Source):
     annotation_file: str = ""
 
 
-def read_coco(source: CocoSource, initial_fill: int):
+def read_coco(source: CocoSource | ShardSource, initial_fill: int):
     """The sharded COCO reader every recipe starts with: (encoded images, ltrb boxes in [0, 1], labels
-    1..K, and in validation image ids), named "Reader". Training skips images without boxes."""
+    1..K, and in validation image ids), named "Reader". Training skips images without boxes. A ShardSource reads
+    the same from tar shards (tasks/detection/sharded.py), whose train split holds no image without boxes."""
+    if isinstance(source, ShardSource):
+        return _read_shards(source, initial_fill)
     outputs = fn.readers.coco(
         file_root=source.root,
         annotations_file=source.annotation_file,
@@ -58,6 +63,18 @@ def read_coco(source: CocoSource, initial_fill: int):
     # readers.coco does not clip, and random_bbox_crop asserts on a box a rounding error outside [0, 1]
     boxes = dmath.clamp(boxes, 0.0, 1.0)
     return (jpegs, boxes, labels, *outputs[3:])
+
+
+def _read_shards(source: ShardSource, initial_fill: int):
+    """read_coco's outputs from WebDataset shards: the same shapes and types as fn.readers.coco's."""
+    jpegs, boxes, labels, image_ids = fn.readers.webdataset(
+        ext=[sharded.IMAGE, sharded.BOXES, sharded.LABELS, sharded.IMAGE_ID],
+        dtypes=[types.UINT8, types.FLOAT, types.INT32, types.INT32],
+        initial_fill=initial_fill,
+        **source.webdataset_args(),
+    )
+    boxes = dmath.clamp(fn.reshape(boxes, shape=[-1, 4]), 0.0, 1.0)
+    return (jpegs, boxes, labels) if source.is_training else (jpegs, boxes, labels, image_ids)
 
 
 def _normalize(images, image_size, layout, mean, std, dtype, mirror=None):

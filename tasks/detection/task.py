@@ -12,13 +12,16 @@ import shutil
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import ClassVar
 
 from omegaconf import DictConfig, OmegaConf
 
+from hydrali.core.data import webdataset
 from hydrali.core.data.image_files import Verify
 from hydrali.core.errors import HydraliError
 from hydrali.core.run.plan import Plan, Shard
 from hydrali.tasks.base import DaliTask
+from hydrali.tasks.detection import sharded
 from hydrali.tasks.detection.anchors import anchor_spec, default_boxes
 from hydrali.tasks.detection.coco import CocoInfo, default_annotations, images_only_coco, scan_coco, scan_coco_split
 from hydrali.tasks.detection.digits import write_digits_detection
@@ -43,6 +46,7 @@ class DetectionTask(DaliTask):
     max_detections: int
     pictures: int
     pictures_dir: str
+    shard_reading: ClassVar[str] = "task=detection data=webdataset_detection"  # what trains from its shards
 
     def output_names(self, is_training: bool) -> tuple[str, ...]:
         """What the recipes return, in order: validation adds each image's id."""
@@ -68,7 +72,12 @@ class DetectionTask(DaliTask):
 
     def prepare_data(self, data: DictConfig, verify: Verify) -> CocoInfo:
         """Make sure the dataset is on disk (writing the bundled one if needed), check its annotation files
-        (fixing what can be fixed in cleaned copies) and, as `verify` says, its image files."""
+        (fixing what can be fixed in cleaned copies) and, as `verify` says, its image files. Shards
+        (data=webdataset_detection) are read from their manifest, their files checked to exist."""
+        if data.name == webdataset.FORMAT:
+            info = sharded.open_shards(str(data.root), Path(data.clean_dir))
+            self.check_prepared(data, info, Verify.off, classes_in=f"{data.root}/{webdataset.MANIFEST}")
+            return info
         if data.generate is not None:
             write_digits_detection(
                 data.root,
@@ -89,11 +98,23 @@ class DetectionTask(DaliTask):
         return info.without(bad, data.clean_dir) if bad else info
 
     def image_files(self, dataset: CocoInfo) -> list[Path]:
-        """Every image file of the train and val image folders."""
+        """Every image file of the train and val image folders; none for shards."""
+        if isinstance(dataset, sharded.ShardedDetection):
+            return []
         return sorted(p for split in (dataset.train, dataset.val) for p in split.images_dir.iterdir() if p.is_file())
 
     def source(self, dataset: CocoInfo, shard: Shard, plan: Plan, is_training: bool) -> CocoSource:
-        """The split's images and annotation file, this replica's shard of them."""
+        """The split's images and annotation file, or its tar shards, this replica's shard of them."""
+        if isinstance(dataset, sharded.ShardedDetection):
+            shards = dataset.train_shards if is_training else dataset.val_shards
+            return webdataset.ShardSource(
+                dataset.root,
+                shard.shard_id,
+                plan.num_shards,
+                is_training,
+                paths=shards.paths,
+                index_paths=shards.index_paths,
+            )
         split = dataset.train if is_training else dataset.val
         return CocoSource(
             str(split.images_dir),
@@ -109,8 +130,9 @@ class DetectionTask(DaliTask):
 
     def validation(self, dataset: CocoInfo) -> DetectionValidation:
         """A fresh scorer of validation detections (COCO mAP against the val annotation file), which also
-        draws the pictures."""
-        return DetectionValidation(dataset.val, pictures=self.pictures, pictures_dir=Path(self.pictures_dir))
+        draws the pictures (from the image files: none for shards)."""
+        pictures = 0 if isinstance(dataset, sharded.ShardedDetection) else self.pictures
+        return DetectionValidation(dataset.val, pictures=pictures, pictures_dir=Path(self.pictures_dir))
 
     def detection_args(self) -> dict:
         """How raw outputs become detections, the same on every backend (score and IoU thresholds, top-k, cap)."""
@@ -161,10 +183,12 @@ class DetectionTask(DaliTask):
         atexit.register(shutil.rmtree, scratch, ignore_errors=True)
         if annotations is None:
             annotations = scratch / "images.json"
-            annotations.write_text(json.dumps(images_only_coco(folder, files, dataset.train.annotation_file)))
+            annotations.write_text(json.dumps(images_only_coco(folder, files, dataset.val.annotation_file)))
         split = scan_coco_split(folder, Path(annotations), scratch / "cleaned.json")
-        if (split.category_ids, split.category_names) != (dataset.train.category_ids, dataset.train.category_names):
+        if (split.category_ids, split.category_names) != (dataset.category_ids, dataset.category_names):
             raise HydraliError(f"annotations={annotations} has other categories than the run's training set")
+        if isinstance(dataset, sharded.ShardedDetection):  # the folder's images, read as a COCO set
+            return CocoInfo(Path(folder), train=split, val=split)
         return replace(dataset, val=split, skipped=())
 
     def scores(self, dataset: CocoInfo) -> DetectionScores:
@@ -175,6 +199,27 @@ class DetectionTask(DaliTask):
         """What hydrali predict accumulates and writes (predictions.json, COCO results); every detection is kept
         (up to task.max_detections per image): top_k is classification's."""
         return DetectionPredictions(dataset.val)
+
+    def explain_decode_error(self, dataset: CocoInfo) -> str | None:
+        """After a decoder failed: the files that cannot be decoded, or for shards how to write them again."""
+        if isinstance(dataset, sharded.ShardedDetection):
+            return (
+                f"an image in the shards of {dataset.root} cannot be decoded: convert the dataset again with "
+                f"data.verify=full data.bad_files=skip"
+            )
+        return super().explain_decode_error(dataset)
+
+    def shard_samples(self, dataset: CocoInfo, split: str, seed: int | None):
+        """(how many, the samples) of `split` as hydrali convert writes them (tasks/detection/sharded.py)."""
+        return sharded.samples(dataset, split, seed)
+
+    def shard_facts(self, dataset: CocoInfo) -> dict:
+        """What the shards' manifest records about the data: categories, the val annotation file, box counts."""
+        return sharded.facts(dataset)
+
+    def shard_files(self, dataset: CocoInfo) -> dict[str, bytes]:
+        """The files written beside the tars: the val split's annotation file, scored against."""
+        return sharded.files(dataset)
 
     def artifacts(self) -> list[tuple[Path, str]]:
         """Files the task wrote for the run's tracker: (path, artifact folder)."""
