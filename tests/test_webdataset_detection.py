@@ -168,3 +168,19 @@ def test_training_from_shards_reaches_the_folders_map_and_eval_reproduces_it(
     assert out.returncode == 0, out.stderr[-3000:]
     scored = json.loads((tmp_path / "shards/eval/val/metrics.json").read_text())
     assert scored["images"] == 16 and scored["metrics"]["val/map"] == pytest.approx(best["shards"], abs=1e-4)
+
+
+def test_shards_in_object_storage_are_scored_against_their_own_annotation_file(tmp_path, rectangle_shards, monkeypatch):
+    """(DALI reading shards from object storage is the classification tests' run from a local S3 server.)"""
+    from hydrali.tasks.detection.sharded import open_shards
+    from tests.support.object_store import S3Server
+
+    with S3Server() as s3:
+        s3.upload(rectangle_shards, "datasets", "rectangles")
+        for name, value in s3.env.items():
+            monkeypatch.setenv(name, value)
+        remote = open_shards("s3://datasets/rectangles", tmp_path / "copies")
+    assert remote.val.annotation_file.read_bytes() == (rectangle_shards / "val/annotations.json").read_bytes()
+    assert remote.val.annotation_file.is_relative_to(tmp_path / "copies")
+    assert (remote.num_train, remote.num_val, remote.category_ids) == (128, 16, (3, 7, 11))
+    assert remote.train_shards.paths[0] == "s3://datasets/rectangles/train/shard-000000.tar"
