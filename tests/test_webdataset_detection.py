@@ -139,10 +139,12 @@ def test_a_detection_set_whose_val_has_no_annotation_file_is_refused_in_one_line
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["lightning", "keras"])
+@pytest.mark.parametrize("backend,evaluate", [("lightning", False), ("keras", True)])
 def test_training_from_shards_reaches_the_folders_map_and_eval_reproduces_it(
-    tmp_path, data_dir, rectangles, rectangle_shards, backend
+    tmp_path, data_dir, rectangles, rectangle_shards, backend, evaluate
 ):
+    """hydrali eval runs on one backend: how a backend loads its checkpoint is eval's own tests' (test_after_training),
+    what differs here is the data, the same for both."""
     best = {}
     for name, data in (
         ("folder", ["data=coco", f"data.root={rectangles}"]),
@@ -164,6 +166,8 @@ def test_training_from_shards_reaches_the_folders_map_and_eval_reproduces_it(
         best[name] = summary["best"]["val/map"]
     assert abs(best["shards"] - best["folder"]) <= SAME_MAP, best
     assert best["shards"] > 0.1, best  # it learned
+    if not evaluate:
+        return
     out = run_cli("eval", str(tmp_path / "shards"), cwd=tmp_path, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     scored = json.loads((tmp_path / "shards/eval/val/metrics.json").read_text())
