@@ -111,6 +111,11 @@ def _fit(
                 raise HydraliError(f"ckpt_path={resume_from} does not fit this model and optimizer: {err}") from err
             log.info("resuming from %s at epoch %d", resume_from, initial_epoch + 1)
 
+        # TF_CONFIG workers do not agree on a step to stop at: one stopping alone would leave the others waiting
+        # in their all-reduce, so they train on and the requeued job resumes from the last epoch's end
+        stops_on_signal = preemption is not None and workers.cluster() is None
+        if preemption is not None and not stops_on_signal and chief:
+            log.info("preemption: Keras workers do not stop on a signal; a requeued job resumes from its last epoch")
         observer = TrainingObserver(
             record,
             global_batch=plan.global_batch,
@@ -134,7 +139,7 @@ def _fit(
                 else []
             ),
             ValidationPosition(),
-            *([StopOnSignal(preemption, checkpoint_dir)] if preemption is not None else []),
+            *([StopOnSignal(preemption, checkpoint_dir)] if stops_on_signal else []),
             *(instantiate(spec) for spec in cfg.backend.callbacks.values()),
         ]
         try:

@@ -50,6 +50,8 @@ warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*
 # hydrali manages the run's checkpoints/ (trained_with.json, resume): a non-empty folder is expected there
 warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
 # model.freeze keeps the frozen backbone in eval mode on purpose (its BatchNorm statistics stay)
+# the training loader's DALI state is restored by hydrali's ReaderPosition callback, not through Lightning's loader
+warnings.filterwarnings("ignore", message=r"You're resuming from a checkpoint that ended before the epoch ended")
 warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode at the start of training")
 SELF_LAUNCHED = ("auto", "ddp", "ddp_find_unused_parameters_true")  # strategies whose processes hydrali starts
 LAST = "last.ckpt"
@@ -154,8 +156,9 @@ def _fit(
         warmup_steps=cfg.throughput_warmup_steps,
     )
     train_loader = datamodule.loaders["train"]
-    reader_position = [ReaderPosition(train_loader)] if isinstance(train_loader, ResumableDaliLoader) else []
-    stop_on_signal = [StopOnSignal(preemption, checkpoint_dir / LAST)] if preemption is not None else []
+    resumable = isinstance(train_loader, ResumableDaliLoader)
+    reader_position = [ReaderPosition(train_loader, plan.global_rank)] if resumable else []
+    stop_on_signal = [StopOnSignal(preemption, checkpoint_dir / LAST, resumable)] if preemption is not None else []
     trainer = L.Trainer(
         max_epochs=cfg.epochs,
         accelerator=cfg.backend.accelerator,

@@ -4,6 +4,7 @@ run log, the summary and Keras' checkpoint names do)."""
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -11,8 +12,11 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar, TQDMProgressBar
 from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 
+from hydrali.core.distributed import gather
 from hydrali.core.run.observer import TrainingObserver
 from hydrali.core.run.preemption import Preempted, PreemptionWatch
+
+log = logging.getLogger("hydrali")
 
 
 class EpochNumberCheckpoint(ModelCheckpoint):
@@ -72,43 +76,90 @@ class Observe(L.Callback):
 
 
 class ReaderPosition(L.Callback):
-    """Tells the training loader how many batches of the epoch were trained, so that a checkpoint saves DALI's
-    state after exactly those (backends/lightning/data.py's ResumableDaliLoader)."""
+    """Where every process's DALI reader is, in every checkpoint, and where it goes on after a resume (at an epoch's
+    end or in its middle): tells the training loader how many batches of the epoch were trained, gathers each
+    process's position (backends/lightning/data.py's ResumableDaliLoader) into the checkpoint, and on resume gives
+    each process its own. Saved by a job of another number of processes, the positions are not used: the readers
+    start afresh (one line says so)."""
 
-    def __init__(self, loader):
-        self.loader = loader
+    def __init__(self, loader, global_rank: int):
+        self.loader, self.global_rank = loader, global_rank
+        self._trainer = None
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        self._trainer = trainer
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.loader.trained = batch_idx + 1
 
+    def state_dict(self) -> dict:
+        """Every process's reader position, by global rank (a collective: every process saves the checkpoint)."""
+        done = self._trainer is not None and self.loader.trained >= self._trainer.num_training_batches
+        return {"positions": gather.gather_objects(self.loader.position(epoch_done=done))}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore this process's reader from its position in the checkpoint."""
+        positions = state_dict.get("positions", [])
+        world = self._trainer.world_size if self._trainer is not None else 1
+        if len(positions) != world:
+            log.warning(
+                "the checkpoint holds the DALI readers of %d process(es), this job has %d: the readers start afresh",
+                len(positions),
+                world,
+            )
+            return
+        self.loader.restore(positions[self.global_rank])
+
 
 class StopOnSignal(L.Callback):
     """After a training step: when the job's processes agree that one of them received a preemption signal
-    (core/run/preemption.py), save `path` (the run's last.ckpt) where the epoch is, then stop with Preempted."""
+    (core/run/preemption.py), save `path` (the run's last.ckpt) where the epoch is, then stop with Preempted.
 
-    def __init__(self, watch: PreemptionWatch, path: Path):
-        self.watch, self.path = watch, Path(path)
+    Not after an epoch's last step (Lightning counts a checkpoint saved there as the whole epoch, its validation
+    not run): the epoch ends, and the run stops when the next one starts, its last.ckpt saved at the epoch's end.
+    Nor in the middle of an accumulation of gradients. Without `mid_epoch` (a loader that cannot restore DALI's
+    state), the run stops without saving and resumes at the start of the epoch, as on Keras."""
+
+    def __init__(self, watch: PreemptionWatch, path: Path, mid_epoch: bool):
+        self.watch, self.path, self.mid_epoch = watch, Path(path), mid_epoch
         self._batches = 0
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.watch.reassert()  # after DALI's pipelines and the GPU's libraries are loaded
 
+    def _agreed(self, trainer) -> bool:
+        return bool(trainer.strategy.reduce_boolean_decision(self.watch.requested(), all=False))
+
+    def _stop(self, what: str):
+        return Preempted(self.watch.received or self.watch.signals[0], what)
+
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self.watch.reassert()
+        if trainer.current_epoch > 0 and self._agreed(trainer):  # a signal during the last epoch's end
+            raise self._stop(
+                f"stopped before epoch {trainer.current_epoch + 1}; the checkpoint of the epoch before "
+                f"resumes ({self.path})"
+            )
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._batches += 1
-        if not self.watch.should_check(self._batches, trainer.world_size):
+        last = batch_idx + 1 >= trainer.num_training_batches
+        if last or (batch_idx + 1) % trainer.accumulate_grad_batches:
             return
-        if not trainer.strategy.reduce_boolean_decision(self.watch.requested(), all=False):
+        if not self.watch.should_check(self._batches, trainer.world_size) or not self._agreed(trainer):
             return
+        where = f"epoch {trainer.current_epoch + 1}, step {batch_idx + 1} of {trainer.num_training_batches}"
+        if not self.mid_epoch:
+            raise self._stop(
+                f"stopped at {where}; the run resumes at the start of that epoch (pipeline.checkpointing"
+                f"=false: DALI's reader state is not kept)"
+            )
         partial = self.path.with_name(self.path.name + ".partial")  # a kill while writing leaves last.ckpt whole
         trainer.save_checkpoint(partial, weights_only=False)
         if trainer.is_global_zero:
             os.replace(partial, self.path)
         trainer.strategy.barrier("preempted")
-        where = f"at epoch {trainer.current_epoch + 1}, step {batch_idx + 1} of {trainer.num_training_batches}"
-        raise Preempted(self.watch.received or self.watch.signals[0], f"checkpoint saved {where} ({self.path})")
+        raise self._stop(f"checkpoint saved at {where} ({self.path})")
 
 
 class _RichEpochsFromOne(RichProgressBar):

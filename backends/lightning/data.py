@@ -51,12 +51,13 @@ class DaliLoader:
 
 
 class ResumableDaliLoader(DaliLoader):
-    """The training loader of a pipeline built with DALI's checkpointing: Lightning saves its `state_dict` in
-    every checkpoint (DALI's reader and random state after the batches trained so far in the epoch) and gives it
-    back on resume, mid-epoch included, so that the batches after a resume are those an uninterrupted run reads.
+    """The training loader of a pipeline built with DALI's checkpointing: its `position` (DALI's reader and random
+    state after the batches of the epoch trained so far) goes into every checkpoint, and `restore` continues from
+    one, mid-epoch included, so that the batches after a resume are those an uninterrupted run reads
+    (backends/lightning/callbacks.py's ReaderPosition carries it).
 
     Lightning fetches a batch ahead of the one it trains, so the loader keeps DALI's state before each batch it
-    hands out and saves the one after the batches trained (`trained`, which hydrali's callback sets)."""
+    hands out and gives the one after the batches trained (`trained`, which ReaderPosition sets)."""
 
     def __init__(self, make_iterator, steps: int, on_error):
         super().__init__(make_iterator, steps, on_error)
@@ -69,26 +70,26 @@ class ResumableDaliLoader(DaliLoader):
 
     def __iter__(self):
         start, self._start = self._start, 0
-        self._states = {}
+        self.trained, self._states = start, {}
         for step in range(start, self.steps):
             self._states = {k: v for k, v in self._states.items() if k >= step - 2}  # Lightning is 1 batch ahead
             self._states[step] = self._state()
             yield self._next()
         self._states[self.steps] = self._state()
 
-    def state_dict(self) -> dict:
-        """DALI's state after the batches of the epoch trained so far, and their count."""
-        if self.trained not in self._states:  # before the epoch's first batch: the state at hand
-            return {"reader": self._state(), "trained": self.trained}
-        return {"reader": self._states[self.trained], "trained": self.trained}
+    def position(self, epoch_done: bool) -> dict:
+        """DALI's state after the batches of the epoch trained so far, their count, and whether the epoch ended
+        there (the next iteration then starts a new epoch)."""
+        state = self._states.get(self.trained)
+        return {"reader": state if state is not None else self._state(), "trained": self.trained, "done": epoch_done}
 
-    def load_state_dict(self, state: dict) -> None:
-        """Continue from a saved state: the pipeline is built again from it, and the next epoch's iteration
-        starts at the batch after those trained (the whole epoch when it ended there)."""
+    def restore(self, position: dict) -> None:
+        """Continue from a `position`: the pipeline is built again from its state, and the next iteration starts
+        at the batch after those trained, or at a new epoch when that epoch had ended."""
         del self.iterator  # one pipeline at a time (on a GPU, its memory)
-        self.iterator = self.make_iterator(state["reader"])
-        self.trained = int(state["trained"])
-        self._start = self.trained % self.steps if self.steps else 0
+        self.iterator = self.make_iterator(position["reader"])
+        self.trained = int(position["trained"])
+        self._start = 0 if position["done"] else self.trained
 
 
 def dali_loader(*, task, cfg, dataset, plan: Plan, is_training: bool) -> DaliLoader:

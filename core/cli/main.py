@@ -121,7 +121,8 @@ def main() -> None:
         _hydra_entry()
         _exit_if_every_job_failed()
     except (KeyboardInterrupt, SystemExit) as stop:
-        interrupted = isinstance(stop, KeyboardInterrupt) or stop.code == EXIT_INTERRUPTED
+        preempted = isinstance(stop, SystemExit) and isinstance(stop.code, int) and stop.code > EXIT_SIGNAL_BASE
+        interrupted = isinstance(stop, KeyboardInterrupt) or stop.code == EXIT_INTERRUPTED or preempted
         if not (isinstance(stop, SystemExit) and stop.code in (0, None)):
             _close_stopped_sweep("KILLED" if interrupted else "FAILED")
         if isinstance(stop, KeyboardInterrupt):

@@ -22,7 +22,8 @@ from hydrali.core.cli.exit_codes import EXIT_SIGNAL_BASE
 from hydrali.core.errors import HydraliError
 
 log = logging.getLogger("hydrali")
-UNCATCHABLE = ("SIGKILL", "SIGSTOP", "SIGINT")  # SIGINT stays Ctrl+C: the run stops at once, marked KILLED
+# the signals a scheduler sends before it stops a job (SIGINT stays Ctrl+C: the run stops at once, marked KILLED)
+SAVE_SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGTERM", "SIGHUP", "SIGXCPU", "SIGCONT")
 
 
 class Preempted(BaseException):
@@ -37,12 +38,10 @@ class Preempted(BaseException):
 def signal_number(name: str) -> int:
     """The number of signal `name` (SIGUSR1 or USR1); a HydraliError naming the setting when it is not one hydrali
     can wait for."""
-    full = name if name.upper().startswith("SIG") else f"SIG{name}"
-    full = full.upper()
-    if full in UNCATCHABLE or not hasattr(signal, full):
+    full = (name if name.upper().startswith("SIG") else f"SIG{name}").upper()
+    if full not in SAVE_SIGNALS:
         raise HydraliError(
-            f"preemption.signals: {name} is not a signal a run can save on: pass names such as SIGUSR1, SIGUSR2 "
-            f"or SIGTERM (not {', '.join(UNCATCHABLE)})"
+            f"preemption.signals: {name} is not a signal a run can save on: pass some of {', '.join(SAVE_SIGNALS)}"
         )
     return int(getattr(signal, full))
 
@@ -82,8 +81,9 @@ class PreemptionWatch:
             signal.signal(signum, handler)
 
     def stopped_by(self, exit_code: int) -> int | None:
-        """The signal a process that saved and stopped on one of the signals exits with (128 + it), else None."""
-        signum = exit_code - EXIT_SIGNAL_BASE
+        """The signal of the watched ones that a process's `exit_code` says it stopped on: 128 + it after the process
+        saved and stopped, or minus it when the signal ended the process before it watched (None: neither)."""
+        signum = -exit_code if exit_code < 0 else exit_code - EXIT_SIGNAL_BASE
         return signum if signum in self.signals else None
 
     def requested(self) -> bool:
@@ -95,15 +95,17 @@ class PreemptionWatch:
         step for one process; every check_every_n_steps steps for several (agreeing is a collective)."""
         return processes == 1 or step % self.check_every_n_steps == 0
 
-    def hand_over(self, signum: int, global_rank: int) -> None:
+    def hand_over(self, stop: Preempted, first_process: bool) -> None:
         """After the checkpoint: call the handler the signal had before hydrali's (submitit's requeues the job and
-        exits), else, on global rank 0 of a SLURM job with preemption.requeue, requeue it with scontrol."""
+        exits), else, on the job's first process of a SLURM job with preemption.requeue, requeue it with scontrol."""
+        signum = stop.signum
         previous = self._previous.get(signum)
-        if callable(previous):
+        if callable(previous):  # it may end the process: the log says why first
+            log.warning("preempted by %s; handing the job over to the signal's handler before hydrali's", stop)
             previous(signum, None)
             return
         job = os.environ.get("SLURM_JOB_ID")
-        if not (self.requeue and job and global_rank == 0):
+        if not (self.requeue and job and first_process):
             return
         scontrol = shutil.which("scontrol")
         if scontrol is None:

@@ -50,7 +50,11 @@ def run(cfg: DictConfig) -> float | None:
     weights_preprocessing.apply(cfg, job_context.current().overrides)
     output_dir = Path(cfg.paths.output_dir)
     launched = bool(os.environ.get(LAUNCHED_BY_HYDRALI))  # a process of a job whose own process holds the dir
-    with run_dir.claim(output_dir, hold=topology.is_first_process() and not launched):
+    # a preemption signal is noted from here on: during the set-up, the run stops after its first training step
+    with (
+        preemption.watching(cfg.preemption) as watch,
+        run_dir.claim(output_dir, hold=topology.is_first_process() and not launched),
+    ):
         job = job_context.current()
         if launched:  # its config is the job's, resolved by the job's process
             attempt = run_dir.Attempt(cfg, list(job.overrides), run_dir.read(output_dir))
@@ -58,10 +62,15 @@ def run(cfg: DictConfig) -> float | None:
             attempt = run_dir.reconcile(cfg, output_dir, list(job.overrides))
             weights_preprocessing.apply(attempt.cfg, attempt.overrides)  # a config composed again (ckpt_path)
             check_config(attempt.cfg)
-        return _run(attempt, started)
+        try:
+            return _run(attempt, started, watch)
+        except preemption.Preempted as stop:
+            if not launched:  # the job's own process requeues it, once
+                watch.hand_over(stop, first_process=topology.is_first_process())
+            raise
 
 
-def _run(attempt: run_dir.Attempt, started: float) -> float | None:
+def _run(attempt: run_dir.Attempt, started: float, watch: preemption.PreemptionWatch) -> float | None:
     cfg = attempt.cfg
     output_dir = Path(cfg.paths.output_dir)
     gather.install(None)  # the collective of an earlier job of this process goes; this run's backend installs its own
@@ -103,13 +112,8 @@ def _run(attempt: run_dir.Attempt, started: float) -> float | None:
         weights_from_run.check(cfg, backend.newest_checkpoint)
     processes = backend.processes_to_start(cfg.backend)
     if processes > 1:  # the job's processes, started from its resolved config (one seed, one run dir)
-        with preemption.watching(cfg.preemption) as watch:  # passed on to the processes
-            try:
-                nodes = int(cfg.backend.get("num_nodes", 1))
-                local_launch.run_processes(cfg, processes, nodes, plan.seed, attempt.overrides, preemption=watch)
-            except preemption.Preempted as stop:
-                watch.hand_over(stop.signum, plan.global_rank)  # a launcher's requeue (submitit) goes here
-                raise
+        nodes = int(cfg.backend.get("num_nodes", 1))
+        local_launch.run_processes(cfg, processes, nodes, plan.seed, attempt.overrides, preemption=watch)
         return _optimized_value(read_summary(output_dir), cfg.optimized_metric)
     per_node, _, per_process = backend.replicas(cfg.backend, plan.device)
     affinity.pin_workers(cfg.pipeline, plan, per_node // max(1, per_process))  # before any pipeline is built
@@ -171,17 +175,16 @@ def _run(attempt: run_dir.Attempt, started: float) -> float | None:
         skipped = getattr(dataset, "skipped", ())  # a task of an installed package may not leave files out
         if plan.global_rank == 0 and skipped:
             tracker.log_artifact(write_skipped_files(output_dir, skipped))
-        with preemption.watching(cfg.preemption) as watch:
-            result = backend.fit(
-                cfg=cfg,
-                task=task,
-                dataset=dataset,
-                plan=plan,
-                record=record,
-                resume_from=resume_from,
-                output_dir=output_dir,
-                preemption=watch,
-            )
+        result = backend.fit(
+            cfg=cfg,
+            task=task,
+            dataset=dataset,
+            plan=plan,
+            record=record,
+            resume_from=resume_from,
+            output_dir=output_dir,
+            preemption=watch,
+        )
         if cfg.tracking.log_checkpoint and result.best_checkpoint:
             tracker.log_artifact(result.best_checkpoint, "checkpoints")
         for path, folder in task.artifacts():
@@ -190,12 +193,11 @@ def _run(attempt: run_dir.Attempt, started: float) -> float | None:
     except (KeyboardInterrupt, SystemExit):
         status = "KILLED"
         raise
-    except preemption.Preempted as stop:
+    except preemption.Preempted:
         status = "KILLED"  # until the job, started again, resumes it (RUNNING, then FINISHED)
         tracker.finish(status)
         status = None
-        watch.hand_over(stop.signum, plan.global_rank)  # submitit's requeue exits here; scontrol requeue returns
-        raise
+        raise  # run() hands the job over (submitit's requeue, or scontrol requeue)
     finally:
         if status is not None:
             tracker.finish(status)
