@@ -212,6 +212,7 @@ def test_bad_conversions_and_shards_are_one_line_and_write_nothing(tmp_path, dat
     fails_with(
         run_cli("task=detection", "data=webdataset", f"data.root={shards}", cwd=tmp_path),
         "data=webdataset is a dataset of task=classification, not of task=detection",
+        "choose a data= of task=detection: coco | digits_detection | webdataset_detection",
     )
     fails_with(
         run_cli("task=detection", "data=webdataset_detection", f"data.root={shards}", cwd=tmp_path),

@@ -32,6 +32,17 @@ def pipelines_for(task_name: str) -> list[str]:
     return sorted(names)
 
 
+def data_for(task_name: str) -> list[str]:
+    """The data options in conf/data/ whose schema is `task_name`'s."""
+    names = []
+    for entry in resources.files("hydrali.conf").joinpath("data").iterdir():
+        if entry.name.endswith(".yaml"):
+            defaults = (yaml.safe_load(entry.read_text()) or {}).get("defaults", [])
+            if f"/{task_name}_data_schema" in {d.split("@")[0] for d in defaults if isinstance(d, str)}:
+                names.append(entry.name[: -len(".yaml")])
+    return sorted(names)
+
+
 def check_missing(cfg: DictConfig) -> None:
     """Fail, naming the key and how to set it, when a required value (???) was not given."""
     missing = sorted(OmegaConf.missing_keys(cfg))
@@ -94,7 +105,8 @@ def _refuse_another_tasks_data(cfg: DictConfig, key: str) -> None:
         if name != cfg.task.name and keys <= {f.name for f in dataclasses.fields(spec.data_schema)}:
             raise HydraliError(
                 f"data={cfg.data.get('name')} is a dataset of task={name}, not of task={cfg.task.name} (its data.{key} "
-                f"is a setting of {name} data): choose a data= of task={cfg.task.name}"
+                f"is a setting of {name} data): choose a data= of task={cfg.task.name}: "
+                f"{' | '.join(data_for(str(cfg.task.name)))}"
             )
 
 
