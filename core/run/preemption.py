@@ -18,10 +18,10 @@ import subprocess
 from contextlib import contextmanager
 from typing import Iterator
 
-from hydrali.core.cli.exit_codes import EXIT_SIGNAL_BASE
 from hydrali.core.errors import HydraliError
 
 log = logging.getLogger("hydrali")
+EXIT_SIGNAL_BASE = 128  # a process stopped on signal N after its checkpoint exits with 128 + N (as shells report it)
 # the signals a scheduler sends before it stops a job (SIGINT stays Ctrl+C: the run stops at once, marked KILLED)
 SAVE_SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGTERM", "SIGHUP", "SIGXCPU", "SIGCONT")
 
