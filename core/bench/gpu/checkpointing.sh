@@ -18,15 +18,19 @@ for i in $(seq 1 "$repeats"); do
     echo "pipeline.checkpointing=$ck repeat $i: $(grep -E 'images/s \(train\)' "/tmp/runs/ck-$ck-$i.log" || tail -3 "/tmp/runs/ck-$ck-$i.log")"
   done
 done
-# a preemption signal during the second epoch, then the same command again
+# a preemption signal during the second epoch, then the same command again; and the same run never stopped
+SMALL=("${RUN[@]}" data.batch_size=64 epochs=3)
+python3 -m hydrali.core "${SMALL[@]}" hydra.run.dir=/tmp/runs/whole > /tmp/runs/whole.log 2>&1
 OUT=/tmp/runs/preempted
-python3 -m hydrali.core "${RUN[@]}" epochs=3 "hydra.run.dir=$OUT" > /tmp/runs/preempted-1.log 2>&1 &
+python3 -m hydrali.core "${SMALL[@]}" "hydra.run.dir=$OUT" > /tmp/runs/preempted-1.log 2>&1 &
 pid=$!
 until grep -q "epoch 1/3" /tmp/runs/preempted-1.log 2>/dev/null || ! kill -0 $pid 2>/dev/null; do sleep 0.2; done
 sleep 1
 kill -USR1 $pid
 wait $pid
-echo "first start: exit $? | $(grep -E 'preempted|error' /tmp/runs/preempted-1.log)"
-python3 -m hydrali.core "${RUN[@]}" epochs=3 "hydra.run.dir=$OUT" > /tmp/runs/preempted-2.log 2>&1
+echo "first start: exit $? | $(grep -E 'hydrali: preempted|error' /tmp/runs/preempted-1.log)"
+python3 -m hydrali.core "${SMALL[@]}" "hydra.run.dir=$OUT" > /tmp/runs/preempted-2.log 2>&1
 echo "second start: exit $?"
-grep -E "resuming|continuing|epoch [0-9]/3|images/s|Error|error" /tmp/runs/preempted-2.log
+grep -hE "resuming|epoch [0-9]/3|Error|error" /tmp/runs/preempted-2.log | cut -c1-200
+echo "never stopped:"
+grep -hE "epoch [0-9]/3" /tmp/runs/whole.log | cut -c1-200
