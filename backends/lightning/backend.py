@@ -49,9 +49,9 @@ log = logging.getLogger("hydrali")
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
 # hydrali manages the run's checkpoints/ (trained_with.json, resume): a non-empty folder is expected there
 warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
-# model.freeze keeps the frozen backbone in eval mode on purpose (its BatchNorm statistics stay)
 # the training loader's DALI state is restored by hydrali's ReaderPosition callback, not through Lightning's loader
 warnings.filterwarnings("ignore", message=r"You're resuming from a checkpoint that ended before the epoch ended")
+# model.freeze keeps the frozen backbone in eval mode on purpose (its BatchNorm statistics stay)
 warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode at the start of training")
 SELF_LAUNCHED = ("auto", "ddp", "ddp_find_unused_parameters_true")  # strategies whose processes hydrali starts
 LAST = "last.ckpt"

@@ -72,7 +72,7 @@ class ResumableDaliLoader(DaliLoader):
         start, self._start = self._start, 0
         self.trained, self._states = start, {}
         for step in range(start, self.steps):
-            self._states = {k: v for k, v in self._states.items() if k >= step - 2}  # Lightning is 1 batch ahead
+            self._states.pop(step - 3, None)  # Lightning trains at most one batch behind the one it fetched
             self._states[step] = self._state()
             yield self._next()
         self._states[self.steps] = self._state()

@@ -38,6 +38,14 @@ KEY = "__key__"  # a sample's key, as WebDataset names it; every other entry is 
 IMAGE = ";".join(sorted({e.lstrip(".") for e in IMAGE_EXTENSIONS}))  # fn.readers.webdataset's ext: any image file
 
 
+def undecodable(root: str) -> str:
+    """What to do when DALI cannot decode an image read from the shards at `root`."""
+    return (
+        f"an image in the shards of {root} cannot be decoded: convert the dataset again with "
+        f"data.verify=full data.bad_files=skip"
+    )
+
+
 @dataclass(frozen=True)
 class ShardedSplit:
     """One split of a sharded dataset: its sample count and its tar files (relative to the dataset's root)."""

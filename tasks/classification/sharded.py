@@ -15,14 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hydrali.core.data import webdataset
-from hydrali.core.data.image_files import IMAGE_EXTENSIONS
 from hydrali.core.errors import HydraliError
 from hydrali.tasks.classification.datasets import ImageFolderInfo, dataset_params, image_files
 
 TASK = "classification"
 LABEL = "label"  # int32, little-endian
 CLASS_TEXT = "cls"  # the label as decimal text
-IMAGE = ";".join(sorted({e.lstrip(".") for e in IMAGE_EXTENSIONS}))  # fn.readers.webdataset's ext: any image file
+IMAGE = webdataset.IMAGE  # the image file, under its own extension
 
 
 @dataclass(frozen=True)

@@ -135,10 +135,7 @@ class ClassificationTask(DaliTask):
     def explain_decode_error(self, dataset: ImageFolderInfo) -> str | None:
         """After a decoder failed: the files that cannot be decoded, or for shards how to write them again."""
         if isinstance(dataset, sharded.ShardedClassification):
-            return (
-                f"an image in the shards of {dataset.root} cannot be decoded: convert the dataset again with "
-                f"data.verify=full data.bad_files=skip"
-            )
+            return webdataset.undecodable(dataset.root)
         return super().explain_decode_error(dataset)
 
     def shard_samples(self, dataset: ImageFolderInfo, split: str, seed: int | None):

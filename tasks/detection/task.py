@@ -203,10 +203,7 @@ class DetectionTask(DaliTask):
     def explain_decode_error(self, dataset: CocoInfo) -> str | None:
         """After a decoder failed: the files that cannot be decoded, or for shards how to write them again."""
         if isinstance(dataset, sharded.ShardedDetection):
-            return (
-                f"an image in the shards of {dataset.root} cannot be decoded: convert the dataset again with "
-                f"data.verify=full data.bad_files=skip"
-            )
+            return webdataset.undecodable(dataset.root)
         return super().explain_decode_error(dataset)
 
     def shard_samples(self, dataset: CocoInfo, split: str, seed: int | None):
