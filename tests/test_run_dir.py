@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -97,6 +98,25 @@ def test_two_runs_started_at_once_in_one_dir_one_trains_the_other_is_refused_at_
     summary = read_summary(out)
     assert [row["epoch"] for row in summary["history"]] == [1, 2]
     assert json.loads((out / "run.json").read_text())["mlflow_run_id"] == summary["mlflow_run_id"]
+
+
+@pytest.mark.slow
+def test_two_runs_started_at_the_same_moment_in_one_new_dir_one_trains_to_its_end(tmp_path, data_dir):
+    out = tmp_path / "new" / "run"  # made by whichever of the two gets there first
+    args = ["epochs=1", *TINY, *LIGHTNING_QUIET, f"paths.data_dir={data_dir}", f"hydra.run.dir={out}"]
+    runs = [start_cli(*args, cwd=tmp_path, stderr=subprocess.PIPE) for _ in range(2)]
+    ended = [(run.wait(timeout=300), *run.communicate()) for run in runs]
+    assert sorted(code for code, _, _ in ended) == [0, 2], [err[-3000:] for _, _, err in ended]
+    refused = next(err for code, _, err in ended if code == 2)
+    assert refused.strip().splitlines() == [
+        f"hydrali: error: hydra.run.dir={out} is in use: another hydrali process is running in it; wait for it to "
+        f"end (then ckpt_path=last resumes it if it was interrupted), or pass another hydra.run.dir"
+    ]
+    summary = read_summary(out)
+    assert [row["epoch"] for row in summary["history"]] == [1]
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("hydrali").experiment_id])
+    assert [(r.info.run_id, r.info.status) for r in runs] == [(summary["mlflow_run_id"], "FINISHED")]
 
 
 @pytest.mark.slow

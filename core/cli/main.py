@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 from hydrali.core.cli.exit_codes import EXIT_FAILED_SWEEP, EXIT_INTERRUPTED, EXIT_SIGNAL_BASE, EXIT_USER_ERROR
 from hydrali.core.config.store import register_schemas
 from hydrali.core.errors import HydraliError
-from hydrali.core.tracking.run_files import remove_if_empty
+from hydrali.core.run.run_dir import remove_if_empty
 
 log = logging.getLogger("hydrali")
 # Hydra re-raises composition errors (instead of printing them over many lines and exiting 1) when

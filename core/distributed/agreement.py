@@ -18,7 +18,8 @@ from pathlib import Path
 
 from hydrali.core.distributed.launchers import LAUNCHED_BY_HYDRALI, RANKED_BY_A_LAUNCHER
 from hydrali.core.errors import HydraliError, first_line
-from hydrali.core.tracking.run_files import DeferredFileHandler, remove_if_empty
+from hydrali.core.run.run_dir import remove_if_empty
+from hydrali.core.tracking.run_files import DeferredFileHandler
 
 log = logging.getLogger("hydrali")
 

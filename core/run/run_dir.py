@@ -20,6 +20,7 @@ import errno
 import fcntl
 import json
 import os
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -203,6 +204,44 @@ def reconcile(cfg: DictConfig, output_dir: Path, overrides: list[str]) -> Attemp
     return Attempt(cfg, list(overrides), record)
 
 
+_CLAIM_TRIES = 20  # a lock held for a moment (a refused attempt removing the empty dir it made) is waited for
+_CLAIM_WAIT_S = 0.05
+
+
+def _lock(fd: int) -> bool:
+    """Take the exclusive lock on `fd` without waiting; False when another process holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise
+        return False
+    return True
+
+
+def open_locked(output_dir: Path) -> int | None:
+    """A descriptor of `output_dir` (made if missing) holding its lock, or None when another process holds it.
+    The lock is on the dir now at that path: one removed and made again meanwhile is opened again."""
+    for _ in range(_CLAIM_TRIES):
+        output_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(output_dir, os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:  # removed between the two calls
+            continue
+        if not _lock(fd):
+            os.close(fd)
+            time.sleep(_CLAIM_WAIT_S)
+            continue
+        try:
+            same = os.stat(output_dir).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)  # the dir locked was removed by the process that held it: take the new one
+    return None
+
+
 @contextlib.contextmanager
 def claim(output_dir: Path, hold: bool = True):
     """Hold the run dir's lock while the block runs (`hold` false: a process of a job whose own process holds it);
@@ -210,18 +249,30 @@ def claim(output_dir: Path, hold: bool = True):
     if not hold:
         yield
         return
-    Path(output_dir).mkdir(parents=True, exist_ok=True)
-    fd = os.open(output_dir, os.O_RDONLY | os.O_DIRECTORY)
+    fd = open_locked(Path(output_dir))
+    if fd is None:
+        raise HydraliError(
+            f"hydra.run.dir={output_dir} is in use: another hydrali process is running in it; wait for it to "
+            f"end (then ckpt_path=last resumes it if it was interrupted), or pass another hydra.run.dir"
+        )
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as err:
-            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise
-            raise HydraliError(
-                f"hydra.run.dir={output_dir} is in use: another hydrali process is running in it; wait for it to "
-                f"end (then ckpt_path=last resumes it if it was interrupted), or pass another hydra.run.dir"
-            ) from err
         yield
     finally:
         os.close(fd)  # releases the lock (as any exit of the process does)
+
+
+def remove_if_empty(output_dir: str | os.PathLike) -> None:
+    """Remove a run dir that a refused attempt left empty, unless another process holds it (it may have made the
+    dir, and is about to write into it)."""
+    path = Path(output_dir)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    try:
+        if _lock(fd) and os.stat(path).st_ino == os.fstat(fd).st_ino and not any(path.iterdir()):
+            path.rmdir()  # while locked: a process waiting for the lock sees the dir gone and makes its own
+    except FileNotFoundError:
+        pass
+    finally:
+        os.close(fd)

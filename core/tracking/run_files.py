@@ -53,10 +53,3 @@ def accept_run(cfg: DictConfig, output_dir: Path, write_config: bool = True) -> 
     OmegaConf.save(cfg, folder / "config.yaml")
     OmegaConf.save(OmegaConf.create({"hydra": hydra_cfg}), folder / "hydra.yaml")
     OmegaConf.save(OmegaConf.create(list(hydra_cfg.overrides.task)), folder / "overrides.yaml")
-
-
-def remove_if_empty(output_dir: str | Path) -> None:
-    """Remove a run dir that a refused attempt created and left empty."""
-    path = Path(output_dir)
-    if path.is_dir() and not any(path.iterdir()):
-        path.rmdir()
