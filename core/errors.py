@@ -1,5 +1,7 @@
 """The one exception type for mistakes a user can fix (bad data, bad combination, bad path)."""
 
+EXIT_USER_ERROR = 2  # the exit code of a command that a HydraliError ends: one line on stderr names what to fix
+
 
 class HydraliError(Exception):
     """A user-fixable problem; its message names what to change. Printed as one line, no traceback."""

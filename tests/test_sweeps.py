@@ -143,8 +143,12 @@ def test_hydrali_ui_serves_the_sweep_over_rest(grid):
 
 def test_a_failed_job_is_a_failed_child_and_the_sweep_goes_on(tmp_path, data_dir):
     out = _sweep(tmp_path, data_dir, "-m", "data.batch_size=4000,64", "epochs=1", *QUIET_TINY)
-    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.returncode == 1, out.stderr[-3000:]  # after the other job ran and the table was printed
     assert "hydrali: job 0 failed: data.batch_size=4000 is larger than a shard" in out.stderr
+    assert "hydrali sweep summary: 2 job(s), 1 failed" in out.stdout
+    assert out.stderr.strip().splitlines()[-1] == (
+        "hydrali: error: 1 job(s) of the sweep failed (the table above gives each job's error)"
+    )
     client, parents, children = _runs(tmp_path)
     by_batch = {c.data.params["data.batch_size"]: c for c in children}
     failed, finished = by_batch["4000"], by_batch["64"]
@@ -166,6 +170,40 @@ def test_a_diverging_job_stops_in_its_first_epoch_and_fails_the_sweep(tmp_path, 
     assert child.info.status == "FAILED" and "diverged" in child.data.tags["hydrali.error"]
     assert [m.step for m in client.get_metric_history(child.info.run_id, "train/loss")] == [1]
     assert client.get_run(parents[0].info.run_id).info.status == "FAILED", "every job failed"
+
+
+def test_two_sweeps_started_in_the_same_second_keep_their_own_dir_and_parent_run(tmp_path, data_dir):
+    # a dir named by the year: both are named alike, as two sweeps started in one second are by default
+    timed = "hydra.sweep.dir=multirun/${now:%Y}"
+    grids = {"0.05": ["0.05"], "0.2": ["0.2"]}  # one job each: both jobs 0 would share a run dir
+    sweeps = [
+        start_cli("-m", f"optim.lr={lrs}", "epochs=1", timed, f"paths.data_dir={data_dir}", *QUIET_TINY, cwd=tmp_path)
+        for lrs in grids
+    ]
+    for proc in sweeps:
+        assert proc.wait(timeout=600) == 0, proc.communicate()[0][-3000:]
+    client, parents, children = _runs(tmp_path)
+    dirs = sorted(p.info.run_name for p in parents)
+    assert len(parents) == 2 and len(set(dirs)) == 2, dirs
+    for parent in parents:
+        folder = Path(parent.data.tags["hydrali.sweep_dir"])
+        mine = [c for c in children if c.data.tags["mlflow.parentRunId"] == parent.info.run_id]
+        lrs = sorted(c.data.params["optim.lr"] for c in mine)
+        assert lrs in grids.values() and all(c.info.status == "FINISHED" for c in mine), lrs
+        swept = yaml.safe_load((tmp_path / folder / "multirun.yaml").read_text())["hydra"]["overrides"]["task"]
+        assert f"optim.lr={','.join(lrs)}" in swept, swept
+        assert sorted(p.parent.name for p in (tmp_path / folder).glob("*/summary.json")) == ["0"]
+    assert len(children) == 2
+    (folder, *_) = sorted(tmp_path.glob("multirun/*"))
+    before = sorted(tmp_path.rglob("*"))
+    another = run_cli("-m", "optim.lr=0.7", f"hydra.sweep.dir={folder}", f"paths.data_dir={data_dir}", cwd=tmp_path)
+    assert another.returncode == 2, another.stderr[-3000:]
+    assert (
+        another.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"hydrali: error: hydra.sweep.dir={folder} holds another sweep (")
+    )
+    assert sorted(tmp_path.rglob("*")) == before and len(_runs(tmp_path)[1]) == 2
 
 
 def test_ctrl_c_during_a_sweep_leaves_no_run_running(tmp_path, data_dir):
@@ -203,7 +241,7 @@ def test_an_optuna_search_of_three_trials_records_the_best_and_survives_a_failed
         "epochs=1",
         *QUIET_TINY,
     )
-    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.returncode == 1, out.stderr[-3000:]  # a trial failed
     client, parents, children = _runs(tmp_path)
     assert len(children) == 3
     statuses = sorted((c.data.params["data.batch_size"], c.info.status) for c in children)

@@ -70,13 +70,15 @@ def _close_stopped_sweep(status: str) -> None:
         print(f"hydrali: warning: the sweep's parent MLflow run could not be closed: {err}", file=sys.stderr)
 
 
-def _exit_if_every_job_failed() -> None:
-    """A sweep whose every job failed exits with 1 (its table, printed above, holds each job's error)."""
-    from hydrali.core.tracking.sweep_callback import last_sweep_status
+def _exit_if_a_job_failed() -> None:
+    """A sweep with a failed job exits with EXIT_FAILED_SWEEP once its other jobs ended (its table, printed above,
+    holds each job's error)."""
+    from hydrali.core.tracking.sweep_callback import failed_jobs
 
-    if last_sweep_status() == "FAILED":
+    failed = failed_jobs()
+    if failed:
         print(
-            "hydrali: error: every job of the sweep failed (the table above gives each job's error)",
+            f"hydrali: error: {failed} job(s) of the sweep failed (the table above gives each job's error)",
             file=sys.stderr,
             flush=True,
         )
@@ -119,7 +121,7 @@ def main() -> None:
     os.environ[_FULL_ERROR] = os.environ[_SET_BY_HYDRALI] = "1"
     try:
         _hydra_entry()
-        _exit_if_every_job_failed()
+        _exit_if_a_job_failed()
     except (KeyboardInterrupt, SystemExit) as stop:
         preempted = isinstance(stop, SystemExit) and isinstance(stop.code, int) and stop.code > EXIT_SIGNAL_BASE
         interrupted = isinstance(stop, KeyboardInterrupt) or stop.code == EXIT_INTERRUPTED or preempted

@@ -30,6 +30,7 @@ ERROR_TAG = "hydrali.error"  # a failed job's one-line message (its traceback: a
 OBJECTIVE_TAG = "hydrali.objective"  # the value the job returned to the sweeper
 OBJECTIVE_NAME_TAG = "hydrali.objective_name"  # optimized_metric
 OBJECTIVE_MODE_TAG = "hydrali.objective_mode"  # max | min: which way is better
+_failed = {"jobs": 0}  # the jobs that failed in this process
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ def run_job(cfg, run) -> float | None:
     except Exception as err:  # noqa: BLE001 - every failure of a job is the sweep's to record, not to die of
         message = failure_line(err)
         num = current_job()[0]
+        _failed["jobs"] += 1
         print(f"hydrali: job {num} failed: {message}", file=sys.stderr, flush=True)
         trace = traceback.format_exc()
         try:
@@ -114,6 +116,11 @@ def run_job(cfg, run) -> float | None:
         )
         return FAILED_VALUE
     return value
+
+
+def failed_here() -> int:
+    """How many jobs run in this process failed."""
+    return _failed["jobs"]
 
 
 def record_failed_job(store: SweepStore, output_dir: Path, message: str, trace: str) -> None:
