@@ -220,6 +220,21 @@ def test_bad_conversions_and_shards_are_one_line_and_write_nothing(tmp_path, dat
     )
 
 
+def test_convert_into_the_dataset_it_reads_or_around_it_is_one_line_and_writes_nothing(tmp_path, digits_copy):
+    before = sorted(tmp_path.rglob("*"))
+    source = digits_copy.resolve()
+    inside = digits_copy / "train" / "shards"
+    fails_with(
+        run_cli("convert", "data=imagefolder", f"data.root={digits_copy}", f"out={inside}", cwd=tmp_path),
+        f"out={inside} is inside data.root={source}: the shards would be written into the dataset",
+    )
+    fails_with(
+        run_cli("convert", "data=imagefolder", f"data.root={digits_copy}", f"out={tmp_path}", cwd=tmp_path),
+        f"data.root={source} is inside out={tmp_path}",
+    )
+    assert sorted(tmp_path.rglob("*")) == before
+
+
 def test_convert_help_names_its_keys_and_hydrali_help_names_convert(tmp_path):
     shown = run_cli("convert", "--help", cwd=tmp_path)
     assert shown.returncode == 0 and shown.stdout.startswith("usage: hydrali convert key=value ...")

@@ -27,6 +27,20 @@ from hydrali.core.run import seeding
 SPLITS = ("train", "val")  # what convert writes: every split a run reads
 
 
+def _refuse_nested(out: Path, root) -> None:
+    """Refuse an `out` inside the dataset read (its shards would become part of it) or a dataset inside `out`."""
+    if not root or object_store.is_remote(str(root)):
+        return
+    source, target = Path(str(root)).expanduser().resolve(), out.resolve()
+    if target == source or source in target.parents:
+        raise HydraliError(
+            f"out={out} is inside data.root={source}: the shards would be written into the dataset; name a folder "
+            f"outside it"
+        )
+    if target in source.parents:
+        raise HydraliError(f"data.root={source} is inside out={out}: name an out= folder outside the dataset")
+
+
 def convert(path: str | None, overrides: list[str]) -> None:
     """Write the dataset that `overrides` compose (task, data) as shards in `out`, and print what was written. The
     task must offer hydrali.core.contracts.task.ShardableTask; `seed=null` draws the shuffle's seed (recorded)."""
@@ -44,6 +58,7 @@ def convert(path: str | None, overrides: list[str]) -> None:
     if object_store.is_remote(options.out):
         raise HydraliError(f"out={options.out}: convert writes a local folder; copy it to object storage afterwards")
     out = Path(options.out).expanduser().absolute()
+    _refuse_nested(out, cfg.data.get("root"))
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise HydraliError(f"out={out} already holds files: name a new or empty folder")
     with open_dict(cfg):
