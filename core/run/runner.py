@@ -10,6 +10,7 @@ from pathlib import Path
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from hydrali.core.config.network_check import check_network
 from hydrali.core.config.validate import check_config
 from hydrali.core.contracts.backend import Backend
 from hydrali.core.contracts.registry import backend_spec, load_backend
@@ -48,6 +49,7 @@ def run(cfg: DictConfig) -> float | None:
     check_config(cfg)
     # the pretrained weights' image size, mean and std, before the run dir compares configs or anything reads them
     weights_preprocessing.apply(cfg, job_context.current().overrides)
+    check_network(cfg)  # e.g. a model name not in its library's registry: one line, before the run dir is touched
     output_dir = Path(cfg.paths.output_dir)
     launched = bool(os.environ.get(LAUNCHED_BY_HYDRALI))  # a process of a job whose own process holds the dir
     # a preemption signal is noted from here on: during the set-up, the run stops after its first training step

@@ -15,6 +15,15 @@ from hydrali.tasks import pretrained as hub
 KERAS_WEIGHTS_SUFFIX = ".weights.h5"  # a Keras weights file of the backbone (keras.Model.save_weights)
 
 
+def _converter(name: str):
+    """keras-hub's converter of timm architecture `name` and its backbone's settings; ValueError when it has none."""
+    from keras_hub.src.utils.timm.preset_loader import TimmPresetLoader
+
+    config = {"architecture": hub.architecture_of(name)}
+    loader = TimmPresetLoader(None, config)
+    return loader, loader.converter.convert_backbone_config(config)
+
+
 def _random_backbone(name: str):
     """keras-hub's backbone for timm architecture `name` with random weights (no file needed: the architecture is
     known from its name, as timm knows it)."""
@@ -22,6 +31,13 @@ def _random_backbone(name: str):
 
     loader = TimmPresetLoader(None, {"architecture": hub.architecture_of(name)})
     return loader.load_backbone(loader.check_backbone_class(), load_weights=False)
+
+
+def _unconverted(name: str, err: BaseException) -> str:
+    return (
+        f"model.name={name} on Keras: {first_line(err)} (keras-hub converts timm's resnet, efficientnet, "
+        f"mobilenet, densenet, vgg, csp/dark and hgnetv2 networks; backend=lightning takes any timm model)"
+    )
 
 
 def _backbone(name: str, pretrained: bool, weights: str | None):
@@ -57,11 +73,19 @@ def TimmNetwork(
     try:
         backbone = _backbone(name, pretrained, weights)
     except ValueError as err:  # keras-hub has no converter for this architecture, or the files do not fit it
-        raise HydraliError(
-            f"model.name={name} on Keras: {first_line(err)} (keras-hub converts timm's resnet, efficientnet, "
-            f"mobilenet, densenet, vgg, csp/dark and hgnetv2 networks; backend=lightning takes any timm model)"
-        ) from err
+        raise HydraliError(_unconverted(name, err)) from err
     inputs = keras.Input((image_size, image_size, 3))
     features = kl.GlobalAveragePooling2D()(backbone(inputs))
     outputs = kl.Dense(num_classes)(features)  # logits, as on torch
     return keras.Model(inputs, outputs, name=f"timm_{hub.architecture_of(name)}")
+
+
+def check_name(model) -> None:
+    """keras-hub converts timm's network model.name (its architecture, the weights' tag aside); else one line."""
+    try:
+        _converter(str(model.name))
+    except ValueError as err:  # keras-hub's converters name an architecture they do not convert
+        raise HydraliError(_unconverted(str(model.name), err)) from err
+
+
+TimmNetwork.check = check_name  # run by core before anything is written (core/config/network_check.py)

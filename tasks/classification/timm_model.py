@@ -72,3 +72,24 @@ def TimmNetwork(num_classes: int, name: str, pretrained: bool = False, weights: 
         _load_weights(network, weights)
     network.reset_classifier(num_classes)  # the head is the dataset's, whatever the weights held
     return network
+
+
+def check_name(model) -> None:
+    """model.name is a network of timm's registry (its architecture, the weights' tag aside); else one line naming
+    the closest names."""
+    import difflib
+
+    import timm
+
+    architecture = hub.architecture_of(str(model.name))
+    if timm.is_model(architecture):
+        return
+    close = difflib.get_close_matches(architecture, timm.list_models(), n=3)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    raise HydraliError(
+        f"model.name={model.name} is not a network of timm's registry: {hint}"
+        f"(timm.list_models('{architecture[:3]}*') lists those of that start)"
+    )
+
+
+TimmNetwork.check = check_name  # run by core before anything is written (core/config/network_check.py)

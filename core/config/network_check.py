@@ -1,0 +1,29 @@
+"""A network's own check of its settings (its name in its library's registry), run before anything is written.
+
+The builder that a model config names (`_target_` on torch, `keras_target` on Keras) may carry a `check` attribute:
+a callable taking the model config, raising HydraliError in one line that names the fix (timm's builders check
+model.name against timm's registry, with a did-you-mean). A builder that cannot be imported is left to the build.
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from hydrali.core.contracts.registry import backend_spec
+
+
+def check_network(cfg: DictConfig) -> None:
+    """Run the check of the builder that `cfg.model` names for the run's backend, if it has one."""
+    from hydra.utils import get_method
+
+    framework = backend_spec(cfg.backend.name).framework
+    target = cfg.model.get("keras_target") if framework == "keras" else cfg.model.get("_target_")
+    if not target:
+        return
+    try:
+        builder = get_method(str(target))
+    except Exception:  # noqa: BLE001 - a builder that cannot be had is named by the build, as before
+        return
+    check = getattr(builder, "check", None)
+    if callable(check):
+        check(cfg.model)
