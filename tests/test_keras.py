@@ -59,7 +59,7 @@ def test_two_replicas_show_in_mlflow_and_summary_and_read_disjoint_shards(make_c
     monkeypatch.setenv(RECORD_ENV, str(record))
     cfg = make_cfg(
         "epochs=1",
-        "backend.replicas=2",
+        "backend.devices=2",
         "data=imagefolder",
         f"data.root={tmp_path / 'ds'}",
         f"data.batch_size={batch}",
@@ -81,7 +81,8 @@ def test_two_replicas_show_in_mlflow_and_summary_and_read_disjoint_shards(make_c
     assert len(set(labels)) == len(labels) == 2 * 2 * batch, "the replicas read disjoint shards, each image once"
 
 
-def test_one_sgd_step_on_two_replicas_equals_one_on_one_replica_with_twice_the_batch(make_cfg):
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["eager", "xla"])
+def test_one_sgd_step_on_two_replicas_equals_one_on_one_replica_with_twice_the_batch(make_cfg, jit_compile):
     import keras
     import tensorflow as tf
 
@@ -130,7 +131,9 @@ def test_one_sgd_step_on_two_replicas_equals_one_on_one_replica_with_twice_the_b
             optim=cfg.optim,
             plan=plan,
             contract=contract,
+            jit_compile=jit_compile,
         )
+        assert model.jit_compile == jit_compile
         before = [keras.ops.convert_to_numpy(w) for w in model.weights]
         per = plan.per_replica_batch
         data = distribute(
@@ -153,6 +156,18 @@ def test_one_sgd_step_on_two_replicas_equals_one_on_one_replica_with_twice_the_b
     assert any(not np.allclose(a, b) for a, b in zip(init1, one)), "the step changed the weights"
     for a, b in zip(one, two):
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+
+
+def test_keras_trains_with_xla_on_two_replicas(make_cfg, tmp_path):
+    """backend.compile=true on 2 replicas (logical CPUs here, GPUs on a machine with several): Keras alone would
+    XLA-compile the step over both replicas and fail to reach the second one's variables."""
+    cfg = make_cfg("epochs=2", "backend.devices=2", "backend.compile=true", *QUIET)
+    run(cfg)
+    summary = read_summary(cfg.paths.output_dir)
+    assert (summary["world_size"], summary["compiled"]) == (2, True)
+    losses = [row["train/loss"] for row in summary["history"]]
+    assert losses[1] < losses[0] and np.isfinite(summary["final"]["val/loss"])
+    check_each_val_image_counted_once(summary)
 
 
 def test_the_same_seed_gives_the_same_losses_on_keras(make_cfg, tmp_path):

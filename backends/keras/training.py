@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 from hydra.errors import InstantiationException
 from keras import ops
+from keras.src.losses.loss import unscale_loss_for_distribution
 from omegaconf import DictConfig
 
 from hydrali.backends.keras.spec import SPEC
@@ -254,6 +255,7 @@ class ContractModel(keras.Model):
         self.batch = int(batch)
         self.val_step = keras.Variable(0, dtype="int32", trainable=False, name="val_step")
         self.validation_forward = None  # the XLA-compiled forward pass of validation (make_test_function)
+        self.replica_gradients = None  # the XLA-compiled gradients of one replica, on several (make_train_function)
 
     def call(self, inputs, training=False):
         return self.network(inputs, training=training)
@@ -270,8 +272,38 @@ class ContractModel(keras.Model):
             iterator = None
         super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
 
+    def make_train_function(self, force=False):
+        """Keras' training function. With XLA (backend.compile) on one replica, Keras compiles the whole step. On
+        several replicas (MirroredStrategy, TF_CONFIG workers) only each replica's forward and backward pass is
+        XLA-compiled (`replica_gradients`): the gradients' all-reduce and the optimizer's update, which cross the
+        replicas, run as a TensorFlow graph around it. (Keras compiles `strategy.run` over every replica as one XLA
+        function, which cannot reach the other devices' variables: keras-team/keras #19005, #18145.)"""
+        if not self.jit_compile or self.distribute_strategy.num_replicas_in_sync == 1:
+            self.replica_gradients = None
+            return super().make_train_function(force)
+        self.replica_gradients = tf.function(self._gradients, jit_compile=True, reduce_retracing=True)
+        self.jit_compile = False
+        try:
+            return super().make_train_function(force)
+        finally:
+            self.jit_compile = True
+
+    def _gradients(self, x, y, sample_weight):
+        """One replica's loss (as the loss tracker takes it), predictions and gradients on its batch."""
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
+            scaled = self.optimizer.scale_loss(loss)  # 16-mixed: the loss scale (else the loss itself)
+        return unscale_loss_for_distribution(loss), y_pred, tape.gradient(scaled, self.trainable_weights)
+
     def train_step(self, data):
-        return self._reducible(super().train_step(data))
+        if getattr(self, "replica_gradients", None) is None:
+            return self._reducible(super().train_step(data))
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        loss, y_pred, gradients = self.replica_gradients(x, y, sample_weight)
+        self._loss_tracker.update_state(loss, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
+        self.optimizer.apply_gradients(zip(gradients, self.trainable_weights))  # all-reduce, then update
+        return self._reducible(self.compute_metrics(x, y, y_pred, sample_weight=sample_weight))
 
     def make_test_function(self, force=False):
         """Keras' validation function. With XLA (backend.compile) only the network's forward pass is XLA-compiled:
