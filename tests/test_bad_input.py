@@ -147,8 +147,15 @@ def test_a_truncated_jpeg_found_after_training_started_is_named_by_the_decoder_p
     fails_with(out, "cannot decode", str(victim))
 
 
-def test_zero_keras_replicas_is_refused(tmp_path):
-    fails_with(run_cli("backend=keras", "backend.replicas=0", cwd=tmp_path), "backend.replicas=0", "at least 1")
+@pytest.mark.parametrize("backend", ["lightning", "keras"])
+def test_zero_devices_is_refused_on_both_backends(tmp_path, backend):
+    fails_with(
+        run_cli(f"backend={backend}", "backend.devices=0", cwd=tmp_path), "backend.devices=0", "number of devices"
+    )
+
+
+def test_the_old_keras_replicas_key_names_its_successor(tmp_path):
+    fails_with(run_cli("backend=keras", "backend.replicas=2", cwd=tmp_path), "backend.replicas", "backend.devices")
 
 
 @pytest.mark.parametrize("backend", ["lightning", "keras"])

@@ -26,11 +26,11 @@ def test_command_line_choices_win_over_the_task_defaults(make_cfg):
 
 def test_backend_keras_composes_with_the_same_task_pipeline_and_data(make_cfg):
     cfg = make_cfg("backend=keras")
-    assert (cfg.backend.name, cfg.pipeline.name, cfg.data.name, cfg.backend.replicas) == (
+    assert (cfg.backend.name, cfg.pipeline.name, cfg.data.name, cfg.backend.devices) == (
         "keras",
         "standard",
         "digits",
-        None,
+        "auto",
     )
     assert cfg.model.keras_target.endswith("keras_model.ResNet")
 

@@ -106,7 +106,7 @@ def user_coco(tmp_path_factory) -> Path:
     "backend,extra",
     [
         ("lightning", []),
-        ("keras", ["backend.replicas=2"]),
+        ("keras", ["backend.devices=2"]),
     ],
 )
 def test_a_users_coco_set_trains_with_scale_jitter_on_both_backends(user_coco, tmp_path, backend, extra):

@@ -33,6 +33,7 @@ from hydrali.backends.keras.training import (  # noqa: E402
 )
 from hydrali.core.contracts.backend import TrainingDevice  # noqa: E402
 from hydrali.core.data.dali_errors import explain_dali_error  # noqa: E402
+from hydrali.core.distributed.device_count import devices_per_node  # noqa: E402
 from hydrali.core.errors import HydraliError  # noqa: E402
 from hydrali.core.run import weights_from_run  # noqa: E402
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR  # noqa: E402
@@ -179,27 +180,22 @@ class KerasBackend:
         return 1
 
     def replicas(self, backend: DictConfig, device: str) -> tuple[int, int, int]:
-        """Replicas per node, nodes, replicas per process: one process drives every replica of its node
-        (the GPUs TensorFlow sees, or `backend.replicas` logical CPUs on a machine without one); TF_CONFIG
-        workers drive one replica each, every worker counted as a node."""
+        """Replicas per node, nodes, replicas per process: one process drives the replicas of its node, one per
+        device that backend.devices names (hydrali.core.distributed.device_count: `auto` is every GPU TensorFlow
+        sees; on a machine without one, N logical CPUs); TF_CONFIG workers drive one replica each, every worker
+        counted as a node."""
         gpus = visible_gpus()
         cluster = workers.cluster()
         if cluster is not None:
-            workers.one_replica_per_worker(backend.replicas, gpus)
             per_node, nodes = workers.slurm_tasks() or (1, cluster.count)  # SLURM: its tasks; TF_CONFIG: a node each
+            workers.one_replica_per_worker(backend.devices, per_node, gpus)
             if gpus and per_node > 1 and gpus != per_node:  # task i of a node takes the node's GPU i
                 raise HydraliError(
                     f"{per_node} SLURM tasks per node but this task sees {gpus} GPU(s): start one task per "
                     f"GPU of the node, each seeing all of them (no per-task GPU binding)"
                 )
             return per_node, nodes, 1
-        count = backend.replicas if backend.replicas is not None else max(1, gpus)
-        if count < 1:
-            raise HydraliError(f"backend.replicas={count}: it needs at least 1 (or null for every visible GPU)")
-        if gpus and count > gpus:
-            raise HydraliError(
-                f"backend.replicas={count} but TensorFlow sees only {gpus} GPU(s): lower backend.replicas"
-            )
+        count = devices_per_node(backend.devices, gpus)
         if device == "gpu" and not gpus:
             raise HydraliError(
                 "DALI runs on the GPU but TensorFlow sees none: install TensorFlow with CUDA "

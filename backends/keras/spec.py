@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 from hydrali.core.contracts.backend import BackendSpec
 
 
 @dataclass
 class KerasBackendConfig:
-    """conf/backend/keras.yaml: replicas and Keras fit options."""
+    """conf/backend/keras.yaml: devices and Keras fit options."""
 
     name: str = "keras"
-    replicas: Optional[int] = None
+    devices: Any = "auto"  # auto | a count (hydrali.core.distributed.device_count)
     precision: str = "auto"  # auto | a Precision name (checked by hydrali.core.run.auto_settings)
     validation_freq: int = 1
     verbose: Any = "auto"

@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from hydrali.core.distributed import gather
+from hydrali.core.distributed.device_count import devices_setting
 from hydrali.core.distributed.launchers import SLURM, SLURM_NODES, SLURM_STEP_NODES, SLURM_STEP_TASKS, TORCHRUN
 from hydrali.core.distributed.topology import TFWorkers, tf_config_workers
 from hydrali.core.errors import HydraliError
@@ -98,13 +99,15 @@ def select_gpu(local_rank: int) -> None:
         tf.config.set_visible_devices(gpus[local_rank], "GPU")
 
 
-def one_replica_per_worker(replicas: int | None, gpus: int) -> None:
+def one_replica_per_worker(devices, per_node: int, gpus: int) -> None:
     """Refuse what a worker cannot do: MultiWorkerMirroredStrategy reads one input pipeline per worker, so a
-    worker drives one replica (one DALI shard): start one worker per GPU."""
-    if (replicas if replicas is not None else 1) != 1:
+    worker drives one replica (one DALI shard), and backend.devices counts a node's workers (`per_node`)."""
+    count = devices_setting(devices)
+    if count is not None and count != per_node:
         raise HydraliError(
-            f"backend.replicas={replicas} with several Keras workers: each worker drives one replica "
-            f"(one GPU or its CPU); start one worker per GPU and leave backend.replicas at null or 1"
+            f"backend.devices={count} with Keras workers, {per_node} per node: each worker drives one replica "
+            f"(one GPU or its CPU); start one worker per GPU and set backend.devices to the workers per node "
+            f"(or auto)"
         )
     if gpus > 1 and slurm_tasks() is None:
         raise HydraliError(

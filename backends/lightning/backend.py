@@ -34,6 +34,7 @@ from hydrali.backends.lightning.module import (
 from hydrali.backends.lightning.spec import SPEC
 from hydrali.core.contracts.backend import TrainingDevice
 from hydrali.core.distributed import gather, topology
+from hydrali.core.distributed.device_count import devices_per_node
 from hydrali.core.errors import HydraliError, SweepRefused, first_line
 from hydrali.core.run import job_context, weights_from_run
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR
@@ -61,6 +62,13 @@ def newest_checkpoint(checkpoint_dir: Path) -> Path | None:
     """The last.ckpt in `checkpoint_dir`, if there is one."""
     last = Path(checkpoint_dir) / LAST
     return last if last.is_file() else None
+
+
+def node_devices(backend: DictConfig) -> int:
+    """The devices (processes) per node that backend.devices names (hydrali.core.distributed.device_count):
+    `auto` is every GPU torch sees, or 1 on the CPU (backend.accelerator=cpu, or no GPU)."""
+    gpus = 0 if str(backend.accelerator) == "cpu" else torch.cuda.device_count()
+    return devices_per_node(backend.devices, gpus, launched_externally=topology.launched_externally())
 
 
 def _in_sweep() -> bool:
@@ -162,7 +170,7 @@ def _fit(
     trainer = L.Trainer(
         max_epochs=cfg.epochs,
         accelerator=cfg.backend.accelerator,
-        devices=cfg.backend.devices,
+        devices=node_devices(cfg.backend),
         num_nodes=cfg.backend.num_nodes,
         strategy=cfg.backend.strategy,
         precision=str(cfg.backend.precision),
@@ -227,27 +235,26 @@ class LightningBackend:
         return training_device_of(torch.device("cuda", torch.cuda.current_device()))
 
     def processes_to_start(self, backend: DictConfig) -> int:
-        """How many processes hydrali starts for this job on this node: backend.devices under DDP (from the job's
-        resolved config, not by re-running the command line as Lightning's launcher would), one when a launcher
-        (torchrun, SLURM, MPI) started the processes or the strategy is not DDP."""
-        if backend.devices > 1 and str(backend.strategy) in SELF_LAUNCHED and not topology.launched_externally():
-            return backend.devices
+        """How many processes hydrali starts for this job on this node: one per device under DDP, chosen by
+        `strategy=auto` as soon as there are several (started from the job's resolved config, not by re-running
+        the command line as Lightning's launcher would); one when a launcher (torchrun, SLURM, MPI) started the
+        processes or the strategy is not DDP."""
+        devices = node_devices(backend)
+        if devices > 1 and str(backend.strategy) in SELF_LAUNCHED and not topology.launched_externally():
+            return devices
         return 1
 
     def replicas(self, backend: DictConfig, device: str) -> tuple[int, int, int]:
-        """Replicas per node, nodes, replicas per process: backend.devices one-replica processes per node."""
-        if (
-            self.processes_to_start(backend) == 1
-            and backend.devices > 1
-            and _in_sweep()
-            and not topology.launched_externally()
-        ):
+        """Replicas per node, nodes, replicas per process: one-replica processes, one per device of a node."""
+        devices = node_devices(backend)
+        if self.processes_to_start(backend) == 1 and devices > 1 and _in_sweep() and not topology.launched_externally():
             raise SweepRefused(
-                f"-m with backend.devices={backend.devices} and backend.strategy={backend.strategy} is not supported: "
+                f"-m with backend.devices={devices} and backend.strategy={backend.strategy} is not supported: "
                 f"Lightning's launcher would restart the whole sweep in every process (Lightning issue 11300). Use "
-                f"backend.strategy=ddp (hydrali then starts each job's processes), or start them with torchrun or srun"
+                f"backend.strategy=ddp or auto (hydrali then starts each job's processes), or start them with "
+                f"torchrun or srun"
             )
-        return backend.devices, backend.num_nodes, 1
+        return devices, backend.num_nodes, 1
 
     def newest_checkpoint(self, checkpoint_dir: Path) -> Path | None:
         """This run dir's last.ckpt, if there is one."""

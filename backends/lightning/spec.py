@@ -15,7 +15,7 @@ class LightningBackendConfig:
 
     name: str = "lightning"
     accelerator: str = "auto"
-    devices: int = 1
+    devices: Any = "auto"  # auto | a count (hydrali.core.distributed.device_count)
     num_nodes: int = 1
     strategy: str = "auto"
     precision: str = "auto"  # auto | a Precision name (checked by hydrali.core.run.auto_settings)

@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 
 from hydrali.core.config.schema import GROUP_SCHEMAS, HydraliConfig
 from hydrali.core.contracts.registry import backend_specs, backends_help, task_specs
+from hydrali.core.distributed.device_count import slurm_devices
 
 
 def has_yaml(group: str, name: str) -> bool:
@@ -22,6 +23,7 @@ def register_schemas() -> None:
     (`/<name>_backend_schema`, `/<task>_task_schema@task`, `/<task>_data_schema@data`); a registered backend
     without a YAML file is an option of the `backend` group by its schema alone."""
     OmegaConf.register_new_resolver("hydrali_backends", backends_help, replace=True)  # conf/hydra/help
+    OmegaConf.register_new_resolver("hydrali_slurm_devices", slurm_devices, replace=True)  # hydra/launcher=slurm
     cs = ConfigStore.instance()
     cs.store(name="hydrali_schema", node=HydraliConfig)
     for group, node in GROUP_SCHEMAS.items():

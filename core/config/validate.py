@@ -63,8 +63,16 @@ def check_pipeline_fits_task(cfg: DictConfig) -> None:
         )
 
 
+RENAMED = {  # keys of earlier releases -> the key that took their job
+    "backend.replicas": "backend.devices",
+}
+
+
 def closest_hint(key: str, choices) -> str:
-    """`: did you mean <the closest choice>?`, or the list of choices when none is close."""
+    """`: did you mean <the closest choice>?`, or the list of choices when none is close; for a key of an earlier
+    release, the key that replaced it."""
+    if key in RENAMED:
+        return f": it is now {RENAMED[key]} (the same key on every backend)"
     match = difflib.get_close_matches(key, list(choices), n=1)
     return f": did you mean {match[0]}?" if match else f" (its keys: {', '.join(sorted(choices))})"
 

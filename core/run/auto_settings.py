@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 
 from hydrali.core.config.schema import Precision
 from hydrali.core.contracts.backend import TrainingDevice
+from hydrali.core.distributed.device_count import devices_setting
 from hydrali.core.errors import HydraliError
 
 AUTO = "auto"
@@ -46,10 +47,12 @@ def switch_setting(value: Any, key: str) -> bool | None:
 
 
 def check_backend_settings(backend: DictConfig) -> None:
-    """Fail, naming the key and its choices, when backend.precision or a true | false | auto key holds another
-    value (the schema types them loosely so that `auto`, true and false can all be typed)."""
+    """Fail, naming the key and its choices, when backend.precision, backend.devices or a true | false | auto key
+    holds another value (the schema types them loosely so that `auto`, true and false can all be typed)."""
     if "precision" in backend:  # a backend of another package may declare none of these keys
         precision_setting(backend.precision)
+    if "devices" in backend:
+        devices_setting(backend.devices)
     for key in SWITCHES:
         if key in backend:
             switch_setting(backend[key], key)
