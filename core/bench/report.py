@@ -20,6 +20,7 @@ SECTION_TITLES = {
     "lightning": "2 lightning",
     "keras": "3 keras",
     "detection": "5 detection",
+    "scaling": "6 scaling",
 }
 COLUMNS = ("section", "measurement", "device", "images/s (median)", "at the median step", "ratio vs baselines")
 

@@ -24,6 +24,7 @@ class Section(Choice):
     lightning = "lightning"  # 2: ResNet-50 through the Lightning backend, its upper bound, a plain PyTorch loop
     keras = "keras"  # 3: the same network through the Keras backend against Keras' own upper bound
     detection = "detection"  # 5: the ssd recipe's images/s and the detector's training images/s on each backend
+    scaling = "scaling"  # 6: whole hydrali runs on 1 GPU and on several, per backend (the ratio is the scaling)
 
 
 class Layer(Choice):
@@ -62,6 +63,16 @@ class DetectionBenchConfig:
 
 
 @dataclass
+class ScalingBenchConfig:
+    """bench.scaling: section 6's runs, GPU counts, overrides and synthetic folder."""
+
+    runs: List[str] = field(default_factory=list)
+    devices: List[int] = field(default_factory=list)
+    overrides: List[str] = field(default_factory=list)
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+
+
+@dataclass
 class BenchConfig:
     """bench: what `hydrali-bench` measures and how much (documented in conf/bench.yaml)."""
 
@@ -76,6 +87,7 @@ class BenchConfig:
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
     train: TrainBenchConfig = field(default_factory=TrainBenchConfig)
     detection: DetectionBenchConfig = field(default_factory=DetectionBenchConfig)
+    scaling: ScalingBenchConfig = field(default_factory=ScalingBenchConfig)
     keras_library_path: Optional[str] = None
     json: str = "bench.json"
 

@@ -138,7 +138,7 @@ class Bench:
         try:
             if "loaders" in sections or "cpu" in sections:
                 self.loaders(sections)
-            for name in ("lightning", "keras", "detection"):
+            for name in ("lightning", "keras", "detection", "scaling"):
                 if name in sections:
                     getattr(self, name)()
         finally:
@@ -520,3 +520,60 @@ class Bench:
                 ),
             )
         interleave(pairs, b.repeats)
+
+    def scaling(self) -> None:
+        """6: whole hydrali runs on 1 GPU and on several (every visible one, or bench.scaling.devices), per
+        configured run (a backend and its settings), interleaved; each N-GPU row against its 1-GPU row."""
+        from hydrali.core.bench.scaling import ScalingRun, device_counts
+        from hydrali.core.bench.synthetic import write_synthetic
+
+        s, pairs = self.bench.scaling, []
+        requested = [int(n) for n in s.devices]
+        if not self.machine.gpus and not requested:
+            self.report.skip(
+                "scaling",
+                "hydrali runs on 1 GPU and on several",
+                f"needs a GPU ({self.machine.no_gpu}); bench.scaling.devices=[2] measures CPU replicas",
+            )
+            return
+        counts = device_counts(requested, self.machine.gpus)
+        mine = [o for o in self.overrides if not override_key(o).startswith("hydra.")]
+        cfg = self.compose(mine)
+        data = []
+        if cfg.data.name == "digits":  # the bundled digits are too few for several GPUs: a synthetic folder
+            size = s.synthetic
+            root = Path(cfg.paths.data_dir) / (
+                f"synthetic-imagenet-{size.classes}x{size.train_per_class}x{size.val_per_class}"
+            )
+            write_synthetic(root, size.classes, size.train_per_class, size.val_per_class)
+            data = ["data=imagefolder", f"data.root={root}"]
+        for index, variant in enumerate(s.runs):
+            settings = variant.split()
+            keras = any(override_key(o) == "backend" and o.endswith("=keras") for o in settings)
+            if keras and not self.machine.tensorflow:
+                self.report.skip(
+                    "scaling", variant, "needs TensorFlow and DALI's TF plugin (pip install -e '.[keras]')"
+                )
+                continue
+            base = None
+            for devices in counts:
+                kind = "GPU" if self.machine.gpus else "CPU replica"
+                row = self._add(
+                    pairs,
+                    Row(
+                        "scaling",
+                        f"scaling/{index}/{devices}",
+                        f"{variant} on {devices} {kind}{'s' if devices > 1 else ''}",
+                        "gpu" if self.machine.gpus else "cpu",
+                        (base.key,) if base is not None else (),
+                        short=f"{devices} {kind}",
+                    ),
+                    ScalingRun(
+                        [*s.overrides, *data, *settings, *mine],
+                        devices,
+                        self.run_dir / "scaling" / f"{index}-{devices}",
+                        self.bench.keras_library_path if keras else None,
+                    ),
+                )
+                base = base or row
+        interleave(pairs, self.bench.repeats)

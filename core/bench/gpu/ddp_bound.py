@@ -1,0 +1,139 @@
+"""What DDP itself scales to on this machine, without hydrali's Trainer around it: the run's network, optimizer and
+precision (the Lightning backend's probe, backends/lightning/probe.py) in torch's DistributedDataParallel, one
+process per GPU, trained by a plain loop on batches already on the GPU ("tensors") or fed by each rank's DALI
+shard ("dali"), on 1 GPU and on N. Prints one line per measurement and the ratio N / 1.
+
+    python3 -m hydrali.core.bench.gpu.ddp_bound --gpus 2 --feed tensors dali -- data=imagefolder data.root=DIR
+
+The same config as `hydrali` (its overrides after `--`); run on the GPU machine (core/bench/gpu/scaling.sh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+class TrainingLoss(torch.nn.Module):
+    """The task side's training loss as a forward pass, so that DDP's hooks see the whole step."""
+
+    def __init__(self, torch_task: torch.nn.Module):
+        super().__init__()
+        self.torch_task = torch_task
+
+    def forward(self, batch: dict) -> torch.Tensor:
+        return self.torch_task.training_loss(batch)[0]
+
+
+def _compose(overrides: list[str]):
+    """hydrali's config for `overrides`, as `hydrali` composes it (HydraConfig set: paths resolve from it)."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    from hydrali.core.config.store import register_schemas
+
+    register_schemas()
+    with initialize_config_module("hydrali.conf", version_base="1.3"):
+        cfg = compose("config", overrides=["hydra.run.dir=/tmp/ddp_bound", *overrides], return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg
+
+
+def _rank(rank, world, port, feed, overrides, warmup, steps, results, device: str):
+    from hydra.utils import instantiate
+
+    from hydrali.backends.lightning.data import dali_loader
+    from hydrali.backends.lightning.probe import LightningProbe
+    from hydrali.core.distributed.topology import detect_topology
+    from hydrali.core.run.plan import plan_run
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    gpu = device == "gpu"
+    if gpu:
+        torch.cuda.set_device(rank)
+    if world > 1:
+        dist.init_process_group("nccl" if gpu else "gloo", rank=rank, world_size=world)
+    cfg = _compose(overrides)
+    task = instantiate(cfg.task)
+    dataset = task.prepare_data(cfg.data, verify="off")
+    env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world)}
+    plan = plan_run(cfg, detect_topology(world, 1, env=env), dataset, seed=0, device=device)
+    probe = LightningProbe(cfg=cfg, task=task, dataset=dataset, plan=plan)
+    model = TrainingLoss(probe.torch_task)
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank] if gpu else None)
+    loader = dali_loader(task=task, cfg=cfg, dataset=dataset, plan=plan, is_training=True)
+    if feed == "tensors":
+        first = next(iter(loader))
+        batches = iter(lambda: first, None)
+    else:
+        batches = (batch for _ in iter(int, 1) for batch in loader)
+
+    def step():
+        with probe.precision.forward_context():
+            loss = model(next(batches))
+        probe.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        probe.optimizer.step()
+
+    for _ in range(warmup):
+        step()
+    wait = torch.cuda.synchronize if gpu else (lambda: None)
+    wait()
+    if world > 1:
+        dist.barrier()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    wait()
+    seconds = time.perf_counter() - start
+    if rank == 0:
+        results.put(world * plan.per_replica_batch * steps / seconds)
+    if world > 1:
+        dist.destroy_process_group()
+
+
+def measure(world: int, feed: str, overrides: list[str], warmup: int, steps: int, device: str = "gpu") -> float:
+    """Images/s of all `world` GPUs (or CPU processes) together, DDP over them, fed as `feed` says."""
+    context = mp.get_context("spawn")
+    results = context.SimpleQueue()
+    port = 29500 + os.getpid() % 1000
+    mp.start_processes(
+        _rank, args=(world, port, feed, overrides, warmup, steps, results, device), nprocs=world, start_method="spawn"
+    )
+    return results.get()
+
+
+def main() -> None:
+    """Measure DDP on 1 GPU and on --gpus, per feed, repeated and interleaved; print each and the ratio."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gpus", type=int, default=torch.cuda.device_count())
+    parser.add_argument("--feed", nargs="+", default=["tensors", "dali"], choices=["tensors", "dali"])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--device", default="gpu", choices=["gpu", "cpu"], help="cpu: gloo processes (a dry run)")
+    parser.add_argument("overrides", nargs="*", help="hydrali overrides (after --)")
+    args = parser.parse_args()
+    rates: dict[tuple[str, int], list[float]] = {}
+    for _ in range(args.repeats):
+        for feed in args.feed:
+            for world in (1, args.gpus):
+                rate = measure(world, feed, args.overrides, args.warmup, args.steps, args.device)
+                rates.setdefault((feed, world), []).append(rate)
+                print(f"ddp_bound: {feed:7s} {world} GPU(s): {rate:,.0f} images/s", flush=True)
+    for feed in args.feed:
+        one, many = (sorted(rates[(feed, w)])[len(rates[(feed, w)]) // 2] for w in (1, args.gpus))
+        print(f"ddp_bound: {feed:7s} median {one:,.0f} on 1 GPU, {many:,.0f} on {args.gpus}: {many / one:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
