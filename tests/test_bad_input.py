@@ -185,8 +185,10 @@ def test_a_recipe_option_of_the_wrong_kind_is_one_line(tmp_path, data_dir):
 
 
 def test_a_keras_checkpoint_of_an_unknown_epoch_is_refused_before_anything_is_tracked(tmp_path):
+    import h5py
+
     odd = tmp_path / "best.weights.h5"
-    odd.write_bytes(b"\x89HDF\r\n\x1a\n")
+    h5py.File(odd, "w").close()  # a readable HDF5 file, named as no epoch
     fails_with(
         run_cli("backend=keras", f"ckpt_path={odd}", cwd=tmp_path),
         "not a hydrali Keras checkpoint",

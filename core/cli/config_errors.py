@@ -37,10 +37,31 @@ def _unparsable(overrides: list[str]) -> str | None:
     return None
 
 
+def _split_value(overrides: list[str], bad: str) -> str | None:
+    """The hint for an override that a space split in two (`a.b=1, 2` or `data.root=/my photos`), else None."""
+    at = overrides.index(bad)
+    before, after = overrides[at - 1] if at else None, overrides[at + 1] if at + 1 < len(overrides) else None
+    if bad.endswith(",") and "=" in bad and after is not None and "=" not in after:
+        return f"{bad} {after}: a sweep's values take no spaces: write {bad}{after}"
+    if "=" not in bad and before is not None and "=" in before:
+        key, _, value = before.partition("=")
+        return (
+            f"{bad} is not key=value: a space split the value of {key}; quote it: \"{key}='{value} {bad}'\" "
+            f"(see {QUOTING})"
+        )
+    return None
+
+
 def _parse_error(overrides: list[str]) -> str:
-    bad = _unparsable([o for o in overrides if not o.startswith("-")])
+    arguments = [o for o in overrides if not o.startswith("-")]
+    bad = _unparsable(arguments)
     if bad is None:
-        return f"an override cannot be parsed: see {QUOTING}"
+        options = [o for o in overrides if o.startswith("-") and o != "-m"]
+        named = f" ({' '.join(options)} is not an option here)" if options else ""
+        return f"an override cannot be parsed{named}: see {QUOTING}"
+    split = _split_value(arguments, bad)
+    if split is not None:
+        return split
     key, _, value = bad.partition("=")
     if any(ord(ch) > 127 for ch in bad):
         return (

@@ -87,8 +87,11 @@ def _exit_if_a_job_failed() -> None:
 
 def _serve_ui(overrides: list[str]) -> None:
     """`hydrali ui [overrides]`: MLflow's UI over the configured store; mistakes end in one line."""
-    from hydrali.core.cli.ui import serve
+    from hydrali.core.cli.ui import USAGE, serve
 
+    if any(a in ("-h", "--help") for a in overrides):
+        print(USAGE)
+        sys.exit(0)
     try:
         serve(overrides)
     except HydraliError as err:
@@ -104,6 +107,9 @@ def _serve_ui(overrides: list[str]) -> None:
 def main() -> None:
     """Run hydrali from the command line (the `hydrali` console script); `hydrali ui` browses the runs;
     `hydrali eval|predict|export RUN_DIR` use a trained run; `hydrali convert` shards a dataset."""
+    from hydrali.core.cli.user_paths import expand_home
+
+    sys.argv[1:] = expand_home(sys.argv[1:])  # data.root=~/photos: no shell expands that `~`
     try:
         register_schemas()  # reads the registry: a broken plug-in ends here in one line
     except HydraliError as err:

@@ -12,6 +12,12 @@ from pathlib import Path
 
 from hydrali.core.errors import HydraliError
 
+USAGE = (
+    "usage: hydrali ui [key=value ...]\n\n"
+    "MLflow's UI over the store hydrali writes (tracking.uri), on tracking.ui_host:tracking.ui_port (127.0.0.1:5000).\n"
+    "The same overrides as a run choose the store: hydrali ui paths.root=/experiments, hydrali ui tracking.ui_port=5001"
+)
+
 
 def tracking_settings(overrides: list[str]) -> tuple[str, str, int, str]:
     """(store uri, host, port, experiment) of the config that `hydrali <overrides>` would run."""

@@ -26,6 +26,22 @@ def usage(command: str) -> str:
     return f"usage: hydrali {command} {what}\n\n{text}"
 
 
+def _os_error_line(err: OSError) -> str:
+    """A file or folder that cannot be read or written, in one line naming the fix that fits its cause."""
+    import errno
+
+    where = f"{err.filename}: " if err.filename else ""
+    if err.errno in (errno.ENOTDIR, errno.EEXIST):  # a file where a folder was to be made (out=<a file>)
+        fix = "a file is in the way of a folder to write: pass out=<a new folder>"
+    elif err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = "fix its permissions or pass another out="
+    elif err.errno == errno.ENOSPC:
+        fix = "the disk is full: free space or pass out= on another disk"
+    else:
+        fix = "pass another out="
+    return f"{where}{err.strerror or err}: {fix}"
+
+
 def run_command(command: str, arguments: list[str]) -> None:
     """Run `hydrali <command> <arguments>` and exit: 0 done, 2 a mistake the one line names, 130 interrupted."""
     if any(a in ("-h", "--help") for a in arguments):
@@ -55,10 +71,7 @@ def run_command(command: str, arguments: list[str]) -> None:
         print(f"hydrali: error: {err}", file=sys.stderr, flush=True)
         sys.exit(EXIT_USER_ERROR)
     except OSError as err:  # a file or folder that cannot be read or written (a read-only run dir, out=...)
-        where = f"{err.filename}: " if err.filename else ""
-        print(
-            f"hydrali: error: {where}{err.strerror or err}: fix its permissions or pass another out=", file=sys.stderr
-        )
+        print(f"hydrali: error: {_os_error_line(err)}", file=sys.stderr, flush=True)
         sys.exit(EXIT_USER_ERROR)
     except KeyboardInterrupt:
         print(f"hydrali: {command} interrupted", file=sys.stderr, flush=True)

@@ -18,7 +18,7 @@ from hydrali.core.contracts.registry import backend_of_checkpoint
 from hydrali.core.errors import CompositionError, HydraliError
 from hydrali.core.inference.schema import SCHEMAS
 from hydrali.core.run import run_dir
-from hydrali.core.run.checkpoints import CHECKPOINT_DIR
+from hydrali.core.run.checkpoints import CHECKPOINT_DIR, check_readable
 from hydrali.core.run.summary import SUMMARY_FILE
 
 BEST, LAST = "best", "last"  # the named checkpoints of `ckpt`
@@ -148,6 +148,7 @@ def checkpoint_of(run: TrainedRun, newest) -> Path:
                 f"{run.run_dir} holds no checkpoint ({folder} is empty or missing): train at least one epoch, or "
                 f"resume the run with `hydrali ckpt_path=last hydra.run.dir={run.run_dir}`"
             )
+        check_readable(found, f"ckpt={ckpt}")
         return found
     path = Path(ckpt).expanduser()
     if not path.is_absolute() and not path.exists():
@@ -160,6 +161,7 @@ def checkpoint_of(run: TrainedRun, newest) -> Path:
             f"ckpt={ckpt} is not a checkpoint of backend={run.backend}, which trained {run.run_dir}: pass one of "
             f"{folder}"
         )
+    check_readable(path, f"ckpt={ckpt}")
     return path.resolve()
 
 

@@ -11,6 +11,7 @@ every run writes beside its checkpoints).
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 from typing import Callable
 
@@ -39,6 +40,7 @@ def resolve_checkpoint(
     if ckpt_path is None:
         return None
     path = _find(ckpt_path, Path(output_dir) / CHECKPOINT_DIR, backend, newest)
+    check_readable(path, f"ckpt_path={ckpt_path}")
     done = epochs_in(path)
     if done >= epochs:
         raise HydraliError(
@@ -48,6 +50,45 @@ def resolve_checkpoint(
         )
     _check_trained_with(ckpt_path, path.parent / TRAINED_WITH, trained_with)
     return path
+
+
+_ZIP, _HDF5 = b"PK\x03\x04", b"\x89HDF\r\n\x1a\n"  # how torch's checkpoints (a zip archive) and Keras' (HDF5) begin
+
+
+def _damage(path: Path) -> str | None:
+    """What makes the checkpoint file `path` unreadable (empty, cut short, not an archive), or None when its container
+    reads (its contents are the backend's to judge)."""
+    with open(path, "rb") as file:
+        head = file.read(8)
+    if not head:
+        return "it is empty"
+    if head.startswith(_ZIP):
+        try:
+            with zipfile.ZipFile(path):
+                return None
+        except (zipfile.BadZipFile, OSError) as err:
+            return f"a zip archive cut short or damaged: {err}"
+    if head == _HDF5:
+        try:
+            import h5py  # beside Keras; without it the backend's loader judges the file
+        except ImportError:
+            return None
+        try:
+            with h5py.File(path, "r"):
+                return None
+        except OSError as err:
+            return f"an HDF5 file cut short or damaged: {str(err).splitlines()[0]}"
+    return None
+
+
+def check_readable(path: Path, setting: str) -> None:
+    """One line of its own when the checkpoint file that `setting` names cannot be read (empty, truncated, damaged),
+    before the backend's loader meets it."""
+    damage = _damage(Path(path))
+    if damage is not None:
+        raise HydraliError(
+            f"{setting}: {path} cannot be read as a checkpoint ({damage}): pass another checkpoint, or train again"
+        )
 
 
 def write_trained_with(output_dir: Path, trained_with: dict) -> None:
