@@ -4,6 +4,7 @@ line before anything is written. (The weighted loss is the same on both backends
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 
@@ -63,6 +64,33 @@ def test_auto_weights_are_the_inverse_class_frequencies_and_train_on_both_backen
     balanced = compute_class_weight("balanced", classes=np.array(list(TRAIN_IMAGES)), y=labels)
     assert list(logged) == list(TRAIN_IMAGES)
     np.testing.assert_allclose(list(logged.values()), balanced, rtol=5e-3)  # logged with 3 significant digits
+
+
+def test_auto_weights_on_a_thousand_to_one_folder_are_bounded_named_and_train_without_collapse(tmp_path, data_dir):
+    from hydrali.core.optim.class_weights import MAX_RATIO
+    from hydrali.tasks.classification.datasets import write_digits
+
+    digits = write_digits(data_dir / "digits", size=32, val_fraction=0.2)
+    root = tmp_path / "skewed"
+    many, few = sorted((digits / "train" / "0").iterdir()), sorted((digits / "train" / "1").iterdir())[:1]
+    for split, folders in (("train", {"0": many * 8, "1": few}), ("val", {"0": None, "1": few})):
+        for name, files in folders.items():
+            (root / split / name).mkdir(parents=True)
+            for i, path in enumerate(files if files is not None else sorted((digits / "val" / name).iterdir())):
+                shutil.copy(path, root / split / name / f"{i:05d}.jpg")
+    (root / "train" / "0" / "00000.jpg").unlink()  # 1000 train images of class 0 (some repeated), 1 of class 1
+    for extra in sorted((root / "train" / "0").iterdir())[1000:]:
+        extra.unlink()
+    assert len(list((root / "train" / "0").iterdir())) == 1000
+    out, run_dir = _run(tmp_path, root, "lightning", "task.class_weights=auto")
+    assert out.returncode == 0, out.stderr[-3000:]
+    logged = out.stdout + out.stderr
+    assert "the weights of 1 (1 image) are capped at 10x the largest class's" in logged, logged[-3000:]
+    line = re.search(r"class weights \(task.class_weights=auto\): 0 ([\d.e+-]+), 1 ([\d.e+-]+)", logged)
+    weights = [float(w) for w in line.groups()]
+    assert weights[1] / weights[0] == pytest.approx(MAX_RATIO, rel=5e-3) and weights[1] < 11
+    final = json.loads((run_dir / "summary.json").read_text())["final"]
+    assert final["val/loss"] < 5 and final["val/acc"] > 0.5, final  # not collapsed onto the one image's class
 
 
 @pytest.mark.parametrize(
