@@ -59,6 +59,8 @@ class ScalingRun:
     def once(self) -> Timing:
         """Run the command once in a new run dir; its steady-state images/s (all devices together)."""
         self.repeat += 1
+        while (self.run_dir / f"r{self.repeat}").exists():  # a benchmark run again in the same dir: new runs
+            self.repeat += 1
         output_dir = self.run_dir / f"r{self.repeat}"
         done = subprocess.run(self.command(output_dir), env=self.environment(), capture_output=True, text=True)
         summary_file = output_dir / SUMMARY

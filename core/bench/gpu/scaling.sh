@@ -7,12 +7,13 @@
 set -uo pipefail
 source core/bench/gpu/env.sh
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-python3 -m hydrali.core.bench.cli "bench.sections=[scaling]" hydra.run.dir=/tmp/bench paths.data_dir=/tmp/data \
+BENCH=/tmp/bench/$(date +%H-%M-%S)   # a run dir per call: the runs of an earlier call stay apart
+python3 -m hydrali.core.bench.cli "bench.sections=[scaling]" "hydra.run.dir=$BENCH" paths.data_dir=/tmp/data \
   ${TF_LIBS:+"bench.keras_library_path=$TF_LIBS"} "$@" > /tmp/bench.log 2>&1
 status=$?
 grep -E "bench: repeat|hydrali-bench:" /tmp/bench.log
 sed -n '/^| section/,$p' /tmp/bench.log
 [ $status -eq 0 ] || tail -30 /tmp/bench.log
-tar czf "${OUT:-/tmp}/scaling-logs.tgz" /tmp/bench.log /tmp/bench/bench.json \
-  $(find /tmp/bench/scaling -name "*.log" -o -name summary.json 2>/dev/null) 2>/dev/null
+tar czf "${OUT:-/tmp}/scaling-logs.tgz" /tmp/bench.log "$BENCH/bench.json" \
+  $(find "$BENCH/scaling" -name "*.log" -o -name summary.json 2>/dev/null) 2>/dev/null
 exit $status
