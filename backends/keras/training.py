@@ -6,7 +6,8 @@
 - validation weighs each sample by hydrali.core.run.epoch's mask: the shard's padding counts for nothing,
 - `images` (a weighted metric) counts the samples trained on or scored,
 - backend.precision selects a Keras dtype policy (16-mixed scales the loss),
-- backend.compile XLA-compiles the train step (jit_compile) and validation's forward pass (the task's look at
+- backend.compile XLA-compiles the train step (jit_compile; on several replicas each replica's forward and
+  backward pass, the all-reduce and the update around it) and validation's forward pass (the task's look at
   the batch, such as detection's non-max suppression, stays outside XLA).
 
 `build_keras_side` and `compile_task_model` are what the backend builds a run's model with; the benchmark
