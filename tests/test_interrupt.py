@@ -27,10 +27,11 @@ def test_ctrl_c_during_an_epoch_exits_130_marks_the_run_killed_and_resumes(tmp_p
         time.sleep(0.2)
     time.sleep(1.5)  # well inside the second epoch
     proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=180)
+    stdout, stderr = proc.communicate(timeout=180)
 
     assert proc.returncode == 130, stderr[-3000:]
     assert "Traceback" not in stderr, stderr[-3000:]
+    assert "Detected KeyboardInterrupt" not in stderr + stdout, "Lightning's line beside hydrali's"
     assert [line for line in stderr.splitlines() if line.startswith("hydrali:")] == [
         f"hydrali: interrupted: the run is marked KILLED; resume it with ckpt_path=last hydra.run.dir={out}"
     ]

@@ -165,8 +165,8 @@ def test_hydrali_ui_on_a_taken_port_is_one_line_and_prints_the_runs_list(tmp_pat
         experiment = client.get_experiment_by_name("hydrali").experiment_id
         assert f"http://127.0.0.1:{port}/#/experiments/{experiment}/runs" in first_line, first_line
     finally:
-        ui.kill()
-        ui.wait()
+        ui.terminate()  # hydrali stops the server's whole process group (a SIGKILL would leave it running)
+        ui.wait(timeout=60)
 
 
 def test_a_tracking_server_that_stops_answering_ends_the_tracking_not_the_training(tmp_path, caplog, monkeypatch):

@@ -5,6 +5,7 @@ tf2onnx), and checked with TensorFlow or onnxruntime."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,9 @@ class KerasTrainedNetwork:
             archive.write_out(str(path), verbose=False)
             return path
         path = folder / "model.onnx"
-        model.export(str(path), format="onnx", verbose=False)
+        with warnings.catch_warnings():  # keras' bundled tf2onnx looks for np.object, which NumPy warns about
+            warnings.filterwarnings("ignore", message="In the future `np.object`", category=FutureWarning)
+            model.export(str(path), format="onnx", verbose=False)
         return path
 
     def run_export(self, path: Path, fmt: str, batch: dict[str, Any]) -> dict[str, np.ndarray]:

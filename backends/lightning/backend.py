@@ -89,8 +89,15 @@ def _quiet_duplicate_logs() -> None:
 
 
 # Lightning's lines that tell a hydrali user nothing: its tips, the devices it did not use (the plan names the
-# device), and the end of fit (the summary follows)
-LIGHTNING_NOISE = ("Tip:", "GPU available:", "TPU available:", "HPU available:", "`Trainer.fit` stopped:")
+# device), the end of fit (the summary follows) and its Ctrl+C line (hydrali's own one line says what happened)
+LIGHTNING_NOISE = (
+    "Tip:",
+    "GPU available:",
+    "TPU available:",
+    "HPU available:",
+    "`Trainer.fit` stopped:",
+    "Detected KeyboardInterrupt",
+)
 
 
 class _NoStartupNoise(logging.Filter):

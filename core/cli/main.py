@@ -93,7 +93,7 @@ def _serve_ui(overrides: list[str]) -> None:
         print(USAGE)
         sys.exit(0)
     try:
-        serve(overrides)
+        code = serve(overrides)
     except HydraliError as err:
         print(f"hydrali: error: {err}", file=sys.stderr, flush=True)
         sys.exit(EXIT_USER_ERROR)
@@ -102,6 +102,7 @@ def _serve_ui(overrides: list[str]) -> None:
 
         print(f"hydrali: error: {composition_error_line(err, overrides)}", file=sys.stderr, flush=True)
         sys.exit(EXIT_USER_ERROR)
+    sys.exit(code)  # the server's own exit code when it ended by itself
 
 
 def main() -> None:

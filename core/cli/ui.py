@@ -1,13 +1,18 @@
 """`hydrali ui [overrides]`: MLflow's UI over the store hydrali is configured to write (tracking.uri), on
 tracking.ui_host:tracking.ui_port (127.0.0.1:5000 by default). The same overrides as a run choose the store,
 e.g. `hydrali ui paths.root=/experiments` or `hydrali ui tracking.ui_port=5001`. It prints the address of the
-experiment's runs list (MLflow 3 opens on its GenAI welcome page otherwise); a taken port is one line."""
+experiment's runs list (MLflow 3 opens on its GenAI welcome page otherwise); a taken port is one line. The server
+runs in a process group of its own, which SIGTERM or Ctrl+C stops whole."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from hydrali.core.errors import HydraliError
@@ -69,8 +74,51 @@ def runs_url(uri: str, host: str, port: int, experiment: str) -> str:
     return f"http://{host}:{port}/#/experiments/{found.experiment_id}/runs"
 
 
-def serve(overrides: list[str]) -> None:
-    """Replace this process with `mlflow ui` over the configured store (Ctrl+C stops it)."""
+# MLflow's start-up chatter that `hydrali ui` does not pass on (its own line says where the UI is): the uvicorn and
+# MLflow loggers are set to warnings (below), these lines are printed directly.
+CHATTER = ("[MLflow] Security middleware enabled with default settings",)
+# Uvicorn's workers import starlette.middleware.wsgi through MLflow, which warns about it in each of them.
+SERVER_WARNINGS = "ignore:starlette.middleware.wsgi is deprecated"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOP_GRACE_S = 10.0  # how long the server's processes get to stop on SIGTERM before they are killed
+
+
+def server_command(uri: str, host: str, port: int) -> list[str]:
+    """`mlflow ui` over `uri`, with the registry on the same store and uvicorn saying only warnings and errors."""
+    return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--registry-store-uri", uri,
+            "--host", host, "--port", str(port), "--uvicorn-opts", "--log-level warning"]  # fmt: skip
+
+
+def server_env() -> dict[str, str]:
+    env = dict(os.environ, MLFLOW_LOGGING_LEVEL="WARNING")
+    env["PYTHONWARNINGS"] = ",".join(filter(None, [env.get("PYTHONWARNINGS"), SERVER_WARNINGS]))
+    return env
+
+
+def stop_group(server: subprocess.Popen) -> None:
+    """SIGTERM to the server's whole process group (uvicorn's workers, MLflow's job runner and its huey consumers),
+    SIGKILL to what is left of it after STOP_GRACE_S."""
+    group = server.pid  # the server leads its own group (process_group=0)
+    try:
+        os.killpg(group, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + STOP_GRACE_S
+    while time.monotonic() < deadline:
+        server.poll()  # reaps the server itself, so that a zombie does not keep the group alive
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGKILL)
+    server.wait()
+
+
+def serve(overrides: list[str]) -> int:
+    """Run `mlflow ui` over the configured store in a process group of its own, passing on its output but its
+    start-up chatter; SIGTERM, SIGINT (Ctrl+C) or SIGHUP stop the whole group, so no worker of it lives on."""
     uri, host, port, experiment = tracking_settings(overrides)
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
         raise HydraliError(
@@ -81,7 +129,28 @@ def serve(overrides: list[str]) -> None:
     url = runs_url(uri, host, port, experiment)
     print(f"hydrali: MLflow UI: the runs of experiment {experiment!r} are at {url} (store {uri}; Ctrl+C stops it)")
     sys.stdout.flush()
-    os.execv(
-        sys.executable,
-        [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)],
+    server = subprocess.Popen(
+        server_command(uri, host, port),
+        env=server_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        process_group=0,  # its own group: a terminal's Ctrl+C reaches hydrali only, which stops the whole group
     )
+
+    def stop(signum: int, _frame: object) -> None:
+        stop_group(server)
+        sys.exit(0)
+
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, stop)
+    try:
+        for line in server.stdout:
+            if not line.startswith(CHATTER):
+                sys.stdout.write(line)
+                sys.stdout.flush()
+    finally:
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_DFL)
+        stop_group(server)
+    return server.returncode

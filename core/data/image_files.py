@@ -66,6 +66,11 @@ _END_MARKERS = {"JPEG": b"\xff\xd9", "PNG": b"IEND"}
 KNOWN_FORMATS = ", ".join(name for name, _ in _FORMATS)
 
 
+def images(count: int) -> str:
+    """`count` images, for a line a user reads: "1 image", "360 images"."""
+    return f"{count} image" if count == 1 else f"{count} images"
+
+
 def image_format(head: bytes) -> str | None:
     """The image format that a file starting with `head` has (JPEG, PNG, ...), or None if DALI reads no such format."""
     return next((name for name, matches in _FORMATS if matches(head)), None)

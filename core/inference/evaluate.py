@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+from hydrali.core.data.image_files import images
 from hydrali.core.errors import HydraliError
 from hydrali.core.inference.loaded import Loaded, load
 from hydrali.core.inference.trained_run import open_run
@@ -44,7 +45,7 @@ def evaluate(path: str | None, overrides: list[str]) -> dict:
 
 
 def _table(loaded: Loaded, result: dict, per_class: list[str]) -> str:
-    lines = [f"hydrali eval: {loaded.describe()}", f"split {result['split']}: {result['images']} images"]
+    lines = [f"hydrali eval: {loaded.describe()}", f"split {result['split']}: {images(result['images'])}"]
     width = max(len(name) for name in result["metrics"])
     lines += [f"  {name:<{width}}  {value:.4f}" for name, value in result["metrics"].items()]
     return "\n".join([*lines, *(f"  {line}" for line in per_class)])

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hydrali.core.data.image_files import IMAGE_EXTENSIONS, SKIPPED_FILES, Verify, find_bad_files
+from hydrali.core.data.image_files import IMAGE_EXTENSIONS, SKIPPED_FILES, Verify, find_bad_files, images
 from hydrali.core.errors import HydraliError
 from hydrali.core.inference.loaded import load
 from hydrali.core.inference.trained_run import open_run
@@ -40,7 +40,7 @@ def predict(path: str | None, overrides: list[str]) -> Path:
         gone = {p for p, _ in bad}
         files.extend(str(p.relative_to(folder)) for p in found if p not in gone)
         if not files:
-            raise HydraliError(f"source={run.options.source}: none of its {len(found)} images can be decoded")
+            raise HydraliError(f"source={run.options.source}: none of its {images(len(found))} can be decoded")
         trained_on = task.prepare_data(run.cfg.data, Verify.off)  # the run's classes
         annotations = run.options.annotations
         return task.prediction_data(trained_on, folder, files, None if annotations is None else str(annotations))
@@ -55,15 +55,22 @@ def predict(path: str | None, overrides: list[str]) -> Path:
     out = Path(str(run.options.out)).expanduser()
     out = (out if out.is_absolute() else run.run_dir / out).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    before = set(out.iterdir())
     written = predictions.write(out)
+    replaced = [p for p in written if p in before]  # an earlier prediction's, named below
     skipped = out / SKIPPED_FILES
     skipped.unlink(missing_ok=True)  # an earlier prediction's
     if bad:
         skipped.write_text("".join(f"{p}\t{why}\n" for p, why in bad))
         written.append(skipped)
     print(f"hydrali predict: {loaded.describe()}", flush=True)
-    print(f"{loaded.dataset.num_val} images of {folder} predicted", flush=True)
+    print(f"{images(loaded.dataset.num_val)} of {folder} predicted", flush=True)
     for p, why in bad:
         print(f"skipped (cannot be decoded): {p}: {why}", flush=True)
+    if replaced:
+        print(
+            f"replaced (an earlier prediction's; pass out=DIR to keep both): {', '.join(str(p) for p in replaced)}",
+            flush=True,
+        )
     print(f"written: {', '.join(str(p) for p in written)}", flush=True)
     return out
