@@ -18,6 +18,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+TRACED_STEPS = 5  # steps traced per rank with --trace
+
 
 class TrainingLoss(torch.nn.Module):
     """The task side's training loss as a forward pass, so that DDP's hooks see the whole step."""
@@ -47,7 +49,7 @@ def _compose(overrides: list[str]):
     return cfg
 
 
-def _rank(rank, world, port, feed, overrides, warmup, steps, results, device: str):
+def _rank(rank, world, port, feed, overrides, warmup, steps, results, device: str, trace: str | None = None):
     from hydra.utils import instantiate
 
     from hydrali.backends.lightning.data import dali_loader
@@ -95,19 +97,35 @@ def _rank(rank, world, port, feed, overrides, warmup, steps, results, device: st
         step()
     wait()
     seconds = time.perf_counter() - start
+    if trace:  # a few more steps under torch's profiler: one Chrome trace per rank (CPU and CUDA timelines)
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if gpu else [])]
+        with profile(activities=activities) as prof:
+            for _ in range(TRACED_STEPS):
+                step()
+            wait()
+        os.makedirs(trace, exist_ok=True)
+        prof.export_chrome_trace(os.path.join(trace, f"{feed}-{world}gpu-rank{rank}.json"))
     if rank == 0:
         results.put(world * plan.per_replica_batch * steps / seconds)
     if world > 1:
         dist.destroy_process_group()
 
 
-def measure(world: int, feed: str, overrides: list[str], warmup: int, steps: int, device: str = "gpu") -> float:
-    """Images/s of all `world` GPUs (or CPU processes) together, DDP over them, fed as `feed` says."""
+def measure(
+    world: int, feed: str, overrides: list[str], warmup: int, steps: int, device: str = "gpu", trace: str | None = None
+) -> float:
+    """Images/s of all `world` GPUs (or CPU processes) together, DDP over them, fed as `feed` says; with `trace`, a
+    Chrome trace of a few more steps per rank is written into that folder."""
     context = mp.get_context("spawn")
     results = context.SimpleQueue()
     port = 29500 + os.getpid() % 1000
     mp.start_processes(
-        _rank, args=(world, port, feed, overrides, warmup, steps, results, device), nprocs=world, start_method="spawn"
+        _rank,
+        args=(world, port, feed, overrides, warmup, steps, results, device, trace),
+        nprocs=world,
+        start_method="spawn",
     )
     return results.get()
 
@@ -121,13 +139,14 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--device", default="gpu", choices=["gpu", "cpu"], help="cpu: gloo processes (a dry run)")
+    parser.add_argument("--trace", help="a folder: a torch profiler trace (Chrome JSON) of a few steps per rank")
     parser.add_argument("overrides", nargs="*", help="hydrali overrides (after --)")
     args = parser.parse_args()
     rates: dict[tuple[str, int], list[float]] = {}
     for _ in range(args.repeats):
         for feed in args.feed:
             for world in (1, args.gpus):
-                rate = measure(world, feed, args.overrides, args.warmup, args.steps, args.device)
+                rate = measure(world, feed, args.overrides, args.warmup, args.steps, args.device, args.trace)
                 rates.setdefault((feed, world), []).append(rate)
                 print(f"ddp_bound: {feed:7s} {world} GPU(s): {rate:,.0f} images/s", flush=True)
     for feed in args.feed:
