@@ -17,6 +17,7 @@ from hydrali.core.data.image_files import (
     BadFiles,
     Verify,
     bad_files_message,
+    checked_already_holds,
     find_bad_files,
     verify_files,
 )
@@ -100,7 +101,7 @@ class DaliTask:
             raise HydraliError(
                 bad_files_message(bad, ", or pass data.bad_files=skip to train without it (data.verify=off: no check)")
             )
-        if bad:
+        if bad and not checked_already_holds():  # else the job's process said it
             log.warning(
                 "leaving out %d image file(s) that cannot be decoded (data.bad_files=skip), the first %s: %s; "
                 "the run dir's %s lists them",

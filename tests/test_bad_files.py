@@ -98,3 +98,19 @@ def test_skip_without_a_check_to_find_the_files_is_refused(tmp_path, data_dir):
         "data.bad_files=skip with data.verify=off",
         "data.verify=quick",
     )
+
+
+def test_under_hydralis_own_two_processes_the_files_are_checked_once_and_both_leave_out_the_same(tmp_path, digits_copy):
+    truncated = sorted((digits_copy / "train" / "3").glob("*.jpg"))[0]
+    _truncate(truncated)
+    run_dir = tmp_path / "run"
+    args = ["data=imagefolder", f"data.root={digits_copy}", "data.bad_files=skip", "epochs=1", *TINY]
+    ddp = ["backend.accelerator=cpu", "backend.devices=2", "backend.strategy=ddp", *LIGHTNING_QUIET]
+    out = run_cli(*args, *ddp, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.count("checking 1797 image files") == 1, "the job's process checks; its 2 processes do not"
+    assert out.stdout.count("leaving out 1 image file(s)") == 1, out.stdout[-3000:]
+    assert _listed(run_dir) == {str(truncated)}
+    summary = read_summary(run_dir)
+    assert summary["world_size"] == 2 and summary["val_images"] == 360
+    assert summary["history"][0]["train/images"] <= 1435, "both processes trained without the truncated file"

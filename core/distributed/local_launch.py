@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -41,6 +42,7 @@ log = logging.getLogger("hydrali")
 LOOPBACK = "127.0.0.1"  # one node: the processes meet here
 LAUNCH_DIR = ".launch"  # in the run dir: the resolved config the processes read, and each rank's error
 CONFIG_FILE, CONTEXT_FILE, LOGGING_FILE = "config.yaml", "job.json", "logging.json"
+BAD_FILES_FILE = "bad_files.json"  # the image files the job's process found bad: the processes check none again
 _POLL_S = 0.2  # how often the job's process looks at its processes
 _GRACE_S = 30  # how long the other processes get to end after one failed
 
@@ -51,9 +53,10 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def save_launch(cfg: DictConfig, seed: int, overrides: list[str]) -> Path:
+def save_launch(cfg: DictConfig, seed: int, overrides: list[str], bad_files: Iterable[tuple[Path, str]] = ()) -> Path:
     """Write the job's resolved config (with the seed drawn once), its context (sweep, and the `overrides` its
-    config is composed from) and its logging config into <run dir>/.launch, for the processes to read."""
+    config is composed from), its logging config and the image files its check found bad (data.bad_files=skip)
+    into <run dir>/.launch, for the processes to read."""
     from hydra.core.hydra_config import HydraConfig
 
     folder = Path(cfg.paths.output_dir) / LAUNCH_DIR
@@ -63,10 +66,20 @@ def save_launch(cfg: DictConfig, seed: int, overrides: list[str]) -> Path:
     OmegaConf.save(resolved, folder / CONFIG_FILE)
     context = {**job_context.current().to_dict(), "overrides": list(overrides)}
     (folder / CONTEXT_FILE).write_text(json.dumps(context) + "\n")
+    (folder / BAD_FILES_FILE).write_text(json.dumps([[str(path), why] for path, why in bad_files]) + "\n")
     if HydraConfig.initialized():
         logging_cfg = OmegaConf.to_container(HydraConfig.get().job_logging, resolve=True)
         (folder / LOGGING_FILE).write_text(json.dumps(logging_cfg) + "\n")
     return folder
+
+
+def checked_by_job(output_dir: Path) -> list[tuple[Path, str]] | None:
+    """In a process hydrali started: the image files the job's process found bad (its check of the data), or None
+    when it left no such list."""
+    path = Path(output_dir) / LAUNCH_DIR / BAD_FILES_FILE
+    if not path.is_file():
+        return None
+    return [(Path(name), why) for name, why in json.loads(path.read_text())]
 
 
 def run_processes(
@@ -76,11 +89,13 @@ def run_processes(
     seed: int,
     overrides: list[str],
     preemption: PreemptionWatch | None = None,
+    bad_files: Iterable[tuple[Path, str]] = (),
 ) -> Path:
     """Start `processes` processes of this job on this node from its resolved config (composed from `overrides`),
-    wait for them, and return the run dir. A process that fails ends the others; its one-line message is raised.
-    A signal `preemption` watches is passed on to the processes; when they stop on it (after their checkpoint),
-    Preempted is raised here too.
+    wait for them, and return the run dir. The image files the job's process found bad (`bad_files`) are the
+    processes' own check: each leaves out the same files, none reads them again. A process that fails ends the
+    others; its one-line message is raised. A signal `preemption` watches is passed on to the processes; when they
+    stop on it (after their checkpoint), Preempted is raised here too.
 
     Several nodes (each started by hand, as with Lightning's launcher): NODE_RANK, MASTER_ADDR and MASTER_PORT
     come from the environment; one node: node 0 on 127.0.0.1 and a free port."""
@@ -92,7 +107,7 @@ def run_processes(
         )
     address = os.environ.get(MASTER_ADDR, LOOPBACK) if num_nodes > 1 else LOOPBACK
     port = os.environ.get(MASTER_PORT, "") if num_nodes > 1 else str(_free_port())
-    folder = save_launch(cfg, seed, overrides)
+    folder = save_launch(cfg, seed, overrides, bad_files)
     log.info(
         "starting %d process(es) on node %d from the resolved config %s (seed %d)",
         processes,

@@ -14,7 +14,7 @@ from hydrali.core.config.network_check import check_network
 from hydrali.core.config.validate import check_config
 from hydrali.core.contracts.backend import Backend
 from hydrali.core.contracts.registry import backend_spec, load_backend
-from hydrali.core.data import affinity, autotune, devices, weights_preprocessing
+from hydrali.core.data import affinity, autotune, devices, image_files, weights_preprocessing
 from hydrali.core.data.image_files import write_skipped_files
 from hydrali.core.distributed import agreement, gather, local_launch, topology
 from hydrali.core.distributed.launchers import LAUNCHED_BY_HYDRALI
@@ -39,6 +39,19 @@ def build_plan(cfg: DictConfig, backend: Backend, dataset, seed: int) -> Plan:
     per_node, nodes, per_process = backend.replicas(cfg.backend, device)
     topo = topology.detect_topology(per_node, nodes, replicas_per_process=per_process)
     return plan_run(cfg, topo, dataset, seed=seed, device=device)
+
+
+def _prepare_data(cfg: DictConfig, task):
+    """The task's dataset, its image files checked once per run: in a process hydrali started, by the job's own
+    process (its result taken, so that with data.bad_files=skip every process leaves out the same files); under
+    torchrun or srun by the first process, and with data.bad_files=skip by every one (none has the others' result)."""
+    if os.environ.get(LAUNCHED_BY_HYDRALI):
+        checked = local_launch.checked_by_job(Path(cfg.paths.output_dir))
+        if checked is not None:
+            with image_files.checked_already(checked):
+                return task.prepare_data(cfg.data, verify=cfg.data.verify)
+    checks = topology.is_first_process() or str(cfg.data.get("bad_files", "fail")) == "skip"
+    return task.prepare_data(cfg.data, verify=cfg.data.verify if checks else "off")
 
 
 def run(cfg: DictConfig) -> float | None:
@@ -80,10 +93,7 @@ def _run(attempt: run_dir.Attempt, started: float, watch: preemption.PreemptionW
         tracking.configure_http(cfg.tracking.timeout_s, cfg.tracking.retries)
         tracking.check_reachable(cfg.tracking.uri, cfg.tracking.timeout_s)  # in seconds, before anything is loaded
     task = instantiate(cfg.task)
-    # before the backend loads, so that bad data fails in a second; files are checked by one process only
-    # (with data.bad_files=skip every process checks, so that all leave out the same files)
-    checks = topology.is_first_process() or str(cfg.data.get("bad_files", "fail")) == "skip"
-    dataset = task.prepare_data(cfg.data, verify=cfg.data.verify if checks else "off")
+    dataset = _prepare_data(cfg, task)  # before the backend loads, so that bad data fails in a second
     backend = load_backend(cfg.backend.name)
     plan = build_plan(cfg, backend, dataset, seeding.resolve_seed(cfg.seed))
     if agreement.needed(plan.world_size // len(plan.shards)):  # torchrun, srun, TF_CONFIG: rank 0 decides
@@ -115,7 +125,10 @@ def _run(attempt: run_dir.Attempt, started: float, watch: preemption.PreemptionW
     processes = backend.processes_to_start(cfg.backend)
     if processes > 1:  # the job's processes, started from its resolved config (one seed, one run dir)
         nodes = int(cfg.backend.get("num_nodes", 1))
-        local_launch.run_processes(cfg, processes, nodes, plan.seed, attempt.overrides, preemption=watch)
+        skipped = getattr(dataset, "skipped", ())  # this process's check of the files: the processes' own
+        local_launch.run_processes(
+            cfg, processes, nodes, plan.seed, attempt.overrides, preemption=watch, bad_files=skipped
+        )
         return _optimized_value(read_summary(output_dir), cfg.optimized_metric)
     per_node, _, per_process = backend.replicas(cfg.backend, plan.device)
     affinity.pin_workers(cfg.pipeline, plan, per_node // max(1, per_process))  # before any pipeline is built
