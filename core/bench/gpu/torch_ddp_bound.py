@@ -3,7 +3,7 @@ precision (the Lightning backend's probe, backends/lightning/probe.py) in torch'
 process per GPU, trained by a plain loop on batches already on the GPU ("tensors") or fed by each rank's DALI
 shard ("dali"), on 1 GPU and on N. Prints one line per measurement and the ratio N / 1.
 
-    python3 -m hydrali.core.bench.gpu.ddp_bound --gpus 2 --feed tensors dali -- data=imagefolder data.root=DIR
+    python3 -m hydrali.core.bench.gpu.torch_ddp_bound --gpus 2 --feed tensors dali -- data=imagefolder data.root=DIR
 
 The same config as `hydrali` (its overrides after `--`); run on the GPU machine (core/bench/gpu/scaling.sh).
 """
