@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hydrali.core.data.image_files import images
+
 CONFUSION_PICTURE = "confusion_matrix.png"
 PREDICTIONS_FILE = "predictions.csv"
 
@@ -91,7 +93,7 @@ class ClassificationScores:
         ConfusionMatrixDisplay(self.confusion(), display_labels=list(self.classes)).plot(
             ax=axes, colorbar=False, xticks_rotation="vertical"
         )
-        axes.set_title(f"{self.images} images, accuracy {self.metrics()['acc']:.4f}")
+        axes.set_title(f"{images(self.images)}, accuracy {self.metrics()['acc']:.4f}")
         path = folder / CONFUSION_PICTURE
         figure.tight_layout()
         figure.savefig(path, dpi=100)
