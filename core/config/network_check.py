@@ -9,17 +9,21 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from hydrali.core.contracts.registry import backend_spec
+from hydrali.core.contracts.registry import backend_spec, load_backend
 
 
 def check_network(cfg: DictConfig) -> None:
-    """Run the check of the builder that `cfg.model` names for the run's backend, if it has one."""
+    """Run the check of the builder that `cfg.model` names for the run's backend, if it has one. Only a model that
+    names a network of a library (`model.name`: timm's, keras-hub's) is checked: the others are the task's own, and
+    their builders' framework is not imported before the data is checked. The backend loads first, so that its
+    framework is imported as it imports it (TensorFlow without its start-up chatter)."""
     from hydra.utils import get_method
 
     framework = backend_spec(cfg.backend.name).framework
     target = cfg.model.get("keras_target") if framework == "keras" else cfg.model.get("_target_")
-    if not target:
+    if not target or cfg.model.get("name") is None:
         return
+    load_backend(cfg.backend.name)
     try:
         builder = get_method(str(target))
     except Exception:  # noqa: BLE001 - a builder that cannot be had is named by the build, as before
