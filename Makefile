@@ -1,6 +1,7 @@
 # hydrali: the two commands of the README.
 #   make train   set up .venv, then run `hydrali` with its defaults (add ARGS="key=value ...")
-#   make test    set up .venv, then check the code with ruff (lint, format) and run the test suite
+#   make test    set up .venv, then check the code with ruff (lint, format) and run the test suite (its 25 slowest
+#                tests listed at the end)
 #   make lint    ruff alone: `ruff check` and `ruff format --check` (pyproject.toml [tool.ruff])
 PYTHON ?= python3
 VENV   ?= .venv
@@ -43,7 +44,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 
 test: lint
-	$(VENV)/bin/python -m pytest -q $(ARGS)
+	$(VENV)/bin/python -m pytest -q --durations=25 $(ARGS)
 
 clean:
 	rm -rf $(VENV) outputs multirun mlflow.db mlflow.db.lock mlartifacts data

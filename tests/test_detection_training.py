@@ -106,12 +106,12 @@ def user_coco(tmp_path_factory) -> Path:
     "backend,extra",
     [
         ("lightning", []),
-        ("keras", ["backend.devices=2", "backend.compile=true"]),  # XLA per replica
+        ("keras", ["backend.devices=2"]),
     ],
 )
 def test_a_users_coco_set_trains_with_scale_jitter_on_both_backends(user_coco, tmp_path, backend, extra):
     """Non-square images, category ids 3/7/11, one val image without boxes: trains and is scored (every val
-    image once, two replicas on Keras reading their own shards, with XLA)."""
+    image once, two replicas on Keras reading their own shards)."""
     out = run_cli(
         "task=detection",
         "data=coco",
