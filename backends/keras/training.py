@@ -283,11 +283,8 @@ class ContractModel(keras.Model):
             self.replica_gradients = None
             return super().make_train_function(force)
         self.replica_gradients = tf.function(self._gradients, jit_compile=True, reduce_retracing=True)
-        self.jit_compile = False
-        try:
+        with self._keras_xla_off():
             return super().make_train_function(force)
-        finally:
-            self.jit_compile = True
 
     def _gradients(self, x, y, sample_weight):
         """One replica's loss (as the loss tracker takes it), predictions and gradients on its batch."""
@@ -298,7 +295,7 @@ class ContractModel(keras.Model):
         return unscale_loss_for_distribution(loss), y_pred, tape.gradient(scaled, self.trainable_weights)
 
     def train_step(self, data):
-        if getattr(self, "replica_gradients", None) is None:
+        if self.replica_gradients is None:
             return self._reducible(super().train_step(data))
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         loss, y_pred, gradients = self.replica_gradients(x, y, sample_weight)
@@ -314,9 +311,16 @@ class ContractModel(keras.Model):
             self.validation_forward = None
             return super().make_test_function(force)
         self.validation_forward = tf.function(self._forward, jit_compile=True, reduce_retracing=True)
+        with self._keras_xla_off():
+            return super().make_test_function(force)
+
+    @contextlib.contextmanager
+    def _keras_xla_off(self):
+        """Keras builds its step function without XLA meanwhile (hydrali compiles the parts XLA can take itself);
+        jit_compile stays on for the model after."""
         self.jit_compile = False
         try:
-            return super().make_test_function(force)
+            yield
         finally:
             self.jit_compile = True
 
