@@ -1,7 +1,9 @@
 """What DDP itself scales to on this machine, without hydrali's Trainer around it: the run's network, optimizer and
 precision (the Lightning backend's probe, backends/lightning/probe.py) in torch's DistributedDataParallel, one
 process per GPU, trained by a plain loop on batches already on the GPU ("tensors") or fed by each rank's DALI
-shard ("dali"), on 1 GPU and on N. Prints one line per measurement and the ratio N / 1.
+shard ("dali"), or on the first batch while DALI keeps producing (and dropping) the next ones ("dali_discard":
+DALI's GPU work beside DDP, without its batches), on 1 GPU and on N. Prints one line per measurement and the ratio
+N / 1.
 
     python3 -m hydrali.core.bench.gpu.torch_ddp_bound --gpus 2 --feed tensors dali -- data=imagefolder data.root=DIR
 
@@ -11,6 +13,7 @@ The same config as `hydrali` (its overrides after `--`); run on the GPU machine 
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import time
 
@@ -49,18 +52,24 @@ def _compose(overrides: list[str]):
     return cfg
 
 
-def _rank(rank, world, port, feed, overrides, warmup, steps, results, device: str, trace: str | None = None):
+def _rank(rank, world, port, feed, overrides, warmup, steps, results, device: str, trace: str | None, extra: dict):
     from hydra.utils import instantiate
 
+    import hydrali.tasks.base as task_base
     from hydrali.backends.lightning.data import dali_loader
     from hydrali.backends.lightning.probe import LightningProbe
     from hydrali.core.distributed.topology import detect_topology
     from hydrali.core.run.plan import plan_run
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if extra["dali"]:  # DALI Pipeline arguments beside the recipe's (exec_dynamic=True, ...): every pipeline built here
+        build = task_base.make_pipeline
+        task_base.make_pipeline = lambda *args, **kwargs: build(*args, **kwargs, **extra["dali"])
     gpu = device == "gpu"
     if gpu:
         torch.cuda.set_device(rank)
+        if extra.get("side_stream"):  # training (and DALI's copies into it) on a stream of torch's, not the legacy one
+            torch.cuda.set_stream(torch.cuda.Stream())
     if world > 1:
         dist.init_process_group("nccl" if gpu else "gloo", rank=rank, world_size=world)
     cfg = _compose(overrides)
@@ -71,11 +80,15 @@ def _rank(rank, world, port, feed, overrides, warmup, steps, results, device: st
     probe = LightningProbe(cfg=cfg, task=task, dataset=dataset, plan=plan)
     model = TrainingLoss(probe.torch_task)
     if world > 1:
-        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank] if gpu else None)
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank] if gpu else None, **extra["ddp"])
     loader = dali_loader(task=task, cfg=cfg, dataset=dataset, plan=plan, is_training=True)
     if feed == "tensors":
         first = next(iter(loader))
         batches = iter(lambda: first, None)
+    elif feed == "dali_discard":
+        first = next(iter(loader))
+        produced = (batch for _ in iter(int, 1) for batch in loader)
+        batches = ((next(produced), first)[1] for _ in iter(int, 1))
     else:
         batches = (batch for _ in iter(int, 1) for batch in loader)
 
@@ -106,7 +119,7 @@ def _rank(rank, world, port, feed, overrides, warmup, steps, results, device: st
                 step()
             wait()
         os.makedirs(trace, exist_ok=True)
-        prof.export_chrome_trace(os.path.join(trace, f"{feed}-{world}gpu-rank{rank}.json"))
+        prof.export_chrome_trace(os.path.join(trace, f"{extra['tag']}{feed}-{world}gpu-rank{rank}.json"))
     if rank == 0:
         results.put(world * plan.per_replica_batch * steps / seconds)
     if world > 1:
@@ -114,16 +127,25 @@ def _rank(rank, world, port, feed, overrides, warmup, steps, results, device: st
 
 
 def measure(
-    world: int, feed: str, overrides: list[str], warmup: int, steps: int, device: str = "gpu", trace: str | None = None
+    world: int,
+    feed: str,
+    overrides: list[str],
+    warmup: int,
+    steps: int,
+    device: str = "gpu",
+    trace: str | None = None,
+    extra: dict | None = None,
 ) -> float:
     """Images/s of all `world` GPUs (or CPU processes) together, DDP over them, fed as `feed` says; with `trace`, a
-    Chrome trace of a few more steps per rank is written into that folder."""
+    Chrome trace of a few more steps per rank is written into that folder (its names begin with extra["tag"]);
+    extra["ddp"]: arguments of DistributedDataParallel, extra["dali"]: arguments of every DALI Pipeline."""
+    extra = extra or {"ddp": {}, "dali": {}, "tag": ""}
     context = mp.get_context("spawn")
     results = context.SimpleQueue()
     port = 29500 + os.getpid() % 1000
     mp.start_processes(
         _rank,
-        args=(world, port, feed, overrides, warmup, steps, results, device, trace),
+        args=(world, port, feed, overrides, warmup, steps, results, device, trace, extra),
         nprocs=world,
         start_method="spawn",
     )
@@ -134,19 +156,28 @@ def main() -> None:
     """Measure DDP on 1 GPU and on --gpus, per feed, repeated and interleaved; print each and the ratio."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gpus", type=int, default=torch.cuda.device_count())
-    parser.add_argument("--feed", nargs="+", default=["tensors", "dali"], choices=["tensors", "dali"])
+    parser.add_argument("--feed", nargs="+", default=["tensors", "dali"], choices=["tensors", "dali", "dali_discard"])
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--device", default="gpu", choices=["gpu", "cpu"], help="cpu: gloo processes (a dry run)")
     parser.add_argument("--trace", help="a folder: a torch profiler trace (Chrome JSON) of a few steps per rank")
+    parser.add_argument("--bucket-cap-mb", type=float, help="DDP's gradient bucket size (torch's default: 25)")
+    parser.add_argument("--static-graph", action="store_true", help="DDP's static_graph=True")
+    parser.add_argument("--dali-arg", action="append", default=[], help="KEY=VALUE, every DALI Pipeline's")
+    parser.add_argument("--side-stream", action="store_true", help="train on a stream of its own, not CUDA's default")
+    parser.add_argument("--tag", default="", help="a prefix of the trace files' names")
     parser.add_argument("overrides", nargs="*", help="hydrali overrides (after --)")
     args = parser.parse_args()
+    ddp_kwargs = {"bucket_cap_mb": args.bucket_cap_mb} if args.bucket_cap_mb else {}
+    ddp_kwargs.update({"static_graph": True} if args.static_graph else {})
+    dali_kwargs = {key: ast.literal_eval(value) for key, _, value in (arg.partition("=") for arg in args.dali_arg)}
+    extra = {"ddp": ddp_kwargs, "dali": dali_kwargs, "tag": args.tag, "side_stream": args.side_stream}
     rates: dict[tuple[str, int], list[float]] = {}
     for _ in range(args.repeats):
         for feed in args.feed:
             for world in (1, args.gpus):
-                rate = measure(world, feed, args.overrides, args.warmup, args.steps, args.device, args.trace)
+                rate = measure(world, feed, args.overrides, args.warmup, args.steps, args.device, args.trace, extra)
                 rates.setdefault((feed, world), []).append(rate)
                 print(f"ddp_bound: {feed:7s} {world} GPU(s): {rate:,.0f} images/s", flush=True)
     for feed in args.feed:
