@@ -74,6 +74,10 @@ def test_a_value_that_is_no_choice_is_one_line_naming_the_choices(tmp_path):
         run_cli("backend.precision=fp8", cwd=tmp_path),
         "backend.precision='fp8': choose one of auto, 32-true, bf16-mixed, 16-mixed",
     )
+    fails_with(
+        run_cli("backend.ddp_bucket_mb=0", cwd=tmp_path),
+        "backend.ddp_bucket_mb=0.0: DDP's gradient buckets need a size above 0",
+    )
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert written == [], f"a refused run wrote {written}"
 

@@ -1,5 +1,7 @@
 """Several processes through the real launchers: Lightning DDP (CPU, gloo) and a Hydra -m sweep."""
 
+import json
+
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -28,6 +30,8 @@ def test_ddp_with_two_processes_reads_two_disjoint_shards_and_doubles_the_global
         *LIGHTNING_QUIET,
         "pipeline.options.initial_fill=1",  # DALI's shuffle buffer draws nothing from the next pass
         with_plugin_callback("labels", "RecordTrainingLabels", folder=str(record)),
+        "backend.ddp_bucket_mb=50",
+        with_plugin_callback("ddp", "RecordDdp", folder=str(record)),
     ]
     res = run_cli(*args, f"hydra.run.dir={out}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -39,6 +43,9 @@ def test_ddp_with_two_processes_reads_two_disjoint_shards_and_doubles_the_global
     assert len(read[0]) == len(set(read[0])) == 2 * batch, "rank 0 trained on 2 batches of distinct images"
     assert len(read[1]) == len(set(read[1])) == 2 * batch, "rank 1 too"
     assert set(read[0]).isdisjoint(read[1]), "the two processes read disjoint shards"
+    for rank in (0, 1):  # torch's DDP wrapped the network with the gradient buckets backend.ddp_bucket_mb asked for
+        ddp = json.loads((record / f"ddp_rank{rank}.json").read_text())
+        assert ddp == {"wrapper": "DistributedDataParallel", "bucket_bytes": 50 * 1024 * 1024}
     cfg = compose_config(args, tmp_path, data_dir)
     run_ = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").get_run(summary["mlflow_run_id"])
     assert run_.data.params["plan/world_size"] == "2"

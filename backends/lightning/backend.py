@@ -12,6 +12,7 @@ import lightning as L
 import torch
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.strategies import DDPStrategy, Strategy
 from omegaconf import DictConfig, OmegaConf
 
 from hydrali.backends.lightning import agreement
@@ -69,6 +70,19 @@ def node_devices(backend: DictConfig) -> int:
     `auto` is every GPU torch sees, or 1 on the CPU (backend.accelerator=cpu, or no GPU)."""
     gpus = 0 if str(backend.accelerator) == "cpu" else torch.cuda.device_count()
     return devices_per_node(backend.devices, gpus, launched_externally=topology.launched_externally())
+
+
+def training_strategy(backend: DictConfig) -> str | Strategy:
+    """Lightning's strategy for backend.strategy: when several processes train under DDP (auto, ddp,
+    ddp_find_unused_parameters_true), DDP with gradient buckets of backend.ddp_bucket_mb MiB; else the strategy
+    as named."""
+    name = str(backend.strategy)
+    if name not in SELF_LAUNCHED or node_devices(backend) * backend.num_nodes == 1:
+        return name
+    return DDPStrategy(
+        bucket_cap_mb=float(backend.ddp_bucket_mb),
+        find_unused_parameters=name == "ddp_find_unused_parameters_true",
+    )
 
 
 def _in_sweep() -> bool:
@@ -179,7 +193,7 @@ def _fit(
         accelerator=cfg.backend.accelerator,
         devices=node_devices(cfg.backend),
         num_nodes=cfg.backend.num_nodes,
-        strategy=cfg.backend.strategy,
+        strategy=training_strategy(cfg.backend),
         precision=str(cfg.backend.precision),
         deterministic=cfg.deterministic,
         logger=False,

@@ -48,7 +48,8 @@ def switch_setting(value: Any, key: str) -> bool | None:
 
 def check_backend_settings(backend: DictConfig) -> None:
     """Fail, naming the key and its choices, when backend.precision, backend.devices or a true | false | auto key
-    holds another value (the schema types them loosely so that `auto`, true and false can all be typed)."""
+    holds another value (the schema types them loosely so that `auto`, true and false can all be typed), or when
+    backend.ddp_bucket_mb is not above 0."""
     if "precision" in backend:  # a backend of another package may declare none of these keys
         precision_setting(backend.precision)
     if "devices" in backend:
@@ -56,6 +57,8 @@ def check_backend_settings(backend: DictConfig) -> None:
     for key in SWITCHES:
         if key in backend:
             switch_setting(backend[key], key)
+    if "ddp_bucket_mb" in backend and not backend.ddp_bucket_mb > 0:
+        raise HydraliError(f"backend.ddp_bucket_mb={backend.ddp_bucket_mb}: DDP's gradient buckets need a size above 0")
 
 
 def auto_precision(device: TrainingDevice) -> str:

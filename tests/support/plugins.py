@@ -157,6 +157,26 @@ class RecordTrainingLabels:
         return _Record()
 
 
+class RecordDdp:
+    """Write what wraps the network in this Lightning process when training starts to <folder>/ddp_rank<R>.json:
+    the wrapper's class name and, for torch's DistributedDataParallel, its gradient bucket size in bytes."""
+
+    def __new__(cls, folder: str):
+        import json
+        from pathlib import Path
+
+        import lightning as L
+
+        class _Record(L.Callback):
+            def on_train_start(self, trainer, pl_module) -> None:
+                wrapper = trainer.strategy.model
+                seen = {"wrapper": type(wrapper).__name__, "bucket_bytes": getattr(wrapper, "bucket_bytes_cap", None)}
+                Path(folder).mkdir(parents=True, exist_ok=True)
+                (Path(folder) / f"ddp_rank{trainer.global_rank}.json").write_text(json.dumps(seen))
+
+        return _Record()
+
+
 def torch_model_without_batchnorm(num_classes: int, record_steps: str | None = None, **unused):
     """A small conv net with no BatchNorm, on torch: its gradients do not depend on how a batch is split. With
     `record_steps` (a path), each forward pass in training mode appends a line to that file."""
