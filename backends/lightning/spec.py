@@ -18,7 +18,7 @@ class LightningBackendConfig:
     devices: Any = "auto"  # auto | a count (hydrali.core.distributed.device_count)
     num_nodes: int = 1
     strategy: str = "auto"
-    ddp_bucket_mb: float = 100.0  # DDP's gradient bucket size, in MiB (hydrali.backends.lightning.backend)
+    ddp_bucket_mb: float = 25.0  # DDP's gradient bucket size, in MiB (hydrali.backends.lightning.backend)
     precision: str = "auto"  # auto | a Precision name (checked by hydrali.core.run.auto_settings)
     channels_last: Any = "auto"  # true | false | auto
     compile: Any = False  # true | false | auto (hydrali.core.run.auto_settings)
