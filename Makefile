@@ -1,7 +1,8 @@
 # hydrali: the two commands of the README.
 #   make train   set up .venv, then run `hydrali` with its defaults (add ARGS="key=value ...")
-#   make test    set up .venv, then check the code with ruff (lint, format) and run the test suite (its 25 slowest
-#                tests listed at the end)
+#   make test    set up .venv, then check the code with ruff (lint, format) and run the test suite on TEST_WORKERS
+#                processes (pytest-xdist; tests that share a trained fixture run on one), its 25 slowest tests listed
+#                at the end
 #   make lint    ruff alone: `ruff check` and `ruff format --check` (pyproject.toml [tool.ruff])
 PYTHON ?= python3
 VENV   ?= .venv
@@ -12,6 +13,8 @@ VENV   ?= .venv
 GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo yes)
 TORCH_SPEC ?= $(if $(GPU),torch torchvision,torch==2.14.1 torchvision==0.29.1)
 ARGS ?=
+# test processes of `make test` (pytest-xdist): CI's machine has 2 cores; each test's runs are mostly one busy core
+TEST_WORKERS ?= 2
 # backend=keras's extra (pyproject.toml): on a GPU machine TensorFlow with its CUDA libraries and an XLA-ready cuDNN
 KERAS_EXTRA ?= $(if $(GPU),keras-cuda,keras)
 # triton (torch's compiler of GPU kernels) crashes a process that loads it after TensorFlow (in-process tests of both
@@ -44,7 +47,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 
 test: lint
-	$(VENV)/bin/python -m pytest -q --durations=25 $(ARGS)
+	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(ARGS)
 
 clean:
 	rm -rf $(VENV) outputs multirun mlflow.db mlflow.db.lock mlartifacts data

@@ -81,8 +81,10 @@ def _keras_network(checkpoint, run_dir) -> dict[str, np.ndarray]:
     from omegaconf import OmegaConf
 
     from hydrali.backends.keras.training import ContractModel
+    from hydrali.core.config.store import register_schemas
     from hydrali.tasks.classification.keras_task import KerasClassification
 
+    register_schemas()  # the saved config's resolvers (model.stem), whichever test ran in this process before
     cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
     classes = len(list((Path(cfg.data.root) / "train").iterdir()))
     OmegaConf.update(cfg, "model.weights", None)

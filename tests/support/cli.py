@@ -3,11 +3,13 @@ end or started in the background, and free TCP ports for the processes of one jo
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,6 +47,22 @@ def start_cli(
     return subprocess.Popen(
         [sys.executable, *entry, *args], cwd=cwd, env=cli_env(env), stdout=stdout, stderr=stderr, text=True, **popen
     )
+
+
+@functools.cache
+def lightning_startup_seconds() -> float:
+    """Seconds a fresh `python` takes, on this machine as loaded now, to import hydrali's Lightning backend (Lightning,
+    torch, torchmetrics): the floor of any `hydrali` run that reaches that backend. Measured once a process, so that
+    a test's bound on how soon a command answers holds on a busy machine (CI's 2 cores running 2 tests) as on a
+    quiet one."""
+    started = time.monotonic()
+    subprocess.run(
+        [sys.executable, "-c", "import hydrali.core.cli.main, hydrali.backends.lightning.backend"],
+        env=cli_env(),
+        check=True,
+        capture_output=True,
+    )
+    return time.monotonic() - started
 
 
 def as_from_a_terminal() -> None:
