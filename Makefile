@@ -1,8 +1,8 @@
 # hydrali: the two commands of the README.
 #   make train   set up .venv, then run `hydrali` with its defaults (add ARGS="key=value ...")
 #   make test    set up .venv, then check the code with ruff (lint, format) and run the test suite on TEST_WORKERS
-#                processes (pytest-xdist; tests that share a trained fixture run on one), its 25 slowest tests listed
-#                at the end
+#                processes (pytest-xdist; a file's tests run on one: its module fixtures train once), its 25
+#                slowest tests listed at the end
 #   make lint    ruff alone: `ruff check` and `ruff format --check` (pyproject.toml [tool.ruff])
 PYTHON ?= python3
 VENV   ?= .venv
@@ -47,7 +47,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 
 test: lint
-	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(ARGS)
+	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 $(ARGS)
 
 clean:
 	rm -rf $(VENV) outputs multirun mlflow.db mlflow.db.lock mlartifacts data

@@ -65,22 +65,3 @@ def make_cfg(tmp_path, data_dir):
         return compose_config(list(overrides), tmp_path, data_dir, output_dir)
 
     return make
-
-
-# fixtures that train once for many tests: under pytest-xdist (`make test` runs 2 workers) their tests share a worker
-SHARED_RUNS = ("trained_on_both", "detection_runs")
-
-
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist's loadgroup distribution: the tests of a session fixture that trains (SHARED_RUNS) run on
-    one worker, which trains it once; so do the tests of a module whose module-scoped fixture trains or writes data.
-    Every other test goes to whichever worker is free."""
-    for item in items:
-        fixtures = getattr(item, "_fixtureinfo", None)
-        if fixtures is None:
-            continue
-        shared = [name for name in SHARED_RUNS if name in fixtures.names_closure]
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(shared[0]))
-        elif any(d.scope == "module" for defs in fixtures.name2fixturedefs.values() for d in defs):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
