@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
 import os
 import time
 
@@ -65,6 +66,8 @@ def _rank(rank, world, port, feed, overrides, warmup, steps, results, device: st
     if extra["dali"]:  # DALI Pipeline arguments beside the recipe's (exec_dynamic=True, ...): every pipeline built here
         build = task_base.make_pipeline
         task_base.make_pipeline = lambda *args, **kwargs: build(*args, **kwargs, **extra["dali"])
+    if extra.get("decoder"):  # every recipe's GPU image decoder takes these beside hydrali's (preallocation hints, ...)
+        _extend_decoder_args(extra["decoder"])
     gpu = device == "gpu"
     if gpu:
         torch.cuda.set_device(rank)
@@ -119,11 +122,40 @@ def _rank(rank, world, port, feed, overrides, warmup, steps, results, device: st
                 step()
             wait()
         os.makedirs(trace, exist_ok=True)
-        prof.export_chrome_trace(os.path.join(trace, f"{extra['tag']}{feed}-{world}gpu-rank{rank}.json"))
+        path = os.path.join(trace, f"{extra['tag']}{feed}-{world}gpu-rank{rank}.json")
+        prof.export_chrome_trace(path)
+        with open(path + ".threads", "w") as names:  # the process's threads by id (DALI's and nvJPEG's named)
+            json.dump(_thread_names(), names)
     if rank == 0:
         results.put(world * plan.per_replica_batch * steps / seconds)
     if world > 1:
         dist.destroy_process_group()
+
+
+def _extend_decoder_args(extra_args: dict) -> None:
+    """Every recipe's mixed (GPU) image decoder takes `extra_args` beside hydrali's arguments (this process only)."""
+    import hydrali.core.data.pipelines as pipelines
+    import hydrali.tasks.classification.recipes as classification
+    import hydrali.tasks.detection.recipes as detection
+
+    base = pipelines.decoder_args
+
+    def decoder_args(device: str, hw_decoder_load: float) -> dict:
+        return {**base(device, hw_decoder_load), **(extra_args if device == "gpu" else {})}
+
+    classification.decoder_args = detection.decoder_args = decoder_args
+
+
+def _thread_names() -> dict[str, str]:
+    """This process's threads: {thread id: name} as Linux lists them (a torch profiler trace's `tid`)."""
+    names = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as comm:
+                names[tid] = comm.read().strip()
+        except OSError:  # the thread ended meanwhile
+            continue
+    return names
 
 
 def measure(
@@ -138,7 +170,8 @@ def measure(
 ) -> float:
     """Images/s of all `world` GPUs (or CPU processes) together, DDP over them, fed as `feed` says; with `trace`, a
     Chrome trace of a few more steps per rank is written into that folder (its names begin with extra["tag"]);
-    extra["ddp"]: arguments of DistributedDataParallel, extra["dali"]: arguments of every DALI Pipeline."""
+    extra["ddp"]: arguments of DistributedDataParallel, extra["dali"]: arguments of every DALI Pipeline,
+    extra["decoder"]: arguments of every GPU image decoder."""
     extra = extra or {"ddp": {}, "dali": {}, "tag": ""}
     context = mp.get_context("spawn")
     results = context.SimpleQueue()
@@ -150,6 +183,11 @@ def measure(
         start_method="spawn",
     )
     return results.get()
+
+
+def _keyword_args(pairs: list[str]) -> dict:
+    """{KEY: value} of KEY=VALUE strings, each value a Python literal."""
+    return {key: ast.literal_eval(value) for key, _, value in (pair.partition("=") for pair in pairs)}
 
 
 def main() -> None:
@@ -165,14 +203,16 @@ def main() -> None:
     parser.add_argument("--bucket-cap-mb", type=float, help="DDP's gradient bucket size (torch's default: 25)")
     parser.add_argument("--static-graph", action="store_true", help="DDP's static_graph=True")
     parser.add_argument("--dali-arg", action="append", default=[], help="KEY=VALUE, every DALI Pipeline's")
+    parser.add_argument("--decoder-arg", action="append", default=[], help="KEY=VALUE, every GPU image decoder's")
     parser.add_argument("--side-stream", action="store_true", help="train on a stream of its own, not CUDA's default")
     parser.add_argument("--tag", default="", help="a prefix of the trace files' names")
     parser.add_argument("overrides", nargs="*", help="hydrali overrides (after --)")
     args = parser.parse_args()
     ddp_kwargs = {"bucket_cap_mb": args.bucket_cap_mb} if args.bucket_cap_mb else {}
     ddp_kwargs.update({"static_graph": True} if args.static_graph else {})
-    dali_kwargs = {key: ast.literal_eval(value) for key, _, value in (arg.partition("=") for arg in args.dali_arg)}
-    extra = {"ddp": ddp_kwargs, "dali": dali_kwargs, "tag": args.tag, "side_stream": args.side_stream}
+    dali_kwargs, decoder_kwargs = (_keyword_args(pairs) for pairs in (args.dali_arg, args.decoder_arg))
+    extra = {"ddp": ddp_kwargs, "dali": dali_kwargs, "decoder": decoder_kwargs, "tag": args.tag}
+    extra["side_stream"] = args.side_stream
     rates: dict[tuple[str, int], list[float]] = {}
     for _ in range(args.repeats):
         for feed in args.feed:

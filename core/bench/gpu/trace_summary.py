@@ -1,8 +1,9 @@
 """What a torch profiler trace (Chrome JSON, e.g. from torch_ddp_bound.py --trace) shows of a GPU's time: per CUDA
 stream its kernels' busy time and top kernels, the NCCL kernels' time, how much of it other streams' kernels ran
 beside, the GPU's idle time (no kernel on any stream) within the traced span, how far the host ran ahead of the
-GPU (a kernel's start after its launch: near 0, the GPU waited for the host), and the calls that block a thread
-until the GPU is done (device, stream and event synchronizations, per thread).
+GPU (a kernel's start after its launch: near 0, the GPU waited for the host), and per thread the calls that block it
+until the GPU is done (device, stream and event synchronizations) or may (allocating or freeing device or pinned
+memory), with the thread's name where the trace or its sidecar file TRACE.json.threads (torch_ddp_bound.py) has it.
 
     python3 -m hydrali.core.bench.gpu.trace_summary TRACE.json [TRACE.json ...]
 """
@@ -12,9 +13,14 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 from collections import defaultdict
 
-TOP_KERNELS = 4  # streams listed, kernels listed per stream, blocking calls listed
+TOP_KERNELS = 4  # streams listed, kernels listed per stream
+TOP_CALLS = 8  # blocking calls listed (per thread and name)
+# CUDA calls that wait for the GPU: explicit synchronizations, and allocations and frees (cudaFree and cudaFreeHost
+# synchronize the device; a pool that grows calls them)
+BLOCKING = ("Synchronize", "Free", "Malloc", "HostAlloc", "HostRegister", "MemCreate", "MemMap", "MemUnmap")
 HOST_BOUND_US = 50  # a kernel starting this soon after its launch call waited for the host
 
 
@@ -73,11 +79,21 @@ def summarize(path: str) -> str:
         nccl_ms = sum(b - a for a, b in nccl) / 1e3
         beside = _covered(nccl, others) / 1e3
         lines.append(f"  NCCL kernels {nccl_ms:.1f} ms, of which other kernels ran beside {beside:.1f} ms")
-    lines += _host_lines(events, kernels)
+    lines += _host_lines(events, kernels, _thread_names(path, events))
     return "\n".join(lines)
 
 
-def _host_lines(events: list[dict], kernels: list[dict]) -> list[str]:
+def _thread_names(path: str, events: list[dict]) -> dict[int, str]:
+    """{thread id: name}: the trace's thread_name metadata, then the sidecar file's names (which win)."""
+    names = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    sidecar = path.removesuffix(".gz") + ".threads"
+    if os.path.exists(sidecar):
+        with open(sidecar) as handle:
+            names.update({int(tid): name for tid, name in json.load(handle).items()})
+    return names
+
+
+def _host_lines(events: list[dict], kernels: list[dict], names: dict[int, str]) -> list[str]:
     """The host's lead over the GPU (kernel start minus its launch call's start) and the blocking calls per thread."""
     launches = {
         e["args"].get("correlation"): e for e in events if e.get("cat") == "cuda_runtime" and e.get("ph") == "X"
@@ -94,12 +110,18 @@ def _host_lines(events: list[dict], kernels: list[dict]) -> list[str]:
         )
     blocking: dict[tuple[int, str], list[float]] = defaultdict(list)
     for e in events:
-        if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver") and "Synchronize" in e["name"]:
+        if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver") and _blocks(e["name"]):
             blocking[(e["tid"], e["name"])].append(e["dur"])
-    for (tid, name), durations in sorted(blocking.items(), key=lambda kv: -sum(kv[1]))[:TOP_KERNELS]:
+    for (tid, name), durations in sorted(blocking.items(), key=lambda kv: -sum(kv[1]))[:TOP_CALLS]:
         total, longest = sum(durations) / 1e3, max(durations) / 1e3
-        lines.append(f"  thread {tid}: {len(durations)} x {name}, {total:.1f} ms, longest {longest:.1f} ms")
+        thread = f"{tid} ({names[tid]})" if tid in names else str(tid)
+        lines.append(f"  thread {thread}: {len(durations)} x {name}, {total:.1f} ms, longest {longest:.1f} ms")
     return lines
+
+
+def _blocks(call: str) -> bool:
+    """Whether a CUDA call of this name waits, or may wait, for the GPU (BLOCKING); asynchronous ones do not."""
+    return any(word in call for word in BLOCKING) and "Async" not in call
 
 
 def main() -> None:
