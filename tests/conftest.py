@@ -1,5 +1,6 @@
 """Shared fixtures: the session's data dir, configs composed through Hydra's compose API, and TensorFlow's CPU split
-into 2 logical devices for a session that holds a Keras test. The helpers they use live in tests/support/."""
+into 2 logical devices for a session that holds a Keras test; under pytest-xdist, how the files go to the workers.
+The helpers they use live in tests/support/."""
 
 from __future__ import annotations
 
@@ -10,6 +11,17 @@ import pytest
 
 from hydrali.tasks.classification.datasets import write_digits
 from tests.support.configs import compose_config
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # optional: a run without pytest-xdist; first: over xdist's own
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile hands out whole files, the files that share the session's trained runs as one unit, longest
+    first (tests/support/scheduling.py); any other --dist is xdist's own."""
+    if config.getvalue("dist") == "loadfile":
+        from tests.support.scheduling import SharedRunsFirstScheduling
+
+        return SharedRunsFirstScheduling(config, log)
+    return None
 
 
 @pytest.fixture(scope="session", autouse=True)

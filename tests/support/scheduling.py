@@ -1,0 +1,84 @@
+"""How `pytest -n 2 --dist loadfile` (make test) hands the test files to its 2 workers: whole files, the files that
+share one of the session's trained runs as one unit, so that the run is trained once and by one worker, and the
+longest units first, so that the workers finish close together. Used by conftest.py's pytest_xdist_make_scheduler."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from xdist.scheduler import LoadFileScheduling
+
+# The files whose tests use conftest.py's trained_on_both or detection_runs. A session fixture is built once in every
+# worker that runs a test of it: as one unit, these files' tests run in one worker, and the runs are trained once
+# (detection_runs: 5 epochs of detection on each backend, 194 s on the quiet 2 cores; trained_on_both: 110 s).
+SHARED_RUNS = "tests: the files that use the session's trained runs"
+FILES_OF_SHARED_RUNS = frozenset(
+    {
+        "tests/test_after_training.py",
+        "tests/test_auto_settings.py",
+        "tests/test_backends_agree.py",
+        "tests/test_detection_training.py",
+        "tests/test_hints.py",
+        "tests/test_leftovers.py",
+    }
+)
+
+# Seconds each file took in a serial run of the whole suite on the 2-core CI machine (2026-11-26, junit times, the
+# session's trained runs counted in the first file that used them); a file not named here took under 20 s.
+SECONDS_ALONE = {
+    "tests/test_pretrained.py": 488,
+    "tests/test_after_training.py": 375,
+    "tests/test_preemption.py": 330,
+    "tests/test_webdataset.py": 295,
+    "tests/test_detection_training.py": 293,
+    "tests/test_launch.py": 257,
+    "tests/test_sweeps.py": 246,
+    "tests/test_bad_input.py": 222,
+    "tests/test_refusals.py": 207,
+    "tests/test_run_dir.py": 196,
+    "tests/test_start_from_run.py": 173,
+    "tests/test_keras.py": 171,
+    "tests/test_webdataset_detection.py": 153,
+    "tests/test_interrupt.py": 127,
+    "tests/test_fine_tuning.py": 111,
+    "tests/test_training.py": 103,
+    "tests/test_bad_files.py": 100,
+    "tests/test_multiprocess.py": 97,
+    "tests/test_leftovers.py": 85,
+    "tests/test_auto_augment.py": 71,
+    "tests/test_bench_scaling.py": 62,
+    "tests/test_keras_workers.py": 62,
+    "tests/test_hints.py": 52,
+    "tests/test_class_weights.py": 50,
+    "tests/test_bench.py": 44,
+    "tests/test_config.py": 37,
+    "tests/test_photo_defaults.py": 32,
+    "tests/test_model_names.py": 28,
+    "tests/test_bench_training.py": 28,
+    "tests/test_image_files.py": 28,
+    "tests/test_autotune.py": 27,
+}
+LIGHT_FILE_SECONDS = 10  # what a file not in SECONDS_ALONE counts as
+
+
+class SharedRunsFirstScheduling(LoadFileScheduling):
+    """xdist's loadfile scheduling (a file's tests run in one worker, in their order), with the files of
+    FILES_OF_SHARED_RUNS as one unit and the units handed out longest first (by SECONDS_ALONE)."""
+
+    _longest_first = False
+
+    def _split_scope(self, nodeid: str) -> str:
+        file = super()._split_scope(nodeid)
+        return SHARED_RUNS if file in FILES_OF_SHARED_RUNS else file
+
+    def _assign_work_unit(self, node) -> None:
+        if not self._longest_first:  # the first assignment: the queue holds every unit
+            self.workqueue = OrderedDict(sorted(self.workqueue.items(), key=lambda unit: -unit_seconds(unit[1])))
+            self._longest_first = True
+        super()._assign_work_unit(node)
+
+
+def unit_seconds(nodeids) -> int:
+    """The seconds a unit of tests took alone: the sum over its files."""
+    files = {nodeid.split("::", 1)[0] for nodeid in nodeids}
+    return sum(SECONDS_ALONE.get(file, LIGHT_FILE_SECONDS) for file in files)
