@@ -1,8 +1,20 @@
 """Shared fixtures: the session's data dir, configs composed through Hydra's compose API, and TensorFlow's CPU split
-into 2 logical devices for a session that holds a Keras test; under pytest-xdist, how the files go to the workers.
-The helpers they use live in tests/support/."""
+into 2 logical devices for a session that holds a Keras test; under pytest-xdist, how the files go to the workers
+and one compute thread per framework in each worker. The helpers they use live in tests/support/."""
 
 from __future__ import annotations
+
+import os
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker of `pytest -n N`, set before torch or TensorFlow is imported
+    # N workers share the machine's cores (make test: 2 on CI's 2 cores): torch's OpenMP pool and TensorFlow's
+    # intra-op pool of one thread in each worker and each hydrali it starts, rather than one per core each, which
+    # oversubscribes the cores (measured on 2 cores: tests/test_fine_tuning.py, test_multiprocess.py and
+    # test_keras_workers.py under -n 2 took 259 s; 233 s with OMP_NUM_THREADS, TF_NUM_INTRAOP_THREADS and
+    # TF_NUM_INTEROP_THREADS at 1). TensorFlow's inter-op pool is left as it is: the replicas of a Keras run wait on
+    # each other in it. A value set by the caller stays.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 
 import shutil
 from pathlib import Path
