@@ -5,7 +5,8 @@
 # (no hardware decoder), the hardware decoder's memory preallocated, nvJPEG's padding raised, DALI's device memory
 # from cudaMallocAsync or from cudaMalloc (not virtual memory), and a decoder without a crop window (pipeline=light).
 # Each variant's N-GPU rank-0 trace is summarized: the calls that wait for the GPU, per thread with its name.
-#   bash core/bench/gpu/dali_sync.sh [first|second|all] [hydrali overrides]
+# "backtraces": the native stacks that call cudaDeviceSynchronize and its kin (cuda_backtraces.py).
+#   bash core/bench/gpu/dali_sync.sh [first|backtraces|second|all] [hydrali overrides]
 set -uo pipefail
 source core/bench/gpu/env.sh
 PART=${1:-all}
@@ -34,6 +35,11 @@ if [[ $PART == first || $PART == all ]]; then
   measure smdecode -- "${RUN[@]}" pipeline.hw_decoder_load=0.0
   measure prealloc "${PREALLOCATED[@]}" -- "${RUN[@]}"
   measure padded "${PADDED[@]}" -- "${RUN[@]}"
+fi
+if [[ $PART == backtraces || $PART == all ]]; then  # who calls them: native stacks on rank 0, 1 GPU and 2
+  echo "== backtraces"
+  python3 -m hydrali.core.bench.gpu.torch_ddp_bound --repeats 1 --steps 20 --feed dali \
+    --backtraces cudaDeviceSynchronize cudaStreamSynchronize cudaFree cudaFreeHost -- "${RUN[@]}" 2>&1 | grep -vE "^(ERROR|WARNING|\[W)" | head -400
 fi
 if [[ $PART == second || $PART == all ]]; then
   measure mallocasync DALI_USE_CUDA_MALLOC_ASYNC=1 DALI_USE_VMM=0 -- "${RUN[@]}"

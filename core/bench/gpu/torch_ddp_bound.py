@@ -113,7 +113,18 @@ def _rank(rank, world, port, feed, overrides, warmup, steps, results, device: st
         step()
     wait()
     seconds = time.perf_counter() - start
-    if trace:  # a few more steps under torch's profiler: one Chrome trace per rank (CPU and CUDA timelines)
+    if extra.get("backtraces"):  # a few more steps, the native stacks of the named CUDA calls recorded (rank 0's shown)
+        from hydrali.core.bench.gpu.cuda_backtraces import CallRecorder
+
+        recorder = CallRecorder(set(extra["backtraces"]))
+        recorder.start()
+        for _ in range(TRACED_STEPS):
+            step()
+        wait()
+        recorder.stop()
+        if rank == 0:
+            print(f"backtraces of rank 0, {world} GPU(s), {TRACED_STEPS} steps:\n{recorder.report()}", flush=True)
+    elif trace:  # a few more steps under torch's profiler: one Chrome trace per rank (CPU and CUDA timelines)
         from torch.profiler import ProfilerActivity, profile
 
         activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if gpu else [])]
@@ -205,6 +216,13 @@ def main() -> None:
     parser.add_argument("--dali-arg", action="append", default=[], help="KEY=VALUE, every DALI Pipeline's")
     parser.add_argument("--decoder-arg", action="append", default=[], help="KEY=VALUE, every GPU image decoder's")
     parser.add_argument("--side-stream", action="store_true", help="train on a stream of its own, not CUDA's default")
+    parser.add_argument(
+        "--backtraces",
+        nargs="+",
+        default=[],
+        help="CUDA runtime calls (cudaDeviceSynchronize, ...): "
+        "the native stacks of their callers over a few more steps, instead of --trace",
+    )
     parser.add_argument("--tag", default="", help="a prefix of the trace files' names")
     parser.add_argument("overrides", nargs="*", help="hydrali overrides (after --)")
     args = parser.parse_args()
@@ -212,7 +230,7 @@ def main() -> None:
     ddp_kwargs.update({"static_graph": True} if args.static_graph else {})
     dali_kwargs, decoder_kwargs = (_keyword_args(pairs) for pairs in (args.dali_arg, args.decoder_arg))
     extra = {"ddp": ddp_kwargs, "dali": dali_kwargs, "decoder": decoder_kwargs, "tag": args.tag}
-    extra["side_stream"] = args.side_stream
+    extra.update(side_stream=args.side_stream, backtraces=args.backtraces)
     rates: dict[tuple[str, int], list[float]] = {}
     for _ in range(args.repeats):
         for feed in args.feed:
