@@ -6,7 +6,7 @@
 # from cudaMallocAsync or from cudaMalloc (not virtual memory), and a decoder without a crop window (pipeline=light).
 # Each variant's N-GPU rank-0 trace is summarized: the calls that wait for the GPU, per thread with its name.
 # "backtraces": the native stacks that call cudaDeviceSynchronize and its kin (cuda_backtraces.py).
-#   bash core/bench/gpu/dali_sync.sh [first|backtraces|second|all] [hydrali overrides]
+#   bash core/bench/gpu/dali_sync.sh [first|backtraces|second|third|all] (BACKTRACE_ENV: variables for the backtraces) [hydrali overrides]
 set -uo pipefail
 source core/bench/gpu/env.sh
 PART=${1:-all}
@@ -37,13 +37,15 @@ if [[ $PART == first || $PART == all ]]; then
   measure padded "${PADDED[@]}" -- "${RUN[@]}"
 fi
 if [[ $PART == backtraces || $PART == all ]]; then  # who calls them: native stacks on rank 0, 1 GPU and 2
-  echo "== backtraces"
-  python3 -m hydrali.core.bench.gpu.torch_ddp_bound --repeats 1 --steps 20 --feed dali \
+  echo "== backtraces ${BACKTRACE_ENV:-}"
+  env ${BACKTRACE_ENV:-} python3 -m hydrali.core.bench.gpu.torch_ddp_bound --repeats 1 --steps 20 --feed dali \
     --backtraces cudaDeviceSynchronize cudaStreamSynchronize cudaFree cudaFreeHost -- "${RUN[@]}" 2>&1 | grep -vE "^(ERROR|WARNING|\[W)" | head -400
 fi
 if [[ $PART == second || $PART == all ]]; then
   measure mallocasync DALI_USE_CUDA_MALLOC_ASYNC=1 DALI_USE_VMM=0 -- "${RUN[@]}"
   measure novmm DALI_USE_VMM=0 -- "${RUN[@]}"
+fi
+if [[ $PART == third || $PART == all ]]; then
   measure nocrop -- "${RUN[@]}" pipeline=light
   measure stats --decoder-arg memory_stats=True -- "${RUN[@]}"
 fi
