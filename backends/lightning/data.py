@@ -13,24 +13,6 @@ from hydrali.core.run.plan import Plan
 LAYOUT = "CHW"  # the image layout torch takes (also what core.data.autotune probes with)
 
 
-def bind_outputs_to_torch_stream(pipe) -> None:
-    """Make a built GPU pipeline of DALI's default execution model hand its batches to torch's current CUDA stream:
-    that stream, not the host, waits for each batch, and DALI frees a batch's memory in that stream's order once
-    torch drops it. Unbound, a batch is freed in host order, which DALI's memory pool does by synchronizing the
-    whole device (waiting for every step torch has queued) once per batch: DDP lost its lead on the GPU to it
-    (BENCHMARKS.md). CPU pipelines, and GPU ones of DALI's older executor, are left as they are."""
-    if pipe.device_id is None or not pipe.exec_dynamic:
-        return
-    import torch
-
-    share_outputs = pipe.share_outputs
-
-    def share_outputs_on_torch_stream(cuda_stream=None):
-        return share_outputs(torch.cuda.current_stream(pipe.device_id) if cuda_stream is None else cuda_stream)
-
-    pipe.share_outputs = share_outputs_on_torch_stream
-
-
 class DaliLoader:
     """An endless DALIGenericIterator as Lightning wants a loader: len() and iter() give one epoch of the
     contract. Validation batches are trimmed to their real samples (the shard's padding is dropped), and a
@@ -136,7 +118,6 @@ def dali_loader(*, task, cfg, dataset, plan: Plan, is_training: bool) -> DaliLoa
         )
         try:
             pipe.build()
-            bind_outputs_to_torch_stream(pipe)
             # endless: the contract counts the steps
             return DALIGenericIterator([pipe], list(task.output_names(is_training)))
         except RuntimeError as err:

@@ -12,7 +12,6 @@ import torch
 from nvidia.dali.plugin.pytorch import DALIGenericIterator
 from omegaconf import DictConfig
 
-from hydrali.backends.lightning.data import bind_outputs_to_torch_stream
 from hydrali.backends.lightning.module import (
     HydraliModule,
     build_torch_side,
@@ -75,8 +74,6 @@ class LightningProbe:
     def steps_on(self, pipe):
         """One training step per call on the next batch of `pipe` (built here, read through DALIGenericIterator as
         the backend reads it)."""
-        pipe.build()
-        bind_outputs_to_torch_stream(pipe)
         iterator = DALIGenericIterator([pipe], list(self.task.output_names(True)))
         return lambda: self.train_step(next(iterator)[0])
 

@@ -66,17 +66,13 @@ def _rank(rank, world, port, feed, overrides, warmup, steps, results, device: st
     if extra["dali"]:  # DALI Pipeline arguments beside the recipe's (exec_dynamic=True, ...): every pipeline built here
         build = task_base.make_pipeline
         task_base.make_pipeline = lambda *args, **kwargs: build(*args, **kwargs, **extra["dali"])
-    if extra.get("host_outputs"):  # DALI's batches synchronized with the host (unbound from torch's stream)
-        import hydrali.backends.lightning.data as lightning_data
-
-        lightning_data.bind_outputs_to_torch_stream = lambda pipe: None
     if extra.get("decoder"):  # every recipe's GPU image decoder takes these beside hydrali's (preallocation hints, ...)
         _extend_decoder_args(extra["decoder"])
     gpu = device == "gpu"
     if gpu:
         torch.cuda.set_device(rank)
         if extra.get("side_stream"):  # training (and DALI's copies into it) on a stream of torch's, not the legacy one
-            torch.cuda.set_stream(torch.cuda.Stream())
+            torch.cuda.set_stream(torch.cuda.Stream(priority=extra.get("stream_priority", 0)))
     if world > 1:
         dist.init_process_group("nccl" if gpu else "gloo", rank=rank, world_size=world)
     cfg = _compose(overrides)
@@ -219,7 +215,6 @@ def main() -> None:
     parser.add_argument("--static-graph", action="store_true", help="DDP's static_graph=True")
     parser.add_argument("--dali-arg", action="append", default=[], help="KEY=VALUE, every DALI Pipeline's")
     parser.add_argument("--decoder-arg", action="append", default=[], help="KEY=VALUE, every GPU image decoder's")
-    parser.add_argument("--host-outputs", action="store_true", help="DALI's batches synchronized with the host")
     parser.add_argument("--side-stream", action="store_true", help="train on a stream of its own, not CUDA's default")
     parser.add_argument(
         "--backtraces",
@@ -228,6 +223,7 @@ def main() -> None:
         help="CUDA runtime calls (cudaDeviceSynchronize, ...): "
         "the native stacks of their callers over a few more steps, instead of --trace",
     )
+    parser.add_argument("--stream-priority", type=int, default=0, help="--side-stream's CUDA priority (-1: high)")
     parser.add_argument("--tag", default="", help="a prefix of the trace files' names")
     parser.add_argument("overrides", nargs="*", help="hydrali overrides (after --)")
     args = parser.parse_args()
@@ -235,7 +231,7 @@ def main() -> None:
     ddp_kwargs.update({"static_graph": True} if args.static_graph else {})
     dali_kwargs, decoder_kwargs = (_keyword_args(pairs) for pairs in (args.dali_arg, args.decoder_arg))
     extra = {"ddp": ddp_kwargs, "dali": dali_kwargs, "decoder": decoder_kwargs, "tag": args.tag}
-    extra.update(side_stream=args.side_stream, backtraces=args.backtraces, host_outputs=args.host_outputs)
+    extra.update(side_stream=args.side_stream, stream_priority=args.stream_priority, backtraces=args.backtraces)
     rates: dict[tuple[str, int], list[float]] = {}
     for _ in range(args.repeats):
         for feed in args.feed:
