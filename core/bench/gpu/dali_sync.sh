@@ -28,7 +28,7 @@ measure() {  # measure TAG [env assignments --] torch_ddp_bound arguments -- ove
   echo "== $tag ${env[*]} $*"
   env "${env[@]}" "${BOUND[@]}" --tag "$tag-" "$@" 2>&1 | grep -E "^ddp_bound|Error|error:|nvjpeg|allocat" | head -20
   python3 -m hydrali.core.bench.gpu.trace_summary $TRACES/$tag-dali-*gpu-rank0.json 2>&1 \
-    | grep -E "idle|host ahead|thread" | grep -v "^  stream"
+    | grep -E "idle|host ahead|thread|NCCL" | grep -v "^  stream"
 }
 if [[ $PART == first || $PART == all ]]; then
   measure base -- "${RUN[@]}"
