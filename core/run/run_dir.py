@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from hydrali.core.errors import HydraliError
 
 RUN_FILE = "run.json"
+ROOT_ENV = "HYDRALI_ROOT"  # the launch root Hydra puts outputs/ and multirun/ under (conf/config.yaml), else the cwd
 # what a run reads or writes outside its dir: recorded as absolute locations, pinned when it is run again
 LOCATION_KEYS = (
     "paths.root",
@@ -263,7 +264,8 @@ def claim(output_dir: Path, hold: bool = True):
 
 def remove_if_empty(output_dir: str | os.PathLike) -> None:
     """Remove a run dir that a refused attempt left empty, unless another process holds it (it may have made the
-    dir, and is about to write into it)."""
+    dir, and is about to write into it); then the folders above it that are left empty (outputs/<date>, made by
+    Hydra with the run dir), up to the launch root (HYDRALI_ROOT, or the working directory)."""
     path = Path(output_dir)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -272,7 +274,21 @@ def remove_if_empty(output_dir: str | os.PathLike) -> None:
     try:
         if _lock(fd) and os.stat(path).st_ino == os.fstat(fd).st_ino and not any(path.iterdir()):
             path.rmdir()  # while locked: a process waiting for the lock sees the dir gone and makes its own
+            _remove_empty_parents(path)
     except FileNotFoundError:
         pass
     finally:
         os.close(fd)
+
+
+def _remove_empty_parents(path: Path) -> None:
+    """Remove the empty folders above `path` that lie under the launch root, nearest first, stopping at the first
+    that holds anything (another run's folder)."""
+    root = Path(os.environ.get(ROOT_ENV) or os.getcwd()).resolve()
+    for parent in path.resolve().parents:
+        if root not in parent.parents:  # the root itself, or a folder outside it: the user's
+            return
+        try:
+            parent.rmdir()  # fails unless empty: what another process put there stays
+        except OSError:
+            return
