@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.support.cli import REPO, run_cli
 
@@ -59,6 +60,18 @@ def test_cfg_job_prints_the_composed_config_and_runs_nothing(tmp_path: Path):
     assert out.returncode == 0
     assert "lr: 0.05" in out.stdout and "name: standard" in out.stdout
     assert not (tmp_path / "outputs").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+def test_cfg_job_resolve_prints_every_value_with_the_run_dir_hydra_would_make(tmp_path: Path):
+    out = run_cli("--cfg", "job", "--resolve", "hydra.run.dir=runs/first", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    printed = yaml.safe_load(out.stdout)
+    assert printed["paths"] == {
+        "root": str(tmp_path),
+        "data_dir": str(tmp_path / "data"),
+        "output_dir": "runs/first",
+    }
+    assert not any(tmp_path.iterdir())
 
 
 def test_the_project_compiles_without_warnings():

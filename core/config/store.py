@@ -1,5 +1,5 @@
-"""Every schema in Hydra's ConfigStore (core's groups, each registered backend's and task's own), and the resolver
-`hydrali --help` lists the backends with."""
+"""Every schema in Hydra's ConfigStore (core's groups, each registered backend's and task's own), and hydrali's
+resolvers (the backends `hydrali --help` lists, a run's dir, ...)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,17 @@ def has_yaml(group: str, name: str) -> bool:
     return resources.files("hydrali.conf").joinpath(group, f"{name}.yaml").is_file()
 
 
+def output_dir() -> str:
+    """This run's dir: Hydra's runtime.output_dir, or, before a job runs (`hydrali --cfg job --resolve`), the dir
+    hydra.run.dir names."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra_cfg = HydraConfig.get()
+    if OmegaConf.is_missing(hydra_cfg.runtime, "output_dir") or not hydra_cfg.runtime.output_dir:
+        return hydra_cfg.run.dir
+    return hydra_cfg.runtime.output_dir
+
+
 def register_schemas() -> None:
     """Register every schema (idempotent). A YAML option pulls its schema through its defaults list
     (`/<name>_backend_schema`, `/<task>_task_schema@task`, `/<task>_data_schema@data`); a registered backend
@@ -26,6 +37,7 @@ def register_schemas() -> None:
     OmegaConf.register_new_resolver("hydrali_backends", backends_help, replace=True)  # conf/hydra/help
     OmegaConf.register_new_resolver("hydrali_slurm_devices", slurm_devices, replace=True)  # hydra/launcher=slurm
     OmegaConf.register_new_resolver("hydrali_stem", stem_for, replace=True)  # conf/model/small_resnet.yaml
+    OmegaConf.register_new_resolver("hydrali_output_dir", output_dir, replace=True)  # conf/paths/default.yaml
     cs = ConfigStore.instance()
     cs.store(name="hydrali_schema", node=HydraliConfig)
     for group, node in GROUP_SCHEMAS.items():
