@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import time
@@ -132,6 +133,9 @@ def _run(attempt: run_dir.Attempt, started: float, watch: preemption.PreemptionW
         return _optimized_value(read_summary(output_dir), cfg.optimized_metric)
     per_node, _, per_process = backend.replicas(cfg.backend, plan.device)
     affinity.pin_workers(cfg.pipeline, plan, per_node // max(1, per_process))  # before any pipeline is built
+    # the run's settings as asked: what run.json and .hydra/ keep, and what the same command started again in this
+    # dir (a requeued job) is compared with; what this attempt decides by itself (autotune's choice) is its own
+    asked = copy.deepcopy(cfg)
     if cfg.pipeline.autotune:  # every process probes its own DALI pipeline; the choice goes into cfg (and MLflow)
         autotune.apply(cfg, task, dataset, plan, backend)
     seeding.seed_everything(plan.seed, cfg.deterministic)
@@ -155,7 +159,7 @@ def _run(attempt: run_dir.Attempt, started: float, watch: preemption.PreemptionW
     )
 
     # checks passed: now the run dir may change (its config files only at the run's first start)
-    accept_run(cfg, output_dir, write_config=plan.global_rank == 0 and attempt.record is None)
+    accept_run(asked, output_dir, write_config=plan.global_rank == 0 and attempt.record is None)
     job = job_context.current()
     tracker = tracking.start_tracking(
         enabled=cfg.tracking.enabled,
@@ -170,7 +174,7 @@ def _run(attempt: run_dir.Attempt, started: float, watch: preemption.PreemptionW
         tags=sweep.job_tags(),
     )
     if plan.global_rank == 0:
-        run_dir.write(output_dir, run_dir.record_of(cfg, attempt.overrides, tracker.run_id))
+        run_dir.write(output_dir, run_dir.record_of(asked, attempt.overrides, tracker.run_id))
     # after run.json keeps `auto` (a resume elsewhere decides again); MLflow's params get the decided values
     training_device = backend.training_device(cfg.backend)
     decided = auto_settings.resolve(cfg, training_device)
