@@ -122,10 +122,11 @@ class StopOnSignal(L.Callback):
 
     def __init__(self, watch: PreemptionWatch, path: Path, mid_epoch: bool):
         self.watch, self.path, self.mid_epoch = watch, Path(path), mid_epoch
-        self._batches = 0
+        self._cadence = None  # the steps after which the processes agree (core/run/preemption.CheckCadence)
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.watch.reassert()  # after DALI's pipelines and the GPU's libraries are loaded
+        self._cadence = self.watch.cadence(trainer.world_size)
 
     def _agreed(self, trainer) -> bool:
         return bool(trainer.strategy.reduce_boolean_decision(self.watch.requested(), all=False))
@@ -142,11 +143,8 @@ class StopOnSignal(L.Callback):
             )
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self._batches += 1
-        last = batch_idx + 1 >= trainer.num_training_batches
-        if last or (batch_idx + 1) % trainer.accumulate_grad_batches:
-            return
-        if not self.watch.should_check(self._batches, trainer.world_size) or not self._agreed(trainer):
+        due = self._cadence.after_batch(batch_idx, trainer.num_training_batches, trainer.accumulate_grad_batches)
+        if not due or not self._agreed(trainer):
             return
         where = f"epoch {trainer.current_epoch + 1}, step {batch_idx + 1} of {trainer.num_training_batches}"
         if not self.mid_epoch:

@@ -46,6 +46,28 @@ def signal_number(name: str) -> int:
     return int(getattr(signal, full))
 
 
+class CheckCadence:
+    """After which training batches the job's processes agree on a preemption signal, counted in optimizer steps:
+    after every optimizer step for one process, after every `every_n`-th optimizer step of the attempt for several
+    (agreeing is a collective), the same in every epoch whatever its length and the gradient accumulation. Never in
+    the middle of an accumulation, nor after an epoch's last batch (the epoch's end is the next place to stop)."""
+
+    def __init__(self, every_n: int, processes: int):
+        self.every_n, self.processes = max(1, int(every_n)), int(processes)
+        self.optimizer_steps = 0  # of this attempt, over its epochs
+
+    def after_batch(self, batch_idx: int, batches_in_epoch: int, accumulate: int) -> bool:
+        """Whether the processes agree after batch `batch_idx` (from 0) of an epoch of `batches_in_epoch`, with
+        gradients accumulated over `accumulate` batches (the epoch's last batch ends an accumulation)."""
+        last = batch_idx + 1 >= batches_in_epoch
+        if (batch_idx + 1) % max(1, int(accumulate)) and not last:
+            return False  # in the middle of an accumulation: no optimizer step yet
+        self.optimizer_steps += 1
+        if last:
+            return False
+        return self.processes == 1 or self.optimizer_steps % self.every_n == 0
+
+
 class PreemptionWatch:
     """Notes the first of `signals` this process receives, while installed; hands the job over afterwards."""
 
@@ -90,10 +112,9 @@ class PreemptionWatch:
         """Whether this process received one of the signals."""
         return self.received is not None
 
-    def should_check(self, step: int, processes: int) -> bool:
-        """Whether training step `step` (counted from 1 over the run) is one where the job's processes agree: every
-        step for one process; every check_every_n_steps steps for several (agreeing is a collective)."""
-        return processes == 1 or step % self.check_every_n_steps == 0
+    def cadence(self, processes: int) -> CheckCadence:
+        """The steps after which this run's `processes` agree on a signal (a new count for each attempt)."""
+        return CheckCadence(self.check_every_n_steps, processes)
 
     def hand_over(self, stop: Preempted, first_process: bool) -> None:
         """After the checkpoint: call the handler the signal had before hydrali's (submitit's requeues the job and
