@@ -10,6 +10,7 @@ through boto3, with the same environment, before a pipeline is built: a mistake 
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 from hydrali.core.errors import HydraliError
@@ -127,3 +128,13 @@ def check_readable(locations: list[str]) -> None:
                 f"{missing[0]} is missing (and {len(missing) - 1} more): the shards and their index files must stay "
                 f"beside manifest.json"
             )
+
+
+def write_local_copy(location: str, path: Path) -> Path:
+    """The object (or file) at `location` copied to the local `path`, atomically: another process of the job
+    reading `path` meanwhile finds the previous copy or this one, whole, never a file being written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp.write_bytes(read_bytes(location))
+    os.replace(tmp, path)
+    return path

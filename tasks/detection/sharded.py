@@ -140,9 +140,7 @@ def _local_annotations(location: str, local_copies: Path) -> Path:
             raise HydraliError(f"{location} is missing: the shards' val annotation file; convert the data again")
         return Path(location)
     copy = local_copies / "webdataset" / location.removeprefix("s3://").replace("/", "_")
-    copy.parent.mkdir(parents=True, exist_ok=True)
-    copy.write_bytes(object_store.read_bytes(location))
-    return copy
+    return object_store.write_local_copy(location, copy)  # every process of the job writes it; others read it
 
 
 def _boxes_and_labels(annotations: list[dict], image: dict, labels_of: dict[int, int]) -> tuple[bytes, bytes]:
