@@ -211,6 +211,10 @@ def test_ddp_processes_agree_on_the_signal_of_one_and_all_resume_at_the_same_ste
     resumed = train("cut")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert batches("cut") == batches("whole"), "each process's batches, as DALI made them, as if never stopped"
+    losses = {
+        name: [row["train/loss"] for row in read_summary(tmp_path / name)["history"]] for name in ("whole", "cut")
+    }
+    assert losses["cut"] == pytest.approx(losses["whole"], rel=1e-6), "each process resumed its own epoch's loss sums"
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name("hydrali").experiment_id])
     (run,) = [r for r in runs if r.info.run_id == read_summary(tmp_path / "cut")["mlflow_run_id"]]

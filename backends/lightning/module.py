@@ -17,6 +17,7 @@ from hydrali.backends.lightning.spec import SPEC
 from hydrali.core.config.schema import Optimizer
 from hydrali.core.contracts.backend import TrainingDevice
 from hydrali.core.contracts.task import side_builder
+from hydrali.core.distributed import gather
 from hydrali.core.errors import HydraliError, first_line
 from hydrali.core.optim.optimizer import ADAM_EPSILON, decays
 from hydrali.core.optim.schedule import lr_factor
@@ -142,7 +143,8 @@ def compile_torch_side(torch_task: torch.nn.Module, backend: DictConfig) -> torc
     )
 
 
-EPOCH_LOSS_KEY = "hydrali_epoch_loss"  # a checkpoint's [sum of loss x samples, samples] of the epoch in progress
+EPOCH_LOSS_KEY = "hydrali_epoch_loss"  # a checkpoint's [sum of loss x samples, samples] of the epoch in progress,
+#   one pair per process, by global rank
 
 
 class HydraliModule(L.LightningModule):
@@ -174,10 +176,18 @@ class HydraliModule(L.LightningModule):
         self._loss_sum, self._loss_samples = 0.0, 0
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint[EPOCH_LOSS_KEY] = [float(self._loss_sum), self._loss_samples]
+        """Every process's sums of the epoch in progress, by global rank (a collective: Lightning builds the
+        checkpoint on every process and writes rank 0's)."""
+        checkpoint[EPOCH_LOSS_KEY] = gather.gather_objects([float(self._loss_sum), self._loss_samples])
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        self._loss_sum, self._loss_samples = checkpoint.get(EPOCH_LOSS_KEY, [0.0, 0])
+        """This process's sums of the epoch in progress (a checkpoint of one pair: written by one process, or
+        before the pairs were gathered; of another number of processes: the epoch's loss starts afresh)."""
+        pairs = checkpoint.get(EPOCH_LOSS_KEY, [0.0, 0])
+        if pairs and not isinstance(pairs[0], (list, tuple)):
+            pairs = [pairs]
+        rank, world = (self.trainer.global_rank, self.trainer.world_size) if self._trainer is not None else (0, 1)
+        self._loss_sum, self._loss_samples = pairs[rank] if len(pairs) == world else (0.0, 0)
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         loss, n = self.torch_task.training_loss(batch)
