@@ -202,7 +202,7 @@ class PreemptionConfig:
     """The `preemption` node (conf/config.yaml): the signals that save a checkpoint and stop the run."""
 
     signals: List[str] = field(default_factory=lambda: ["SIGUSR1", "SIGUSR2"])
-    check_every_n_steps: int = 10  # with several processes: how often they agree on a signal
+    check_every_n_steps: int = 10  # with several processes: every how many optimizer steps they agree on a signal
     requeue: bool = True  # requeue the SLURM job with scontrol when no launcher does
 
 
