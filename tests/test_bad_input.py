@@ -40,6 +40,9 @@ def test_a_non_ascii_path_says_to_quote_it(tmp_path):
 def test_a_learning_rate_that_is_not_positive_is_one_line(tmp_path):
     fails_with(run_cli("optim.lr=-1", cwd=tmp_path), "optim.lr=-1.0: the learning rate must be above 0")
     assert not any(tmp_path.iterdir())  # no MLflow store, and no outputs/<date>/ left by the run dir Hydra made
+    (tmp_path / "outputs").mkdir()  # a folder the user made stays, empty as it was
+    fails_with(run_cli("optim.lr=-1", cwd=tmp_path), "optim.lr=-1.0: the learning rate must be above 0")
+    assert [p.name for p in tmp_path.iterdir()] == ["outputs"] and not any((tmp_path / "outputs").iterdir())
 
 
 def test_a_misspelled_key_added_with_plus_is_refused_naming_the_closest(tmp_path):

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 from hydrali.core.cli.exit_codes import EXIT_FAILED_SWEEP, EXIT_INTERRUPTED, EXIT_SIGNAL_BASE, EXIT_USER_ERROR
 from hydrali.core.config.store import register_schemas
 from hydrali.core.errors import HydraliError
-from hydrali.core.run.run_dir import remove_if_empty
+from hydrali.core.run.run_dir import note_launch_folders, remove_if_empty
 
 log = logging.getLogger("hydrali")
 # Hydra re-raises composition errors (instead of printing them over many lines and exiting 1) when
@@ -124,6 +124,7 @@ def main() -> None:
         from hydrali.core.cli.use import run_command
 
         run_command(sys.argv[1], sys.argv[2:])
+    note_launch_folders()  # before Hydra makes the run dir: a refused attempt removes only what it made
     wants_trace = os.environ.get(_FULL_ERROR) == "1" and _SET_BY_HYDRALI not in os.environ
     os.environ[_FULL_ERROR] = os.environ[_SET_BY_HYDRALI] = "1"
     try:

@@ -3,6 +3,7 @@ resolvers (the backends `hydrali --help` lists, a run's dir, ...)."""
 
 from __future__ import annotations
 
+import os
 from importlib import resources
 
 from hydra.core.config_store import ConfigStore
@@ -26,7 +27,7 @@ def output_dir() -> str:
 
     hydra_cfg = HydraConfig.get()
     if OmegaConf.is_missing(hydra_cfg.runtime, "output_dir") or not hydra_cfg.runtime.output_dir:
-        return hydra_cfg.run.dir
+        return os.path.abspath(hydra_cfg.run.dir)  # absolute, as Hydra's runtime.output_dir is
     return hydra_cfg.runtime.output_dir
 
 

@@ -134,7 +134,12 @@ def write_local_copy(location: str, path: Path) -> Path:
     """The object (or file) at `location` copied to the local `path`, atomically: another process of the job
     reading `path` meanwhile finds the previous copy or this one, whole, never a file being written."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    content = read_bytes(location)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    tmp.write_bytes(read_bytes(location))
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(content)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk, an interrupt: no half-written copy left beside the file
+        raise
     return path

@@ -30,6 +30,8 @@ from hydrali.core.errors import HydraliError
 
 RUN_FILE = "run.json"
 ROOT_ENV = "HYDRALI_ROOT"  # the launch root Hydra puts outputs/ and multirun/ under (conf/config.yaml), else the cwd
+HYDRA_FOLDERS = ("outputs", "multirun")  # the folders of hydra.run.dir and hydra.sweep.dir under it (conf/config.yaml)
+_launch_folders: dict = {}  # note_launch_folders: the root, and which of HYDRA_FOLDERS existed before this command
 # what a run reads or writes outside its dir: recorded as absolute locations, pinned when it is run again
 LOCATION_KEYS = (
     "paths.root",
@@ -281,14 +283,39 @@ def remove_if_empty(output_dir: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def note_launch_folders() -> None:
+    """Note, before Hydra makes the run dir, which of the launch root's outputs/ and multirun/ exist already: a
+    refused attempt removes only what it made (call once at the start of the command)."""
+    root = _launch_root()
+    _launch_folders["root"] = root
+    _launch_folders["existed"] = {name for name in HYDRA_FOLDERS if (root / name).exists()}
+
+
+def _launch_root() -> Path:
+    return Path(os.environ.get(ROOT_ENV) or os.getcwd()).resolve()
+
+
 def _remove_empty_parents(path: Path) -> None:
-    """Remove the empty folders above `path` that lie under the launch root, nearest first, stopping at the first
-    that holds anything (another run's folder)."""
-    root = Path(os.environ.get(ROOT_ENV) or os.getcwd()).resolve()
+    """Remove the empty folders above `path` that Hydra's default layout made for it (outputs/<date>/, and outputs/
+    itself when this command made it; the same under multirun/), nearest first, stopping at the first that holds
+    anything. Folders of a hydra.run.dir elsewhere are the user's: kept."""
+    root = _launch_folders.get("root") or _launch_root()
+    existed = _launch_folders.get("existed", set(HYDRA_FOLDERS))
     for parent in path.resolve().parents:
-        if root not in parent.parents:  # the root itself, or a folder outside it: the user's
+        if not _made_for_runs(parent, root, existed):
             return
         try:
             parent.rmdir()  # fails unless empty: what another process put there stays
         except OSError:
             return
+
+
+def _made_for_runs(folder: Path, root: Path, existed: set[str]) -> bool:
+    """Whether `folder` is of Hydra's default layout under `root`: inside outputs/ or multirun/ (a date folder), or
+    one of those two when this command made it (not in `existed`)."""
+    for name in HYDRA_FOLDERS:
+        if folder == root / name:
+            return name not in existed
+        if folder.is_relative_to(root / name):
+            return True
+    return False
