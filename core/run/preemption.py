@@ -49,8 +49,9 @@ def signal_number(name: str) -> int:
 class CheckCadence:
     """After which training batches the job's processes agree on a preemption signal, counted in optimizer steps:
     after every optimizer step for one process, after every `every_n`-th optimizer step of the attempt for several
-    (agreeing is a collective), the same in every epoch whatever its length and the gradient accumulation. Never in
-    the middle of an accumulation, nor after an epoch's last batch (the epoch's end is the next place to stop)."""
+    (agreeing is a collective), counted on across epochs whatever their length and the gradient accumulation. Never
+    in the middle of an accumulation, nor after an epoch's last batch: a check due there is the epoch's end, where
+    the run stops before the next epoch (so a signal waits at most `every_n` optimizer steps and a validation)."""
 
     def __init__(self, every_n: int, processes: int):
         self.every_n, self.processes = max(1, int(every_n)), int(processes)
