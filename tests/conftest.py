@@ -9,10 +9,10 @@ import os
 if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker of `pytest -n N`, set before torch or TensorFlow is imported
     # N workers share the machine's cores (make test: 2 on CI's 2 cores): torch's OpenMP pool and TensorFlow's
     # intra-op pool of one thread in each worker and each hydrali it starts, rather than one per core each, which
-    # oversubscribes the cores (measured on 2 cores: tests/test_fine_tuning.py, test_multiprocess.py and
-    # test_keras_workers.py under -n 2 took 259 s; 233 s with OMP_NUM_THREADS, TF_NUM_INTRAOP_THREADS and
-    # TF_NUM_INTEROP_THREADS at 1). TensorFlow's inter-op pool is left as it is: the replicas of a Keras run wait on
-    # each other in it. A value set by the caller stays.
+    # oversubscribes the cores and spends them waiting (measured on 2 cores under -n 2: tests/test_training.py and
+    # test_interrupt.py took 320 s and 544 CPU-s with 2 threads each, 202 s and 324 CPU-s with these at 1).
+    # TensorFlow's inter-op pool is left as it is: the replicas of a Keras run wait on each other in it. A value set
+    # by the caller stays.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 
