@@ -1,8 +1,9 @@
 # hydrali: the two commands of the README.
 #   make train   set up .venv, then run `hydrali` with its defaults (add ARGS="key=value ...")
 #   make test    set up .venv, then check the code with ruff (lint, format) and run the test suite on TEST_WORKERS
-#                processes (pytest-xdist; a file's tests run on one: its module fixtures train once), its 25
-#                slowest tests listed at the end
+#                processes (pytest-xdist; a file's tests run on one: its module fixtures train once; the files
+#                that share the session's trained runs run on one, the longest files first, with one OpenMP and
+#                one TensorFlow intra-op thread: tests/conftest.py), its 25 slowest tests listed at the end
 #   make lint    ruff alone: `ruff check` and `ruff format --check` (pyproject.toml [tool.ruff])
 PYTHON ?= python3
 VENV   ?= .venv
