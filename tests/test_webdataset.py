@@ -21,7 +21,7 @@ from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET, TINY, with_plugi
 from tests.support.datasets import write_one_image_per_class
 from tests.support.object_store import S3Server
 
-# 8 epochs of the tiny network: converged enough (val/acc about 0.97) that the order the samples come in moves it
+# 12 epochs of the tiny network: converged enough (val/acc about 0.97) that the order the samples come in moves it
 # by less than 0.01
 CONVERGED = ["epochs=12", *TINY]
 
