@@ -10,10 +10,10 @@ through boto3, with the same environment, before a pipeline is built: a mistake 
 from __future__ import annotations
 
 import os
-import uuid
 from pathlib import Path
 
 from hydrali.core.errors import HydraliError
+from hydrali.core.files import write_atomically
 
 S3 = "s3://"
 CREDENTIALS = "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)"
@@ -133,13 +133,4 @@ def check_readable(locations: list[str]) -> None:
 def write_local_copy(location: str, path: Path) -> Path:
     """The object (or file) at `location` copied to the local `path`, atomically: another process of the job
     reading `path` meanwhile finds the previous copy or this one, whole, never a file being written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    content = read_bytes(location)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    try:
-        tmp.write_bytes(content)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a full disk, an interrupt: no half-written copy left beside the file
-        raise
-    return path
+    return write_atomically(path, read_bytes(location))

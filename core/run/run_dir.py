@@ -266,8 +266,8 @@ def claim(output_dir: Path, hold: bool = True):
 
 def remove_if_empty(output_dir: str | os.PathLike) -> None:
     """Remove a run dir that a refused attempt left empty, unless another process holds it (it may have made the
-    dir, and is about to write into it); then the folders above it that are left empty (outputs/<date>, made by
-    Hydra with the run dir), up to the launch root (HYDRALI_ROOT, or the working directory)."""
+    dir, and is about to write into it); then the empty folders above it that Hydra's default layout made for it
+    (_remove_empty_parents)."""
     path = Path(output_dir)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)

@@ -22,12 +22,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
 from hydrali.core.errors import HydraliError
+from hydrali.core.files import write_atomically
 
 log = logging.getLogger("hydrali")
 
@@ -344,10 +344,7 @@ def without_images(split: CocoSplit, files: set[Path], clean_file: Path) -> Coco
 
 def _write_json(path: Path, content) -> None:
     """Write `content` as JSON to `path` atomically (a reader sees the old file or the new one, whole)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    tmp.write_text(json.dumps(content, separators=(",", ":")))
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(content, separators=(",", ":")).encode())
 
 
 def _write_clean_copy(data: dict, target: Path, source: Path) -> None:
