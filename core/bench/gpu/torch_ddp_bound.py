@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
 import os
 import time
 
@@ -133,10 +132,7 @@ def _rank(rank, world, port, feed, overrides, warmup, steps, results, device: st
                 step()
             wait()
         os.makedirs(trace, exist_ok=True)
-        path = os.path.join(trace, f"{extra['tag']}{feed}-{world}gpu-rank{rank}.json")
-        prof.export_chrome_trace(path)
-        with open(path + ".threads", "w") as names:  # the process's threads by id (DALI's and nvJPEG's named)
-            json.dump(_thread_names(), names)
+        prof.export_chrome_trace(os.path.join(trace, f"{extra['tag']}{feed}-{world}gpu-rank{rank}.json"))
     if rank == 0:
         results.put(world * plan.per_replica_batch * steps / seconds)
     if world > 1:
@@ -155,18 +151,6 @@ def _extend_decoder_args(extra_args: dict) -> None:
         return {**base(device, hw_decoder_load), **(extra_args if device == "gpu" else {})}
 
     classification.decoder_args = detection.decoder_args = decoder_args
-
-
-def _thread_names() -> dict[str, str]:
-    """This process's threads: {thread id: name} as Linux lists them (a torch profiler trace's `tid`)."""
-    names = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as comm:
-                names[tid] = comm.read().strip()
-        except OSError:  # the thread ended meanwhile
-            continue
-    return names
 
 
 def measure(

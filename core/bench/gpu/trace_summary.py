@@ -3,7 +3,8 @@ stream its kernels' busy time and top kernels, the NCCL kernels' time, how much 
 beside, the GPU's idle time (no kernel on any stream) within the traced span, how far the host ran ahead of the
 GPU (a kernel's start after its launch: near 0, the GPU waited for the host), and per thread the calls that block it
 until the GPU is done (device, stream and event synchronizations) or may (allocating or freeing device or pinned
-memory), with the thread's name where the trace or its sidecar file TRACE.json.threads (torch_ddp_bound.py) has it.
+memory), with the thread's name where the trace has it (Python's threads; CUDA's calls from other threads carry an
+opaque id: cuda_backtraces.py names those by their native stacks).
 
     python3 -m hydrali.core.bench.gpu.trace_summary TRACE.json [TRACE.json ...]
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 from collections import defaultdict
 
 TOP_KERNELS = 4  # streams listed, kernels listed per stream
@@ -79,18 +79,13 @@ def summarize(path: str) -> str:
         nccl_ms = sum(b - a for a, b in nccl) / 1e3
         beside = _covered(nccl, others) / 1e3
         lines.append(f"  NCCL kernels {nccl_ms:.1f} ms, of which other kernels ran beside {beside:.1f} ms")
-    lines += _host_lines(events, kernels, _thread_names(path, events))
+    lines += _host_lines(events, kernels, _thread_names(events))
     return "\n".join(lines)
 
 
-def _thread_names(path: str, events: list[dict]) -> dict[int, str]:
-    """{thread id: name}: the trace's thread_name metadata, then the sidecar file's names (which win)."""
-    names = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
-    sidecar = path.removesuffix(".gz") + ".threads"
-    if os.path.exists(sidecar):
-        with open(sidecar) as handle:
-            names.update({int(tid): name for tid, name in json.load(handle).items()})
-    return names
+def _thread_names(events: list[dict]) -> dict[int, str]:
+    """{thread id: name} of the trace's thread_name metadata."""
+    return {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
 
 
 def _host_lines(events: list[dict], kernels: list[dict], names: dict[int, str]) -> list[str]:
