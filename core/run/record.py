@@ -19,10 +19,10 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from pathlib import Path
 
 from hydrali.core.errors import HydraliError
+from hydrali.core.files import write_atomically
 
 log = logging.getLogger("hydrali")
 
@@ -116,7 +116,4 @@ class RunRecord:
         return values[-1] if values else None
 
     def _save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(f".tmp-{os.getpid()}")
-        tmp.write_text(json.dumps({"history": self.rows}, indent=1) + "\n")
-        tmp.replace(self.path)
+        write_atomically(self.path, (json.dumps({"history": self.rows}, indent=1) + "\n").encode())

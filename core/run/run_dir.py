@@ -27,6 +27,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from hydrali.core.errors import HydraliError
+from hydrali.core.files import write_atomically
 
 RUN_FILE = "run.json"
 ROOT_ENV = "HYDRALI_ROOT"  # the launch root Hydra puts outputs/ and multirun/ under (conf/config.yaml), else the cwd
@@ -71,10 +72,9 @@ def read(output_dir: str | os.PathLike) -> RunFile | None:
 
 def write(output_dir: str | os.PathLike, record: RunFile) -> None:
     """Write `record` as the run's run.json (atomically: a crash leaves the old one or the new one)."""
-    path = Path(output_dir) / RUN_FILE
-    tmp = path.with_name(f".{RUN_FILE}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(asdict(record), indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)
+    write_atomically(
+        Path(output_dir) / RUN_FILE, (json.dumps(asdict(record), indent=1, sort_keys=True) + "\n").encode()
+    )
 
 
 def absolute(value) -> str | None:
