@@ -27,9 +27,14 @@ def test_both_backends_take_the_same_steps_at_the_same_lr(both):
         assert a["lr/last"] == pytest.approx(b["lr/last"], rel=1e-6)
         assert a["val/images"] == b["val/images"] == 360
     assert lightning["train_images"] == keras["train_images"] == 2 * 22 * 64
-    # warmup over the first epoch, then cosine: the first step runs at lr / 10, epoch 1 starts at the full lr
-    assert lightning["history"][0]["lr/first"] == pytest.approx(0.02)
-    assert lightning["history"][1]["lr/first"] == pytest.approx(0.2)
+    # 2 batches of 64 per optimizer step: the lr rule counts 128 images (sgd_small: 0.1 x 128 / 32), 11 steps an
+    # epoch; warmup over the first epoch, then cosine: the first step runs at lr / 10, epoch 1 starts at the full lr
+    assert lightning["global_batch"] == keras["global_batch"] == 128
+    assert lightning["effective_lr"] == keras["effective_lr"] == pytest.approx(0.4)
+    assert lightning["history"][0]["lr/first"] == pytest.approx(0.04)
+    # the epoch's last batch belongs to its 11th step: warmup's lr/10 + (lr - lr/10) x 10/11
+    assert lightning["history"][0]["lr/last"] == pytest.approx(0.04 + 0.36 * 10 / 11)
+    assert lightning["history"][1]["lr/first"] == pytest.approx(0.4)
 
 
 def test_both_backends_report_whole_run_and_steady_state_throughput(both):
@@ -38,6 +43,7 @@ def test_both_backends_report_whole_run_and_steady_state_throughput(both):
         assert summary["images_per_second"] > 0 and summary["steady_images_per_second"] > 0
         line = next(line for line in out.stdout.splitlines() if line.startswith("images/s (train)"))
         assert f"{summary['steady_images_per_second']:.1f} steady state" in line
+        assert any(line.endswith(": 1 x 64 x 2 = 128") for line in out.stdout.splitlines()), "the global batch"
 
 
 def test_both_backends_log_the_same_params_and_metrics(both):
@@ -51,6 +57,7 @@ def test_both_backends_log_the_same_params_and_metrics(both):
     }
     assert shared["lightning"] == shared["keras"]
     assert shared["keras"]["epoch/steps_per_epoch"] == "22" and shared["keras"]["task.label_smoothing"] == "0.1"
+    assert shared["keras"]["epoch/optimizer_steps_per_epoch"] == "11" and shared["keras"]["plan/accumulate"] == "2"
     trained = {b: {name for name in d.metrics if not name.startswith("eval/")} for b, d in runs.items()}  # hydrali
     #   eval (tests/test_after_training.py) adds its own to the same runs
     assert (

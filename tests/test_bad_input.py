@@ -157,6 +157,24 @@ def test_zero_devices_is_refused_on_both_backends(tmp_path, backend):
     )
 
 
+def test_lightnings_own_gradient_accumulation_names_the_key_every_backend_takes(tmp_path):
+    out = run_cli("backend.trainer.accumulate_grad_batches=4", cwd=tmp_path)
+    fails_with(out, "backend.trainer.accumulate_grad_batches", "it is now optim.accumulate_grad_batches")
+    out = run_cli("+backend.trainer.accumulate_grad_batches=4", cwd=tmp_path)  # added to Trainer's options
+    fails_with(out, "backend.trainer.accumulate_grad_batches=4", "pass optim.accumulate_grad_batches=4 instead")
+    assert not any(tmp_path.iterdir())
+
+
+def test_more_accumulated_batches_than_an_epoch_has_is_refused_by_the_plan(tmp_path, data_dir):
+    out = run_cli(
+        "data.batch_size=400",
+        "optim.accumulate_grad_batches=4",
+        f"paths.data_dir={data_dir}",
+        cwd=tmp_path,
+    )
+    fails_with(out, "optim.accumulate_grad_batches=4 is more than the 3 batch(es) of 400 images", "at most 3")
+
+
 def test_the_old_keras_replicas_key_names_its_successor(tmp_path):
     fails_with(run_cli("backend=keras", "backend.replicas=2", cwd=tmp_path), "backend.replicas", "backend.devices")
 

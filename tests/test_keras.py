@@ -82,7 +82,9 @@ def test_two_replicas_show_in_mlflow_and_summary_and_read_disjoint_shards(make_c
 
 
 @pytest.mark.parametrize("jit_compile", [False, True], ids=["eager", "xla"])
-def test_one_sgd_step_on_two_replicas_equals_one_on_one_replica_with_twice_the_batch(make_cfg, jit_compile):
+def test_one_sgd_step_on_two_replicas_or_of_two_accumulated_batches_equals_one_step_with_twice_the_batch(
+    make_cfg, jit_compile
+):
     import keras
     import tensorflow as tf
 
@@ -100,10 +102,11 @@ def test_one_sgd_step_on_two_replicas_equals_one_on_one_replica_with_twice_the_b
     images = rng.normal(size=(2 * half, size, size, 3)).astype("float32")
     labels = rng.integers(0, classes, size=(2 * half, 1)).astype("int32")
 
-    def one_step(replicas: int):
+    def one_step(replicas: int, accumulate: int = 1):
+        batch = 2 * half // replicas // accumulate
         plan = make_plan(
             topology=detect_topology(replicas, 1, env={}, replicas_per_process=replicas),
-            batch_size=2 * half // replicas,
+            batch_size=batch,
             base_lr=cfg.optim.lr,
             ref_batch=cfg.optim.ref_batch,
             rule=str(cfg.optim.scale),
@@ -111,6 +114,7 @@ def test_one_sgd_step_on_two_replicas_equals_one_on_one_replica_with_twice_the_b
             epochs=1,
             seed=0,
             device="cpu",
+            accumulate=accumulate,
         )
         devices = configure_devices(replicas, "cpu")
         strategy = make_strategy(devices)
@@ -120,9 +124,11 @@ def test_one_sgd_step_on_two_replicas_equals_one_on_one_replica_with_twice_the_b
             train_samples=2 * half,
             val_samples=2 * half,
             num_shards=replicas,
-            batch=plan.per_replica_batch,
+            batch=batch,
             last_batch="drop",
+            accumulate=accumulate,
         )
+        assert contract.optimizer_steps == 1
         model = compile_model(
             strategy=strategy,
             build_network=lambda: keras_model_without_batchnorm(classes, size),
@@ -135,27 +141,30 @@ def test_one_sgd_step_on_two_replicas_equals_one_on_one_replica_with_twice_the_b
         )
         assert model.jit_compile == jit_compile
         before = [keras.ops.convert_to_numpy(w) for w in model.weights]
-        per = plan.per_replica_batch
+        shard = 2 * half // replicas  # replica i's images, in `accumulate` batches
         data = distribute(
             strategy,
             devices,
             "cpu",
-            lambda i: tf.data.Dataset.from_tensors(
-                (images[i * per : (i + 1) * per], labels[i * per : (i + 1) * per])
+            lambda i: tf.data.Dataset.from_tensor_slices(
+                (
+                    images[i * shard : (i + 1) * shard].reshape(accumulate, batch, size, size, 3),
+                    labels[i * shard : (i + 1) * shard].reshape(accumulate, batch, 1),
+                )
             ).repeat(),
         )
-        model.fit(data, epochs=1, steps_per_epoch=1, verbose=0, shuffle=False)
+        model.fit(data, epochs=1, steps_per_epoch=contract.train_steps, verbose=0, shuffle=False)
         return plan, before, [keras.ops.convert_to_numpy(w) for w in model.weights]
 
     plan1, init1, one = one_step(1)
-    plan2, init2, two = one_step(2)
-    assert plan1.global_batch == plan2.global_batch == 2 * half
-    assert plan1.effective_lr == plan2.effective_lr
-    for a, b in zip(init1, init2):
-        np.testing.assert_array_equal(a, b)
     assert any(not np.allclose(a, b) for a, b in zip(init1, one)), "the step changed the weights"
-    for a, b in zip(one, two):
-        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+    for plan, init, other in (one_step(2), one_step(1, accumulate=2)):
+        assert plan.global_batch == plan1.global_batch == 2 * half
+        assert plan.effective_lr == plan1.effective_lr
+        for a, b in zip(init1, init):
+            np.testing.assert_array_equal(a, b)
+        for a, b in zip(one, other):
+            np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
 
 
 def test_keras_trains_with_xla_on_two_replicas(make_cfg, tmp_path):

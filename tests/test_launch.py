@@ -139,10 +139,11 @@ def test_two_nodes_started_by_torchrun_read_disjoint_shards_into_one_run_dir_and
     assert seeds == {run.data.params["plan/seed"]}, "both nodes train with the one seed that is logged"
 
 
-def test_one_step_of_two_ddp_processes_at_batch_b_equals_one_process_at_batch_2b(tmp_path):
+def test_one_step_of_two_ddp_processes_or_of_two_accumulated_batches_at_batch_b_equals_one_at_batch_2b(tmp_path):
     import torch
 
-    batch = 8  # 16 images: one step of 2 x 8 or of 1 x 16 on the same samples (no random augmentation)
+    batch = 8  # 16 images: one step of 2 x 8, of 2 batches of 8 or of 1 x 16 on the same samples (no random
+    #   augmentation; the first epoch reads each image once)
     write_one_image_per_class(tmp_path / "ds", 2 * batch)
     common = [
         "data=imagefolder",
@@ -160,25 +161,32 @@ def test_one_step_of_two_ddp_processes_at_batch_b_equals_one_process_at_batch_2b
     runs = {
         "ddp": (*DDP, f"data.batch_size={batch}"),
         "one": ("backend.accelerator=cpu", f"data.batch_size={2 * batch}"),
+        "accumulated": ("backend.accelerator=cpu", f"data.batch_size={batch}", "optim.accumulate_grad_batches=2"),
     }
     for name, args in runs.items():
         out = run_cli(*common, *args, f"hydra.run.dir={tmp_path / name}", cwd=tmp_path)
         assert out.returncode == 0, out.stderr[-3000:]
-    ddp, one = (
+    ddp, one, accumulated = (
         torch.load(tmp_path / name / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
         for name in runs
     )
-    assert read_summary(tmp_path / "ddp")["world_size"] == 2 and read_summary(tmp_path / "one")["world_size"] == 1
-    assert ddp["global_step"] == one["global_step"] == 1, "one optimizer step each"
-    for key, weight in one["state_dict"].items():
-        torch.testing.assert_close(ddp["state_dict"][key], weight, atol=1e-5, rtol=0, msg=key)
+    summaries = {name: read_summary(tmp_path / name) for name in runs}
+    assert [summaries[name]["world_size"] for name in runs] == [2, 1, 1]
+    assert [summaries[name]["global_batch"] for name in runs] == [2 * batch] * 3, "the lr counts the same images"
+    assert summaries["accumulated"]["steps_per_epoch"] == 2, "two batches trained"
+    for other in (ddp, accumulated):
+        assert other["global_step"] == one["global_step"] == 1, "one optimizer step each"
+        for key, weight in one["state_dict"].items():
+            torch.testing.assert_close(other["state_dict"][key], weight, atol=1e-5, rtol=0, msg=key)
     # the step moved the weights: SGD's momentum buffer after one step is the (averaged) gradient
-    (ddp_grads, one_grads) = (
-        [s["momentum_buffer"] for s in ckpt["optimizer_states"][0]["state"].values()] for ckpt in (ddp, one)
-    )
-    assert all(g.abs().max() > 1e-4 for g in one_grads), "every parameter got a gradient"
-    for ddp_grad, one_grad in zip(ddp_grads, one_grads, strict=True):
-        torch.testing.assert_close(ddp_grad, one_grad, atol=1e-5, rtol=0)
+    grads = {
+        name: [s["momentum_buffer"] for s in c["optimizer_states"][0]["state"].values()]
+        for name, c in zip(runs, (ddp, one, accumulated))
+    }
+    assert all(g.abs().max() > 1e-4 for g in grads["one"]), "every parameter got a gradient"
+    for other in ("ddp", "accumulated"):
+        for other_grad, one_grad in zip(grads[other], grads["one"], strict=True):
+            torch.testing.assert_close(other_grad, one_grad, atol=1e-5, rtol=0)
 
 
 def test_processes_started_by_mpirun_train_one_job_at_their_ranks(tmp_path):

@@ -10,7 +10,7 @@ from hydrali.core.run.record import RunRecord
 from hydrali.core.tracking.mlflow_runs import start_tracking
 
 
-def _observer(tmp_path, steps_per_epoch=4, global_batch=16):
+def _observer(tmp_path, steps_per_epoch=4, images_per_batch=16):
     tracker = start_tracking(
         enabled=False,
         is_global_zero=True,
@@ -23,7 +23,7 @@ def _observer(tmp_path, steps_per_epoch=4, global_batch=16):
         tags={},
     )
     record = RunRecord.open(tmp_path, tracker, resume=False, writer=True, epochs=3)
-    return TrainingObserver(record, global_batch=global_batch, steps_per_epoch=steps_per_epoch, warmup_steps=1)
+    return TrainingObserver(record, images_per_batch=images_per_batch, steps_per_epoch=steps_per_epoch, warmup_steps=1)
 
 
 def _epoch(observer, epoch, lrs, metrics, validated):

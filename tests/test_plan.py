@@ -142,3 +142,35 @@ def test_mpi_processes_whose_ranks_cannot_be_known_are_one_error_not_n_rank_zero
     assert detect_topology(1, 1, env={size_variable: "1"}).global_rank == 0
     torchrun = {size_variable: "4", "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4"}
     assert detect_topology(2, 2, env=torchrun).global_rank == 3
+
+
+def test_accumulated_batches_count_in_the_global_batch_that_scales_the_lr():
+    topo = detect_topology(replicas_per_node=2, num_nodes=1, env={"RANK": "0", "LOCAL_RANK": "0", "NODE_RANK": "0"})
+    one = make_plan(topology=topo, seed=0, **{**PLAN, "batch_size": 64})
+    four = make_plan(topology=topo, seed=0, accumulate=4, **PLAN)
+    # 2 replicas x 16 images x 4 batches per optimizer step: the images of one step of 2 x 64
+    assert (four.global_batch, four.images_per_batch, four.accumulate) == (128, 32, 4)
+    assert four.effective_lr == pytest.approx(one.effective_lr) == pytest.approx(0.1 * 128 / 256)
+    assert four.params()["plan/accumulate"] == 4
+    with pytest.raises(HydraliError, match="optim.accumulate_grad_batches=0"):
+        make_plan(topology=topo, seed=0, accumulate=0, **PLAN)
+
+
+@pytest.mark.parametrize("last_batch", ["drop", "fill"])
+def test_an_epoch_of_accumulated_batches_is_a_whole_number_of_optimizer_steps(last_batch):
+    from hydrali.core.run.epoch import make_contract
+
+    # 1,000 images over 2 shards of 500, batch 16: 31 whole batches (drop) or 32 (fill) a shard
+    plain = make_contract(train_samples=1000, val_samples=100, num_shards=2, batch=16, last_batch=last_batch)
+    for accumulate in (1, 2, 3, 4, 31):
+        contract = make_contract(
+            train_samples=1000, val_samples=100, num_shards=2, batch=16, last_batch=last_batch, accumulate=accumulate
+        )
+        # Lightning steps once per `accumulate` batches and once more for a rest at the epoch's end; Keras steps
+        # every `accumulate` batches across epochs: with whole accumulations both take the same steps every epoch
+        assert contract.train_steps % accumulate == 0
+        assert plain.train_steps - accumulate < contract.train_steps <= plain.train_steps
+        assert contract.optimizer_steps == plain.train_steps // accumulate
+        assert contract.params()["epoch/optimizer_steps_per_epoch"] == contract.optimizer_steps
+    with pytest.raises(HydraliError, match=f"accumulate_grad_batches=40 is more than the {plain.train_steps} batch"):
+        make_contract(train_samples=1000, val_samples=100, num_shards=2, batch=16, last_batch=last_batch, accumulate=40)

@@ -119,7 +119,7 @@ def _fit(
             log.info("preemption: Keras workers do not stop on a signal; a requeued job resumes from its last epoch")
         observer = TrainingObserver(
             record,
-            global_batch=plan.global_batch,
+            images_per_batch=plan.images_per_batch,
             steps_per_epoch=contract.train_steps,
             warmup_steps=cfg.throughput_warmup_steps,
         )

@@ -11,7 +11,7 @@
   the batch, such as detection's non-max suppression, stays outside XLA).
 
 `build_keras_side` and `compile_task_model` are what the backend builds a run's model with; the benchmark
-(core/bench/keras_loops.py) builds its upper bound with them too.
+(bench/keras_loops.py) builds its upper bound with them too.
 """
 
 from __future__ import annotations
@@ -45,24 +45,28 @@ POLICIES = {
 
 @keras.saving.register_keras_serializable(package="hydrali")
 class PlanSchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """The plan's effective lr times hydrali.core.optim.schedule.lr_factor, tabulated per step: the same lr at the
-    same step as the Lightning backend, by construction."""
+    """The plan's effective lr times hydrali.core.optim.schedule.lr_factor, tabulated per optimizer step: the same
+    lr at the same step as the Lightning backend, by construction. Keras asks it with the number of batches trained
+    (its optimizer's `_iterations`, which gradient accumulation does not divide): `accumulate` batches make a step."""
 
-    def __init__(self, effective_lr: float, factors):
+    def __init__(self, effective_lr: float, factors, accumulate: int = 1):
         self.effective_lr = float(effective_lr)
         self.factors = np.asarray(factors, dtype="float32")
+        self.accumulate = int(accumulate)
 
     def __call__(self, step):
         last = self.factors.shape[0] - 1
-        index = ops.minimum(ops.cast(step, "int32"), last)
+        index = ops.minimum(ops.floor_divide(ops.cast(step, "int32"), self.accumulate), last)
         return self.effective_lr * ops.take(ops.convert_to_tensor(self.factors), index)
 
     def get_config(self) -> dict:
-        return {"effective_lr": self.effective_lr, "factors": self.factors.tolist()}
+        return {"effective_lr": self.effective_lr, "factors": self.factors.tolist(), "accumulate": self.accumulate}
 
 
-def plan_schedule(plan: Plan, optim: DictConfig, steps_per_epoch: int) -> PlanSchedule:
-    """The lr schedule of `plan`: warmup, then cosine or constant, over plan.epochs epochs."""
+def plan_schedule(plan: Plan, optim: DictConfig, contract: EpochContract) -> PlanSchedule:
+    """The lr schedule of `plan`: warmup, then cosine or constant, over plan.epochs epochs of the contract's
+    optimizer steps."""
+    steps_per_epoch = contract.optimizer_steps
     total = max(1, steps_per_epoch * plan.epochs)
     factors = [
         lr_factor(
@@ -75,7 +79,7 @@ def plan_schedule(plan: Plan, optim: DictConfig, steps_per_epoch: int) -> PlanSc
         )
         for step in range(total + 1)
     ]
-    return PlanSchedule(plan.effective_lr, factors)
+    return PlanSchedule(plan.effective_lr, factors, contract.accumulate)
 
 
 class LrFactors:
@@ -200,25 +204,29 @@ class TorchAdamW(LrFactors, keras.optimizers.Optimizer):
 
 
 OPTIMIZERS = {  # optim.name -> the Keras optimizer with torch's semantics, with the optim node's settings
-    Optimizer.sgd: lambda optim, schedule: TorchSGD(
+    Optimizer.sgd: lambda optim, schedule, accumulation: TorchSGD(
         learning_rate=schedule,
         momentum=optim.momentum,
         nesterov=optim.nesterov,
         coupled_weight_decay=optim.weight_decay,
+        gradient_accumulation_steps=accumulation,
     ),
-    Optimizer.adamw: lambda optim, schedule: TorchAdamW(
+    Optimizer.adamw: lambda optim, schedule, accumulation: TorchAdamW(
         learning_rate=schedule,
         beta_1=optim.betas[0],
         beta_2=optim.betas[1],
         epsilon=ADAM_EPSILON,
         decoupled_weight_decay=optim.weight_decay,
+        gradient_accumulation_steps=accumulation,
     ),
 }
 
 
-def make_optimizer(optim: DictConfig, schedule) -> keras.optimizers.Optimizer:
-    """The optimizer of hydrali.core.optim.optimizer's semantics (which variables decay is decided by their shape)."""
-    return OPTIMIZERS[Optimizer.of(optim.name, "optim.name")](optim, schedule)
+def make_optimizer(optim: DictConfig, schedule, accumulate: int = 1) -> keras.optimizers.Optimizer:
+    """The optimizer of hydrali.core.optim.optimizer's semantics (which variables decay is decided by their shape),
+    stepping with the mean gradient of every `accumulate` batches (Keras' gradient accumulation)."""
+    accumulation = int(accumulate) if accumulate > 1 else None  # Keras takes None for a step after every batch
+    return OPTIMIZERS[Optimizer.of(optim.name, "optim.name")](optim, schedule, accumulation)
 
 
 @keras.saving.register_keras_serializable(package="hydrali")
@@ -397,7 +405,7 @@ def compile_model(
             on_val_batch,
         )
         model(keras.ops.zeros((1, *network.input_shape[1:])))  # build the wrapper's variables
-        optimizer = make_optimizer(optim, plan_schedule(plan, optim, contract.train_steps))
+        optimizer = make_optimizer(optim, plan_schedule(plan, optim, contract), contract.accumulate)
         mult = float(optim.get("backbone_lr_mult", 1.0))
         if mult != 1.0:  # backbone_of: the side's backbone variables of its network
             optimizer.scale_lr(backbone_of(network), mult)

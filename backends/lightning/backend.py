@@ -135,7 +135,6 @@ def _fit(
     checkpoint_dir = output_dir / CHECKPOINT_DIR
     datamodule = DaliDataModule(task=task, cfg=cfg, dataset=dataset, plan=plan)
     datamodule.setup("fit")
-    steps_per_epoch = plan.epoch.train_steps // cfg.backend.trainer.get("accumulate_grad_batches", 1)
     trainer_options = OmegaConf.to_container(cfg.backend.trainer, resolve=True)
     show_bar = trainer_options.pop("enable_progress_bar", None)
     show_bar = sys.stdout.isatty() if show_bar is None else show_bar
@@ -147,7 +146,7 @@ def _fit(
         side,
         cfg.optim,
         plan,
-        max(1, steps_per_epoch),
+        plan.epoch.optimizer_steps,
         channels_last=cfg.backend.channels_last,
         step_loss_in_bar=show_bar,
     )
@@ -180,7 +179,7 @@ def _fit(
     )
     observer = TrainingObserver(
         record,
-        global_batch=plan.global_batch,
+        images_per_batch=plan.images_per_batch,
         steps_per_epoch=plan.epoch.train_steps,
         warmup_steps=cfg.throughput_warmup_steps,
     )
@@ -199,6 +198,7 @@ def _fit(
         logger=False,
         default_root_dir=str(output_dir),
         enable_progress_bar=show_bar,
+        accumulate_grad_batches=plan.accumulate,  # an epoch is a whole number of accumulations (core.run.epoch)
         callbacks=[
             *reader_position,  # first: the checkpoints below save DALI's state after the batches trained
             checkpoint,

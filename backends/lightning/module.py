@@ -1,6 +1,6 @@
 """The torch side of a task as the Lightning backend trains it, and the LightningModule around it.
 
-Its builders are public so that what the benchmark measures (core/bench/torch_loops.py) is built by the same
+Its builders are public so that what the benchmark measures (bench/torch_loops.py) is built by the same
 code: the task's torch side, its memory format and compilation, the optimizer and lr schedule of the plan, and the
 precision plugin of `backend.precision`.
 """

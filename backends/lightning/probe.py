@@ -1,6 +1,6 @@
 """The run's network and optimizer built apart, trained by a plain loop: what `pipeline.autotune_by=training` times
 its candidates with (hydrali.core.contracts.backend.TrainingProbe), and what the benchmark's torch loops train
-(hydrali.core.bench.torch_loops). Each step is the one Lightning runs for the backend: the task's training loss
+(hydrali.bench.torch_loops). Each step is the one Lightning runs for the backend: the task's training loss
 under the precision plugin's autocast (with its loss scaler for 16-mixed), backward, the optimizer and the lr
 schedule; no Trainer around it."""
 
@@ -42,7 +42,7 @@ class LightningProbe:
             build_torch_side(task, cfg, dataset),
             cfg.optim,
             plan,
-            max(1, plan.epoch.train_steps),
+            plan.epoch.optimizer_steps,
             channels_last=cfg.backend.channels_last,
         )
         if cfg.backend.compile:  # before the module moves, as the backend compiles it

@@ -171,6 +171,7 @@ class OptimConfig:
     nesterov: bool = False
     betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
     backbone_lr_mult: float = 1.0
+    accumulate_grad_batches: int = 1  # batches per optimizer step (conf/optim_common.yaml)
 
 
 @dataclass

@@ -65,6 +65,7 @@ def check_pipeline_fits_task(cfg: DictConfig) -> None:
 
 RENAMED = {  # keys of earlier releases -> the key that took their job
     "backend.replicas": "backend.devices",
+    "backend.trainer.accumulate_grad_batches": "optim.accumulate_grad_batches",  # Lightning Trainer's own
 }
 
 
@@ -143,10 +144,26 @@ def check_config(cfg: DictConfig) -> None:
         )
     if cfg.optim.lr <= 0:
         raise HydraliError(f"optim.lr={cfg.optim.lr}: the learning rate must be above 0")
+    check_accumulation(cfg)
     check_tracking(cfg.tracking)
     check_bad_files(cfg.data)
     check_fine_tuning(cfg)
     check_preemption(cfg.preemption)
+
+
+def check_accumulation(cfg: DictConfig) -> None:
+    """optim.accumulate_grad_batches is at least 1, and it is the only key that asks for gradient accumulation (a
+    backend's own, such as Lightning Trainer's, would train more images per step than the plan's lr counts)."""
+    accumulate = cfg.optim.get("accumulate_grad_batches", 1)
+    if accumulate < 1:
+        raise HydraliError(f"optim.accumulate_grad_batches={accumulate}: pass 1 or more (1: a step after every batch)")
+    trainer = cfg.backend.get("trainer")
+    if isinstance(trainer, DictConfig) and trainer.get("accumulate_grad_batches") is not None:
+        raise HydraliError(
+            f"backend.trainer.accumulate_grad_batches={trainer.accumulate_grad_batches}: pass "
+            f"optim.accumulate_grad_batches={trainer.accumulate_grad_batches} instead (the same on every backend; "
+            f"the plan's global batch and lr count it)"
+        )
 
 
 def check_preemption(preemption: DictConfig) -> None:

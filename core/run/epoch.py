@@ -10,7 +10,10 @@ of shards (one per replica) and the per-replica batch:
   epoch: `drop` (the default) takes the whole batches of the smallest shard, floor(min/B), so the
   first epoch repeats no sample and the replicas' shards are disjoint; `fill` takes ceil(max/B). What
   an epoch leaves of a pass starts the next epoch, so later epochs may straddle two passes (as with
-  any endless DALI dataset). Every replica takes the same number of steps.
+  any endless DALI dataset). Every replica takes the same number of steps. With gradient accumulation
+  over A batches (optim.accumulate_grad_batches) an epoch is a whole number of accumulations: its batches
+  are rounded down to a multiple of A (what is left goes to the next epoch, as above), so that every
+  backend takes `optimizer_steps` = train_steps / A optimizer steps an epoch and none spans two epochs.
 - **Validation** reads each shard once per validation, padded by DALI (the shard's last sample
   repeated) to `val_steps` = ceil(max/B) whole batches on every replica; the padded samples are
   masked: `val_valid(shard, step)` samples of a batch count. Each image is scored exactly once.
@@ -49,11 +52,18 @@ class EpochContract:
     num_shards: int  # replicas in the whole job
     batch: int  # per replica
     last_batch: str  # a LastBatch value: the policy of the training epoch's last batch
+    accumulate: int = 1  # batches per optimizer step (optim.accumulate_grad_batches)
 
     @property
     def train_steps(self) -> int:
-        """Optimizer steps per epoch, the same on every replica."""
-        return TRAIN_STEPS[LastBatch(self.last_batch)](shard_sizes(self.train_samples, self.num_shards), self.batch)
+        """Training batches per epoch, the same on every replica: a whole number of accumulations."""
+        batches = TRAIN_STEPS[LastBatch(self.last_batch)](shard_sizes(self.train_samples, self.num_shards), self.batch)
+        return batches - batches % self.accumulate
+
+    @property
+    def optimizer_steps(self) -> int:
+        """Optimizer steps per epoch (what the lr schedule counts)."""
+        return self.train_steps // self.accumulate
 
     @property
     def train_images_per_epoch(self) -> int:
@@ -78,6 +88,7 @@ class EpochContract:
         """What is logged to MLflow about the epoch."""
         return {
             "epoch/steps_per_epoch": self.train_steps,
+            "epoch/optimizer_steps_per_epoch": self.optimizer_steps,
             "epoch/train_images_per_epoch": self.train_images_per_epoch,
             "epoch/val_steps": self.val_steps,
             "epoch/last_batch": self.last_batch,
@@ -85,12 +96,18 @@ class EpochContract:
 
 
 def make_contract(
-    *, train_samples: int, val_samples: int, num_shards: int, batch: int, last_batch: str
+    *, train_samples: int, val_samples: int, num_shards: int, batch: int, last_batch: str, accumulate: int = 1
 ) -> EpochContract:
     """The epoch contract of a run; a split too small for its shards and batch is an error saying what to change."""
     last_batch = LastBatch.of(last_batch, "pipeline.train_last_batch").value
-    contract = EpochContract(train_samples, val_samples, num_shards, batch, last_batch)
+    contract = EpochContract(train_samples, val_samples, num_shards, batch, last_batch, accumulate)
     smallest = min(shard_sizes(train_samples, num_shards))
+    batches = EpochContract(train_samples, val_samples, num_shards, batch, last_batch).train_steps
+    if batches > 0 and smallest > 0 and contract.train_steps == 0:
+        raise HydraliError(
+            f"optim.accumulate_grad_batches={accumulate} is more than the {batches} batch(es) of {batch} images an "
+            f"epoch has per replica: lower optim.accumulate_grad_batches to at most {batches}, or data.batch_size"
+        )
     if contract.train_steps == 0 or smallest == 0:
         over = f" over {num_shards} replicas a shard holds {smallest}," if num_shards > 1 else ""
         raise HydraliError(

@@ -3,8 +3,8 @@ that call a `TrainingObserver` at the same points (epoch start, step start and e
 and the observer turns them into the run record's rows, the throughput clock and the FitResult's fields.
 
 So the two backends agree by construction on what an epoch's row holds (train/ metrics, val/ metrics only when the
-epoch validated, train/images = steps x the plan's global batch, lr/first and lr/last: the lr of the epoch's first
-and last training steps) and on how throughput is timed (core/run/throughput.py).
+epoch validated, train/images = batches x the images all replicas train on per batch, lr/first and lr/last: the lr
+of the epoch's first and last training steps) and on how throughput is timed (core/run/throughput.py).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from hydrali.core.run.throughput import StepClock
 class TrainingObserver:
     """Records each epoch of a run into its RunRecord and times its training steps."""
 
-    def __init__(self, record: RunRecord, *, global_batch: int, steps_per_epoch: int, warmup_steps: int):
+    def __init__(self, record: RunRecord, *, images_per_batch: int, steps_per_epoch: int, warmup_steps: int):
         self.record = record
-        self.global_batch = global_batch
+        self.images_per_batch = images_per_batch  # all replicas' images per training batch
         self.steps_per_epoch = steps_per_epoch
         self.clock = StepClock(warmup_steps)
         self.first_epoch: int | None = None  # the first epoch this invocation trained (0-based)
@@ -64,7 +64,7 @@ class TrainingObserver:
     def step_end(self) -> None:
         """A training step of the plan's global batch ended (every training batch is whole: the epoch contract)."""
         self._steps += 1
-        self.clock.step_end(self.global_batch)
+        self.clock.step_end(self.images_per_batch)
 
     def validation_start(self) -> None:
         """The epoch's training part ended and its validation starts."""
@@ -78,7 +78,7 @@ class TrainingObserver:
             return
         prefixes = ("train/", "val/") if validated else ("train/",)
         row = {name: float(value) for name, value in metrics.items() if name.startswith(prefixes)}
-        row["train/images"] = self._steps * self.global_batch
+        row["train/images"] = self._steps * self.images_per_batch
         self.record.add(epoch + 1, {**row, **self._lrs})  # the record counts epochs from 1
         self.last_epoch = epoch
 

@@ -1,6 +1,6 @@
 """The plan of a run: everything both backends must agree on, computed once in core.
 
-global batch = per-replica batch x world size
+global batch = per-replica batch x world size x batches accumulated per optimizer step (the images of one step)
 effective lr = optim.lr x rule(global batch / optim.ref_batch), rule: SCALE_RULES[optim.scale]
 """
 
@@ -56,7 +56,7 @@ class Plan:
     shards: tuple[Shard, ...]  # one per replica this process drives
     num_shards: int
     per_replica_batch: int
-    global_batch: int
+    global_batch: int  # images per optimizer step: per-replica batch x world size x accumulate
     base_lr: float
     effective_lr: float
     lr_scale_rule: str
@@ -64,7 +64,13 @@ class Plan:
     epochs: int
     seed: int
     device: str  # "cpu" or "gpu": where DALI runs (the backend decides where the model trains)
+    accumulate: int = 1  # batches whose mean gradient makes one optimizer step (optim.accumulate_grad_batches)
     epoch: EpochContract | None = None  # steps and counted samples per epoch (core.run.epoch), set by the runner
+
+    @property
+    def images_per_batch(self) -> int:
+        """Images all replicas train on per batch (an optimizer step takes `accumulate` of these)."""
+        return self.per_replica_batch * self.world_size
 
     @property
     def shard(self) -> Shard:
@@ -79,6 +85,7 @@ class Plan:
             "world_size",
             "per_replica_batch",
             "global_batch",
+            "accumulate",
             "base_lr",
             "effective_lr",
             "lr_scale_rule",
@@ -102,15 +109,18 @@ def make_plan(
     epochs: int,
     seed: int,
     device: str,
+    accumulate: int = 1,
 ) -> Plan:
     """Build the plan for this process from its topology and the user's settings."""
     if batch_size < 1:
         raise HydraliError(f"data.batch_size={batch_size}: it must be at least 1")
+    if accumulate < 1:
+        raise HydraliError(f"optim.accumulate_grad_batches={accumulate}: it must be at least 1")
     if epochs < 1:
         raise HydraliError(f"epochs={epochs}: it must be at least 1")
     if warmup_epochs < 0:
         raise HydraliError(f"optim.warmup_epochs={warmup_epochs}: it cannot be negative")
-    global_batch = batch_size * topology.world_size
+    global_batch = batch_size * topology.world_size * accumulate
     return Plan(
         world_size=topology.world_size,
         global_rank=topology.global_rank,
@@ -130,6 +140,7 @@ def make_plan(
         epochs=epochs,
         seed=seed,
         device=device,
+        accumulate=accumulate,
     )
 
 
@@ -145,6 +156,7 @@ def plan_of_config(cfg: DictConfig, topology: Topology, *, seed: int, device: st
         epochs=cfg.epochs,
         seed=seed,
         device=device,
+        accumulate=int(cfg.optim.get("accumulate_grad_batches", 1)),
     )
 
 
@@ -158,5 +170,6 @@ def plan_run(cfg: DictConfig, topology: Topology, dataset: Dataset, *, seed: int
         num_shards=plan.num_shards,
         batch=plan.per_replica_batch,
         last_batch=str(cfg.pipeline.train_last_batch),
+        accumulate=plan.accumulate,
     )
     return replace(plan, epoch=contract)

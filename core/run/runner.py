@@ -140,10 +140,11 @@ def _run(attempt: run_dir.Attempt, started: float, watch: preemption.PreemptionW
         autotune.apply(cfg, task, dataset, plan, backend)
     seeding.seed_everything(plan.seed, cfg.deterministic)
     log.info(
-        "plan: %d replica(s) x batch %d = global batch %d; lr %g x %s(%d/%d) = %g; seed %d; "
+        "plan: %d replica(s) x batch %d%s = global batch %d; lr %g x %s(%d/%d) = %g; seed %d; "
         "rank %d reads shard %s/%d, DALI on %s; %d steps per epoch",
         plan.world_size,
         plan.per_replica_batch,
+        f" x {plan.accumulate} accumulated" if plan.accumulate > 1 else "",
         plan.global_batch,
         plan.base_lr,
         plan.lr_scale_rule,

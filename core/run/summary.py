@@ -60,6 +60,7 @@ def build_summary(
         "world_size": plan.world_size,
         "per_replica_batch": plan.per_replica_batch,
         "global_batch": plan.global_batch,
+        "accumulate": plan.accumulate,
         "effective_lr": plan.effective_lr,
         "seed": plan.seed,
         "device": plan.device,
@@ -114,7 +115,7 @@ def format_table(summary: dict) -> str:
             else []
         ),
         ("steps per epoch", str(summary["steps_per_epoch"])),
-        ("replicas x batch", f"{summary['world_size']} x {summary['per_replica_batch']} = {summary['global_batch']}"),
+        _batch_row(summary),
         ("effective lr", f"{summary['effective_lr']:.6g}"),
         ("MLflow run id", summary["mlflow_run_id"] or "(tracking off)"),
         ("output dir", summary["output_dir"]),
@@ -146,3 +147,17 @@ def _count(n: int) -> str:
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return str(n)
+
+
+def _batch_row(summary: dict) -> tuple[str, str]:
+    """The global batch and what makes it: replicas x batch (x batches accumulated per optimizer step)."""
+    accumulate = summary.get("accumulate", 1)  # absent from summaries written before it existed
+    if accumulate == 1:
+        return (
+            "replicas x batch",
+            f"{summary['world_size']} x {summary['per_replica_batch']} = {summary['global_batch']}",
+        )
+    return (
+        "replicas x batch x accum.",
+        f"{summary['world_size']} x {summary['per_replica_batch']} x {accumulate} = {summary['global_batch']}",
+    )
