@@ -1,5 +1,6 @@
-"""The seams a newcomer relies on: core/ in packages by job, no import cycle, layers that import downwards only,
-and a backend added from outside hydrali (an installed package's entry point) without touching a task or core."""
+"""The seams a newcomer relies on: core/ in packages by job, no import cycle, layers that import downwards only (core
+imports no backend; the benchmark, bench/, sits above them all), and a backend added from outside hydrali (an
+installed package's entry point) without touching a task or core."""
 
 from __future__ import annotations
 
@@ -13,13 +14,17 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = {"core": "hydrali.core", "tasks": "hydrali.tasks", "backends": "hydrali.backends"}
-# the command lines, on top of everything: they may import any layer
-ENTRY_LAYER = ("hydrali.core.cli", "hydrali.core.bench", "hydrali.core.__main__")
+PACKAGES = {"core": "hydrali.core", "tasks": "hydrali.tasks", "backends": "hydrali.backends", "bench": "hydrali.bench"}
+# the command lines, on top of everything: they may import any layer (the benchmark builds its framework loops from the
+# backends' public builders)
+ENTRY_LAYER = ("hydrali.core.cli", "hydrali.bench", "hydrali.core.__main__")
+# the one module of core that names a backend's module: the registry's table of the built-in backends' specs (read by
+# name, never imported by core itself)
+NAMES_BUILT_IN_BACKENDS = "hydrali.core.contracts.registry"
 
 
 def _modules() -> dict[str, Path]:
-    """Every module of hydrali's three code folders, by dotted name."""
+    """Every module of hydrali's code folders, by dotted name."""
     found = {}
     for folder, dotted in PACKAGES.items():
         for path in (REPO / folder).rglob("*.py"):
@@ -32,17 +37,21 @@ def _is_type_checking(node: ast.If) -> bool:
     return isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
 
 
-def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
-    """The hydrali modules that `path` imports anywhere in its code (in functions too; not under TYPE_CHECKING)."""
+def _imports(path: Path, modules: dict[str, Path], module: str) -> set[str]:
+    """The hydrali modules that `path` (module `module`) imports anywhere in its code (in functions too; not under
+    TYPE_CHECKING), relative imports resolved."""
     imported: set[str] = set()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
 
     def visit(node: ast.AST) -> None:
         if isinstance(node, ast.If) and _is_type_checking(node):
             return
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        if isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            origin = ".".join(part for part in (base, node.module or "") if part)
             for alias in node.names:
-                name = f"{node.module}.{alias.name}"
-                imported.add(name if name in modules else node.module)
+                name = f"{origin}.{alias.name}"
+                imported.add(name if name in modules else origin)
         elif isinstance(node, ast.Import):
             imported.update(alias.name for alias in node.names)
         for child in ast.iter_child_nodes(node):
@@ -87,7 +96,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 @pytest.fixture(scope="module")
 def import_graph() -> dict[str, set[str]]:
     modules = _modules()
-    return {name: _imports(path, modules) for name, path in modules.items()}
+    return {name: _imports(path, modules, name) for name, path in modules.items()}
 
 
 def test_core_is_packages_by_job_and_the_benchmark_lives_in_one():
@@ -96,9 +105,9 @@ def test_core_is_packages_by_job_and_the_benchmark_lives_in_one():
         str(p.relative_to(REPO))
         for folder in PACKAGES
         for p in (REPO / folder).rglob("*bench*.py")
-        if p.parent != REPO / "core" / "bench"
+        if p.relative_to(REPO).parts[0] != "bench"
     ]
-    assert strays == [], f"benchmark modules outside core/bench/: {strays}"
+    assert strays == [], f"benchmark modules outside bench/: {strays}"
 
 
 def test_no_import_cycle(import_graph):
@@ -113,7 +122,7 @@ def test_the_walker_finds_a_cycle():
 
 def test_layers_import_downwards_only(import_graph):
     """core's library knows no task and no backend (it reaches them through the registry, by name); backends know no
-    task and tasks no backend; only the command lines (core.cli, core.bench) may import any layer."""
+    task and tasks no backend; only the command lines (core.cli, bench) may import any layer."""
 
     def layer(module: str) -> str:
         return module.split(".")[1]
@@ -128,6 +137,24 @@ def test_layers_import_downwards_only(import_graph):
             elif layer(module) == "core" and target.startswith(ENTRY_LAYER):
                 wrong.append(f"{module} -> {target}")
     assert wrong == []
+
+
+def test_core_imports_no_backend_and_names_one_only_in_the_registry(import_graph):
+    """No module of core, its command lines included, imports a backend's module anywhere in its code (in functions
+    too; not under TYPE_CHECKING), and none names one in a string (an import by name, a worker's dotted target) but the
+    registry's table of the built-in backends' specs: what drives a backend's modules directly (the benchmark's loops)
+    lives above core, in bench/."""
+    core = {name: path for name, path in _modules().items() if name.startswith("hydrali.core")}
+    imports = sorted(f"{m} -> {t}" for m in core for t in import_graph[m] if t.startswith("hydrali.backends"))
+    named = sorted(
+        f"{name}:{node.lineno}: {node.value!r}"
+        for name, path in core.items()
+        if name != NAMES_BUILT_IN_BACKENDS
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "hydrali.backends." in node.value
+    )
+    assert imports == [], f"core imports backends: {imports}"
+    assert named == [], f"core names backends' modules: {named}"
 
 
 # A backend as a third party would ship it: a module with its spec and implementation, and an installed
@@ -281,12 +308,12 @@ def test_the_readmes_layout_lists_every_package_of_the_tree():
 FRAMEWORKS = ("torch", "tensorflow", "keras", "lightning")
 
 
-def test_core_imports_no_framework_at_module_level_outside_files_named_by_framework():
-    """`hydrali --help` and a Keras run never load torch: core's modules import a framework only inside functions,
-    but for the files named by the framework they drive (torch_*.py, keras_*.py), as in tasks/."""
+def test_core_and_bench_import_no_framework_at_module_level_outside_files_named_by_framework():
+    """`hydrali --help` and a Keras run never load torch: core's modules (and the benchmark's) import a framework only
+    inside functions, but for the files named by the framework they drive (torch_*.py, keras_*.py), as in tasks/."""
     loaders = []
     for name, path in _modules().items():
-        if not name.startswith("hydrali.core") or path.name.startswith(("torch_", "keras_")):
+        if not name.startswith(("hydrali.core", "hydrali.bench")) or path.name.startswith(("torch_", "keras_")):
             continue
         for node in ast.parse(path.read_text()).body:
             names = (

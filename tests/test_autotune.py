@@ -198,7 +198,7 @@ def test_a_preempted_autotuned_run_started_again_in_its_dir_resumes(make_cfg, tm
     (pipeline.num_threads is 1 there, 2 here)", and the run stayed KILLED). The probe times both settings on real
     pipelines; which one a machine finds faster is chance on CI's 2 busy cores, so the pick among the timed trials
     is made the other setting's here (autotune.pick's own rule has its test above), as on a machine where it is."""
-    from hydrali.core.bench.synthetic import write_synthetic
+    from hydrali.bench.synthetic import write_synthetic
     from hydrali.core.run.preemption import Preempted
     from hydrali.core.run.runner import run
 

@@ -26,7 +26,7 @@ def bench_run(tmp_path_factory):
     command = [
         sys.executable,
         "-m",
-        "hydrali.core.bench.cli",
+        "hydrali.bench.cli",
         f"hydra.run.dir={root}/run",
         f"paths.data_dir={root}/data",
         "bench.sections=[" + ",".join(SECTIONS) + "]",
@@ -115,7 +115,7 @@ def test_a_training_window_without_a_warm_up_step_is_one_error_naming_the_settin
         [
             sys.executable,
             "-m",
-            "hydrali.core.bench.cli",
+            "hydrali.bench.cli",
             f"hydra.run.dir={tmp_path}/run",
             "bench.train.warmup=0",
             "bench.sections=[cpu]",

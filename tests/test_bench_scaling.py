@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from hydrali.core.bench.scaling import device_counts
+from hydrali.bench.scaling import device_counts
 
 pytestmark = [pytest.mark.slow, pytest.mark.keras]
 
@@ -23,7 +23,7 @@ def test_the_scaling_section_trains_on_one_and_two_replicas_and_prints_the_ratio
     command = [
         sys.executable,
         "-m",
-        "hydrali.core.bench.cli",
+        "hydrali.bench.cli",
         f"hydra.run.dir={tmp_path}/run",
         f"paths.data_dir={tmp_path}/data",
         "bench.sections=[scaling]",

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hydrali.core.bench.report import Report, Row
-from hydrali.core.bench.timing import STEP_WINDOWS, StepWindow, Timing, interleave, time_steps
+from hydrali.bench.report import Report, Row
+from hydrali.bench.timing import STEP_WINDOWS, StepWindow, Timing, interleave, time_steps
 
 
 class ScriptedClock:
@@ -98,7 +98,7 @@ def test_a_measurement_that_fails_keeps_no_figures_of_its_earlier_repeats():
 def test_cuda_stamps_time_steps_on_the_gpu_and_leave_out_a_step_that_waited():
     import time
 
-    from hydrali.core.bench.torch_loops import CudaStamp
+    from hydrali.bench.torch_loops import CudaStamp
 
     x = torch.randn(2048, 2048, device="cuda")
     calls = iter(range(100))

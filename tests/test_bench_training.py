@@ -10,8 +10,8 @@ import json
 import pytest
 import torch
 
-from hydrali.core.bench.sections import plain
-from hydrali.core.bench.training import HydraliTraining
+from hydrali.bench.sections import plain
+from hydrali.bench.training import HydraliTraining
 from hydrali.core.errors import HydraliError
 from tests.support.configs import SMALL_NET
 
@@ -51,8 +51,8 @@ def test_an_epoch_shorter_than_the_window_is_one_error_naming_the_settings(make_
 def test_the_plain_torch_loop_trains_the_tasks_network_from_either_feed(feed, make_cfg):
     from hydra.utils import instantiate
 
-    from hydrali.core.bench.loaders import one_replica_plan
-    from hydrali.core.bench.torch_loops import TorchLoop
+    from hydrali.bench.loaders import one_replica_plan
+    from hydrali.bench.torch_loops import TorchLoop
     from hydrali.core.optim.schedule import lr_factor
 
     cfg = make_cfg(*SMALL_NET, f"data.batch_size={BATCH}", "pipeline.device=cpu", "optim.warmup_epochs=1")
@@ -113,7 +113,7 @@ def test_the_plain_torch_loop_runs_the_precision_lightnings_trainer_runs(precisi
 def test_keras_own_bound_trains_the_keras_model_on_one_batch_of_the_shard(make_cfg):
     from hydra.utils import instantiate
 
-    from hydrali.core.bench.keras_loops import KerasBound
+    from hydrali.bench.keras_loops import KerasBound
 
     cfg = make_cfg("backend=keras", *SMALL_NET, f"data.batch_size={BATCH}")
     task = instantiate(cfg.task)
@@ -127,7 +127,7 @@ def test_keras_own_bound_trains_the_keras_model_on_one_batch_of_the_shard(make_c
 def test_the_plain_keras_loop_fed_by_dali_trains_several_batches_per_call(make_cfg):
     from hydra.utils import instantiate
 
-    from hydrali.core.bench.keras_loops import KerasBound
+    from hydrali.bench.keras_loops import KerasBound
 
     cfg = make_cfg("backend=keras", *SMALL_NET, f"data.batch_size={BATCH}")
     task = instantiate(cfg.task)

@@ -1,7 +1,7 @@
 """A training run through hydrali itself (core.run.runner.run, the configured backend), timed over steps.
 
 Each repeat is one whole run, in a run dir of its own under the benchmark's, with a step timer added to
-`backend.callbacks` (core/bench/torch_loops.py or core/bench/keras_loops.py). The timer measures `warmup + steps`
+`backend.callbacks` (bench/torch_loops.py or bench/keras_loops.py). The timer measures `warmup + steps`
 steps of the first epoch and then stops training, so that start-up, tracing, validation and checkpoints
 are outside the timed window; the run's own images/s (its summary.json) is not used.
 """
@@ -12,12 +12,12 @@ from pathlib import Path
 
 from omegaconf import OmegaConf, open_dict
 
-from hydrali.core.bench.timing import STEP_WINDOWS
+from hydrali.bench.timing import STEP_WINDOWS
 from hydrali.core.errors import HydraliError
 
 TIMERS = {
-    "lightning": "hydrali.core.bench.torch_loops.LightningStepTimer",
-    "keras": "hydrali.core.bench.keras_loops.KerasStepTimer",
+    "lightning": "hydrali.bench.torch_loops.LightningStepTimer",
+    "keras": "hydrali.bench.keras_loops.KerasStepTimer",
 }
 
 

@@ -5,9 +5,9 @@ shard ("dali"), or on the first batch while DALI keeps producing (and dropping) 
 DALI's GPU work beside DDP, without its batches), on 1 GPU and on N. Prints one line per measurement and the ratio
 N / 1.
 
-    python3 -m hydrali.core.bench.gpu.torch_ddp_bound --gpus 2 --feed tensors dali -- data=imagefolder data.root=DIR
+    python3 -m hydrali.bench.gpu.torch_ddp_bound --gpus 2 --feed tensors dali -- data=imagefolder data.root=DIR
 
-The same config as `hydrali` (its overrides after `--`); run on the GPU machine (core/bench/gpu/scaling.sh).
+The same config as `hydrali` (its overrides after `--`); run on the GPU machine (bench/gpu/scaling.sh).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def _rank(rank, world, port, feed, overrides, warmup, steps, results, device: st
     wait()
     seconds = time.perf_counter() - start
     if extra.get("backtraces"):  # a few more steps, the native stacks of the named CUDA calls recorded (rank 0's shown)
-        from hydrali.core.bench.gpu.cuda_backtraces import CallRecorder
+        from hydrali.bench.gpu.cuda_backtraces import CallRecorder
 
         recorder = CallRecorder(set(extra["backtraces"]))
         recorder.start()

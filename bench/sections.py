@@ -14,9 +14,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hydrali.core.bench.report import Report, Row
-from hydrali.core.bench.timing import interleave
-from hydrali.core.bench.worker import Remote, Worker
+from hydrali.bench.report import Report, Row
+from hydrali.bench.timing import interleave
+from hydrali.bench.worker import Remote, Worker
 from hydrali.core.contracts.backend import TrainingDevice
 from hydrali.core.errors import HydraliError
 from hydrali.core.run import auto_settings
@@ -108,7 +108,7 @@ class Bench:
             self._data = []
             cfg = self.compose(mine)
             if cfg.data.name == "digits":
-                from hydrali.core.bench.synthetic import write_synthetic
+                from hydrali.bench.synthetic import write_synthetic
 
                 s = self.bench.synthetic
                 root = (
@@ -154,7 +154,7 @@ class Bench:
     def loaders(self, sections: list[str]) -> None:
         """1: each recipe through hydrali's data layers, against raw DALI and the PIL DataLoader;
         4: DALI's CPU operators against the PIL DataLoader on the same cores."""
-        from hydrali.core.bench.loaders import LightningLayer, PilLoader, RawDali, with_threads
+        from hydrali.bench.loaders import LightningLayer, PilLoader, RawDali, with_threads
         from hydrali.core.data.devices import resolve_device
 
         b, pairs = self.bench, []
@@ -237,7 +237,7 @@ class Bench:
                             ),
                             Remote(
                                 self.worker,
-                                "hydrali.core.bench.keras_loops.keras_layer",
+                                "hydrali.bench.keras_loops.keras_layer",
                                 cfg=plain(cfg),
                                 device=device,
                                 **loader,
@@ -277,7 +277,7 @@ class Bench:
         return True
 
     def _check_steps(self, cfg: DictConfig, dataset) -> None:
-        from hydrali.core.bench.loaders import one_replica_plan
+        from hydrali.bench.loaders import one_replica_plan
 
         t = self.bench.train
         steps = one_replica_plan(cfg, dataset, "cpu").epoch.train_steps
@@ -301,9 +301,9 @@ class Bench:
         and a plain PyTorch loop fed by the same DALI pipeline, per configured variant."""
         if self._needs_gpu("lightning", "training through the Lightning backend, upper bound, plain loop"):
             return
-        from hydrali.core.bench.loaders import one_replica_plan
-        from hydrali.core.bench.torch_loops import TorchLoop
-        from hydrali.core.bench.training import HydraliTraining
+        from hydrali.bench.loaders import one_replica_plan
+        from hydrali.bench.torch_loops import TorchLoop
+        from hydrali.bench.training import HydraliTraining
 
         t, pairs = self.bench.train, []
         steps = dict(warmup=t.warmup, steps=t.steps)
@@ -378,7 +378,7 @@ class Bench:
                     "gpu",
                     short="Keras bound",
                 ),
-                Remote(self.worker, "hydrali.core.bench.keras_loops.keras_bound", cfg=plain(cfg), **steps),
+                Remote(self.worker, "hydrali.bench.keras_loops.keras_bound", cfg=plain(cfg), **steps),
             )
             for per_call in t.keras_loops:  # the same train step fed by the DALIDataset, as fit() runs it
                 self._add(
@@ -393,7 +393,7 @@ class Bench:
                     ),
                     Remote(
                         self.worker,
-                        "hydrali.core.bench.keras_loops.keras_bound",
+                        "hydrali.bench.keras_loops.keras_bound",
                         cfg=plain(cfg),
                         feed="dali",
                         per_call=per_call,
@@ -411,7 +411,7 @@ class Bench:
                 ),
                 Remote(
                     self.worker,
-                    "hydrali.core.bench.keras_loops.hydrali_training",
+                    "hydrali.bench.keras_loops.hydrali_training",
                     cfg=plain(cfg),
                     name=f"keras{index}",
                     run_dir=str(self.run_dir / "runs"),
@@ -423,9 +423,9 @@ class Bench:
     def detection(self) -> None:
         """5: the ssd recipe alone (DALI, GPU and CPU) and the detector's training on each backend, each against
         its own upper bound (the same network and settings on one batch already on the GPU)."""
-        from hydrali.core.bench.loaders import RawDali, one_replica_plan
-        from hydrali.core.bench.torch_loops import TorchLoop
-        from hydrali.core.bench.training import HydraliTraining
+        from hydrali.bench.loaders import RawDali, one_replica_plan
+        from hydrali.bench.torch_loops import TorchLoop
+        from hydrali.bench.training import HydraliTraining
 
         keep = [o for o in self.overrides if override_key(o).startswith(DETECTION_KEEPS)]
         base = ["task=detection", *self.bench.detection.overrides, *keep]
@@ -499,7 +499,7 @@ class Bench:
                     "gpu",
                     short="Keras bound",
                 ),
-                Remote(self.worker, "hydrali.core.bench.keras_loops.keras_bound", cfg=plain(kcfg), **steps),
+                Remote(self.worker, "hydrali.bench.keras_loops.keras_bound", cfg=plain(kcfg), **steps),
             )
             self._add(
                 pairs,
@@ -512,7 +512,7 @@ class Bench:
                 ),
                 Remote(
                     self.worker,
-                    "hydrali.core.bench.keras_loops.hydrali_training",
+                    "hydrali.bench.keras_loops.hydrali_training",
                     cfg=plain(kcfg),
                     name="detection-keras",
                     run_dir=str(self.run_dir / "runs"),
@@ -524,8 +524,8 @@ class Bench:
     def scaling(self) -> None:
         """6: whole hydrali runs on 1 GPU and on several (every visible one, or bench.scaling.devices), per
         configured run (a backend and its settings), interleaved; each N-GPU row against its 1-GPU row."""
-        from hydrali.core.bench.scaling import ScalingRun, device_counts
-        from hydrali.core.bench.synthetic import write_synthetic
+        from hydrali.bench.scaling import ScalingRun, device_counts
+        from hydrali.bench.synthetic import write_synthetic
 
         s, pairs = self.bench.scaling, []
         requested = [int(n) for n in s.devices]

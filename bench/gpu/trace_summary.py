@@ -6,7 +6,7 @@ until the GPU is done (device, stream and event synchronizations) or may (alloca
 memory), with the thread's name where the trace has it (Python's threads; CUDA's calls from other threads carry an
 opaque id: cuda_backtraces.py names those by their native stacks).
 
-    python3 -m hydrali.core.bench.gpu.trace_summary TRACE.json [TRACE.json ...]
+    python3 -m hydrali.bench.gpu.trace_summary TRACE.json [TRACE.json ...]
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What hydrali-bench's classification sections read (core/bench/sections.py, loaders.py): a synthetic
+"""What hydrali-bench's classification sections read (bench/sections.py, loaders.py): a synthetic
 ImageNet-like JPEG folder written once, and the PIL baseline's dataset doing a recipe's work with PIL.
 """
 

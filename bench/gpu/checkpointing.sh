@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # On the GPU machine, after ../shared/device/stage-wheels: what DALI's reader checkpointing (pipeline.checkpointing,
 # on by default) costs a default ResNet-50 run, and a preemption signal in the middle of an epoch on the GPU, then
-# the resume. Run from the repository root: bash core/bench/gpu/checkpointing.sh [repeats]
+# the resume. Run from the repository root: bash bench/gpu/checkpointing.sh [repeats]
 set -uo pipefail
 export PYTHONPATH=/tmp/site:/tmp/shim
 mkdir -p /tmp/shim/hydrali && for d in core backends tasks conf; do ln -sfn "$PWD/$d" /tmp/shim/hydrali/$d; done
 DATA=/tmp/data/synthetic-imagenet-8x1000x4
-python3 -c "from pathlib import Path; from hydrali.core.bench.synthetic import write_synthetic; \
+python3 -c "from pathlib import Path; from hydrali.bench.synthetic import write_synthetic; \
 write_synthetic(Path('$DATA'), 8, 1000, 4)"
 RUN=(data=imagefolder model=resnet50 "data.root=$DATA" data.batch_size=256 tracking=none
      backend.trainer.enable_progress_bar=false)

@@ -13,7 +13,7 @@ from functools import cached_property
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hydrali.core.bench.timing import Timing, time_steps
+from hydrali.bench.timing import Timing, time_steps
 from hydrali.core.distributed.topology import detect_topology
 from hydrali.core.run.plan import Plan, plan_run
 
@@ -176,7 +176,7 @@ class PilLoader:
         import torch
         from torch.utils.data import DataLoader
 
-        from hydrali.core.bench.synthetic import PilTrainingSet
+        from hydrali.bench.synthetic import PilTrainingSet
 
         self._repeat += 1
         dataset = PilTrainingSet(self.files, self.size, seed=self._repeat, recipe=self.recipe, options=self.options)

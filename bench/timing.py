@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Protocol
 
-from hydrali.core.bench.report import Row
+from hydrali.bench.report import Row
 from hydrali.core.errors import first_line
 
 log = logging.getLogger("hydrali")

@@ -1,5 +1,5 @@
 """On the GPU machine: which step of loading the GPU side takes over signals from Python (the signal handlers a
-process has in C, read from /proc/self/status after each step). python3 core/bench/gpu/signals.py"""
+process has in C, read from /proc/self/status after each step). python3 bench/gpu/signals.py"""
 
 import signal
 

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hydrali.core.bench.timing import Timing
+from hydrali.bench.timing import Timing
 from hydrali.core.errors import HydraliError
 
 LIBRARY_PATH = "LD_LIBRARY_PATH"

@@ -1,5 +1,5 @@
-"""The `hydrali-bench` command (also `python -m hydrali.core.bench.cli`): Hydra composes conf/bench.yaml,
-hydrali.core.bench.sections measures, and one table (images/s, ratios against each baseline) is printed last;
+"""The `hydrali-bench` command (also `python -m hydrali.bench.cli`): Hydra composes conf/bench.yaml,
+hydrali.bench.sections measures, and one table (images/s, ratios against each baseline) is printed last;
 the JSON results go to bench.json. Exit codes: 0, 1 when a measurement failed (its row says why), 2 for a
 mistake in the command line or the data (one line naming it)."""
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from hydrali.core.bench.schema import register_bench_schema
+from hydrali.bench.schema import register_bench_schema
 from hydrali.core.config.store import register_schemas
 from hydrali.core.errors import HydraliError
 
@@ -89,7 +89,7 @@ def meta(cfg: DictConfig, overrides: list[str], machine) -> dict:
 def _entry(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
-    from hydrali.core.bench.sections import Bench, detect_machine
+    from hydrali.bench.sections import Bench, detect_machine
 
     _started["yes"] = True
     overrides = list(HydraConfig.get().overrides.task)

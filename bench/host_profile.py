@@ -1,7 +1,7 @@
 """A hydrali run under Python's profiler: where the training process's host thread spends its time (waiting for
 DALI's next batch, launching or waiting for the compiled step, callbacks, logging), on either backend.
 
-    python -m hydrali.core.bench.host_profile [--top N] [--match WORDS] <hydrali overrides>
+    python -m hydrali.bench.host_profile [--top N] [--match WORDS] <hydrali overrides>
 
 It runs `hydrali <overrides>` in this process under cProfile, then prints the functions with the most cumulative
 time (the whole run's, the compile's warm-up included: run enough epochs that the steady state dominates), keeping
@@ -25,9 +25,7 @@ DEFAULT_MATCH = (
 
 def main(argv: list[str] | None = None) -> None:
     """Profile one hydrali run (the overrides in `argv`) and print its heaviest matching functions."""
-    parser = argparse.ArgumentParser(
-        prog="python -m hydrali.core.bench.host_profile", description=__doc__.split("\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m hydrali.bench.host_profile", description=__doc__.split("\n")[0])
     parser.add_argument("--top", type=int, default=40, help="how many functions to print (default 40)")
     parser.add_argument("--match", default=DEFAULT_MATCH, help="comma-separated words a function's name must hold")
     args, overrides = parser.parse_known_args(argv)

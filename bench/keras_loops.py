@@ -5,7 +5,7 @@ The upper bound is the model the Keras backend trains, built by the backend's ow
 compiled with the same network, optimizer, dtype policy and jit_compile. It is trained by its own `train_step` in a
 tf.function on one batch already on the device (the shard's first batch of the backend's DALIDataset, fed again
 at every step): no input pipeline, no fit() loop.
-These run in the benchmark's worker process (hydrali.core.bench.worker), which never loads torch.
+These run in the benchmark's worker process (hydrali.bench.worker), which never loads torch.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import_tensorflow()  # first, so that no other import starts TensorFlow with its
 import keras  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-from hydrali.core.bench.timing import StepWindow, Timing, time_steps  # noqa: E402
+from hydrali.bench.timing import StepWindow, Timing, time_steps  # noqa: E402
 
 
 def prepare(cfg: dict):
@@ -31,7 +31,7 @@ def prepare(cfg: dict):
 
 class KerasStepTimer(keras.callbacks.Callback):
     """Times `steps` training steps after `warmup` ones (each end synchronized by reading a weight the step
-    updated), then stops the fit; its Timing (images/s) lands in hydrali.core.bench.timing.STEP_WINDOWS[key]."""
+    updated), then stops the fit; its Timing (images/s) lands in hydrali.bench.timing.STEP_WINDOWS[key]."""
 
     def __init__(self, key: str, warmup: int, steps: int, images_per_step: int):
         super().__init__()
@@ -67,7 +67,7 @@ class KerasBound:
         from hydrali.backends.keras.data import dali_dataset, distribute
         from hydrali.backends.keras.strategy import make_strategy, placement, replica_devices, training_device
         from hydrali.backends.keras.training import build_keras_side, compile_task_model
-        from hydrali.core.bench.loaders import one_replica_plan
+        from hydrali.bench.loaders import one_replica_plan
         from hydrali.core.run import auto_settings
 
         plan = one_replica_plan(conf, dataset, device)
@@ -127,17 +127,17 @@ def keras_bound(cfg: dict, warmup: int, steps: int, feed: str = "tensors", per_c
 
 
 def hydrali_training(cfg: dict, name: str, run_dir: str, warmup: int, steps: int):
-    """The worker's factory of a Keras run through hydrali (hydrali.core.bench.training.HydraliTraining)."""
+    """The worker's factory of a Keras run through hydrali (hydrali.bench.training.HydraliTraining)."""
     from hydrali.backends.keras.strategy import configure_devices
-    from hydrali.core.bench.training import HydraliTraining
+    from hydrali.bench.training import HydraliTraining
 
     configure_devices(1, "gpu")  # GPU memory taken as needed (DALI shares the GPU), before the runtime starts
     return HydraliTraining(cfg, name, run_dir, warmup, steps)
 
 
 def keras_layer(cfg: dict, device: str, warmup: int, batches: int):
-    """The worker's factory of the Keras data layer's measurement (core/bench/loaders.py)."""
-    from hydrali.core.bench.loaders import KerasLayer
+    """The worker's factory of the Keras data layer's measurement (bench/loaders.py)."""
+    from hydrali.bench.loaders import KerasLayer
 
     conf, task, dataset = prepare(cfg)
     return KerasLayer(task, conf, dataset, device, warmup, batches)

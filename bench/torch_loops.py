@@ -15,7 +15,7 @@ import torch
 from omegaconf import DictConfig
 
 from hydrali.backends.lightning.probe import synchronize
-from hydrali.core.bench.timing import HostStamp, StepWindow, time_steps
+from hydrali.bench.timing import HostStamp, StepWindow, time_steps
 
 
 class CudaStamp:
@@ -37,7 +37,7 @@ def step_stamp(device: torch.device):
 
 class LightningStepTimer(L.Callback):
     """Times `steps` training steps after `warmup` ones (CUDA synchronized at both ends, each step's end marked),
-    then stops the fit; the Timing lands in hydrali.core.bench.timing.STEP_WINDOWS[key]."""
+    then stops the fit; the Timing lands in hydrali.bench.timing.STEP_WINDOWS[key]."""
 
     def __init__(self, key: str, warmup: int, steps: int, images_per_step: int):
         self.window = StepWindow(key, warmup, steps, images_per_step)
