@@ -1,4 +1,6 @@
-"""One run, start to end: validate -> topology -> plan -> checkpoint -> tracking -> backend.fit -> summary."""
+"""One run, start to end, as named stages (`_run` reads them top to bottom): check tracking -> task and data ->
+backend -> plan and agreement -> resume point -> launch (several local processes) or tune -> accept and track ->
+fit -> report."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import copy
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from hydra.utils import instantiate
@@ -87,32 +90,76 @@ def run(cfg: DictConfig) -> float | None:
 
 
 def _run(attempt: run_dir.Attempt, started: float, watch: preemption.PreemptionWatch) -> float | None:
+    """The run's stages, in order: each takes what the ones before it decided and returns what it decides."""
     cfg = attempt.cfg
-    output_dir = Path(cfg.paths.output_dir)
     gather.install(None)  # the collective of an earlier job of this process goes; this run's backend installs its own
-    if cfg.tracking.enabled and cfg.tracking.uri and topology.is_first_process():
-        tracking.configure_http(cfg.tracking.timeout_s, cfg.tracking.retries)
-        tracking.check_reachable(cfg.tracking.uri, cfg.tracking.timeout_s)  # in seconds, before anything is loaded
+    check_tracking(cfg)
     task = instantiate(cfg.task)
     dataset = _prepare_data(cfg, task)  # before the backend loads, so that bad data fails in a second
     backend = load_backend(cfg.backend.name)
+    plan, task = plan_and_agree(cfg, backend, task, dataset)
+    start = resume_point(attempt, cfg, backend, dataset)
+    processes = backend.processes_to_start(cfg.backend)
+    if processes > 1:  # the job's processes, started from its resolved config (one seed, one run dir)
+        return launch(cfg, processes, plan, dataset, attempt.overrides, watch)
+    asked = tune(cfg, backend, task, dataset, plan)
+    tracker = accept_and_track(asked, cfg, attempt, plan)
+    record = RunRecord.open(
+        Path(cfg.paths.output_dir),
+        tracker,
+        resume=start.checkpoint is not None,
+        writer=plan.global_rank == 0,
+        epochs=cfg.epochs,
+    )
+    result = fit_tracked(cfg, backend, task, dataset, plan, start, tracker, record, watch)
+    if plan.global_rank != 0:
+        return None
+    return report(cfg, result, record, plan, tracker, started)
+
+
+def check_tracking(cfg: DictConfig) -> None:
+    """A tracking server named by tracking.uri answers, within seconds, before anything is loaded (rank 0)."""
+    if cfg.tracking.enabled and cfg.tracking.uri and topology.is_first_process():
+        tracking.configure_http(cfg.tracking.timeout_s, cfg.tracking.retries)
+        tracking.check_reachable(cfg.tracking.uri, cfg.tracking.timeout_s)
+
+
+def plan_and_agree(cfg: DictConfig, backend: Backend, task, dataset) -> tuple[Plan, object]:
+    """This process's plan, with the run dir and seed rank 0 chose where a launcher started the processes (torchrun,
+    srun, TF_CONFIG): cfg.paths.output_dir is then rank 0's, and the task is built again for it. (plan, task)"""
     plan = build_plan(cfg, backend, dataset, seeding.resolve_seed(cfg.seed))
-    if agreement.needed(plan.world_size // len(plan.shards)):  # torchrun, srun, TF_CONFIG: rank 0 decides
+    if agreement.needed(plan.world_size // len(plan.shards)):
+        output_dir = Path(cfg.paths.output_dir)
         agreed = agreement.agree(backend.share_from_rank0, agreement.StartValues(str(output_dir), plan.seed), plan)
         agreement.move_to_run_dir(output_dir, Path(agreed.output_dir), plan.global_rank)
-        output_dir = Path(agreed.output_dir)
         cfg.paths.output_dir = agreed.output_dir
         task = instantiate(cfg.task)  # its paths (e.g. detection's pictures_dir) in the agreed run dir
         if agreed.seed != plan.seed:  # a seed drawn by this rank (seed=null): rank 0's instead
             plan = build_plan(cfg, backend, dataset, agreed.seed)
     if cfg.seed is None and plan.global_rank == 0:
         seeding.announce_drawn(plan.seed)
+    return plan, task
+
+
+@dataclass(frozen=True)
+class StartPoint:
+    """Where training starts: the checkpoint it resumes from (None: from the start), and what decides the shapes of
+    its weights (written beside the checkpoints of a fresh run)."""
+
+    checkpoint: Path | None
+    trained_with: dict
+
+
+def resume_point(attempt: run_dir.Attempt, cfg: DictConfig, backend: Backend, dataset) -> StartPoint:
+    """The checkpoint this run resumes from: ckpt_path's, or, for the same run started again in its dir (a requeued
+    job), its newest (cfg.ckpt_path becomes `last`); model.weights naming an earlier run is checked when none."""
+    output_dir = Path(cfg.paths.output_dir)
     trained_with = _trained_with(cfg, dataset)
-    if attempt.record is not None and cfg.ckpt_path is None:  # the same run started again in its dir
+    if attempt.record is not None and cfg.ckpt_path is None:
         if backend.newest_checkpoint(output_dir / CHECKPOINT_DIR) is not None:
             log.info("%s holds this run, with the same settings: resuming from its newest checkpoint", output_dir)
             cfg.ckpt_path = "last"
-    resume_from = resolve_checkpoint(
+    checkpoint = resolve_checkpoint(
         cfg.ckpt_path,
         output_dir,
         cfg.backend.name,
@@ -121,47 +168,57 @@ def _run(attempt: run_dir.Attempt, started: float, watch: preemption.PreemptionW
         cfg.epochs,
         trained_with,
     )
-    if resume_from is None:  # model.weights naming an earlier run: of this backend, task and network
+    if checkpoint is None:  # model.weights naming an earlier run: of this backend, task and network
         weights_from_run.check(cfg, backend.newest_checkpoint)
-    processes = backend.processes_to_start(cfg.backend)
-    if processes > 1:  # the job's processes, started from its resolved config (one seed, one run dir)
-        nodes = int(cfg.backend.get("num_nodes", 1))
-        skipped = getattr(dataset, "skipped", ())  # this process's check of the files: the processes' own
-        local_launch.run_processes(
-            cfg, processes, nodes, plan.seed, attempt.overrides, preemption=watch, bad_files=skipped
-        )
-        return _optimized_value(read_summary(output_dir), cfg.optimized_metric)
+    return StartPoint(checkpoint, trained_with)
+
+
+def launch(cfg: DictConfig, processes: int, plan: Plan, dataset, overrides, watch) -> float | None:
+    """Start the job's `processes` on this node from its resolved config (one seed, one run dir) and wait for them;
+    the job's value from the summary its rank 0 wrote."""
+    local_launch.run_processes(
+        cfg,
+        processes,
+        int(cfg.backend.get("num_nodes", 1)),
+        plan.seed,
+        overrides,
+        preemption=watch,
+        bad_files=getattr(dataset, "skipped", ()),  # this process's check of the files: the processes' own
+    )
+    return _optimized_value(read_summary(Path(cfg.paths.output_dir)), cfg.optimized_metric)
+
+
+def tune(cfg: DictConfig, backend: Backend, task, dataset, plan: Plan) -> DictConfig:
+    """Pin DALI's workers, let pipeline.autotune choose its settings into cfg, seed everything and log the plan.
+    Returns the settings as asked: what run.json and .hydra/ keep and what the same command started again in this
+    dir is compared with (what this attempt decides by itself, autotune's choice, is its own)."""
     per_node, _, per_process = backend.replicas(cfg.backend, plan.device)
     affinity.pin_workers(cfg.pipeline, plan, per_node // max(1, per_process))  # before any pipeline is built
-    # the run's settings as asked: what run.json and .hydra/ keep, and what the same command started again in this
-    # dir (a requeued job) is compared with; what this attempt decides by itself (autotune's choice) is its own
     asked = copy.deepcopy(cfg)
     if cfg.pipeline.autotune:  # every process probes its own DALI pipeline; the choice goes into cfg (and MLflow)
         autotune.apply(cfg, task, dataset, plan, backend)
     seeding.seed_everything(plan.seed, cfg.deterministic)
-    log.info(
-        "plan: %d replica(s) x batch %d%s = global batch %d; lr %g x %s(%d/%d) = %g; seed %d; "
-        "rank %d reads shard %s/%d, DALI on %s; %d steps per epoch",
-        plan.world_size,
-        plan.per_replica_batch,
-        f" x {plan.accumulate} accumulated" if plan.accumulate > 1 else "",
-        plan.global_batch,
-        plan.base_lr,
-        plan.lr_scale_rule,
-        plan.global_batch,
-        cfg.optim.ref_batch,
-        plan.effective_lr,
-        plan.seed,
-        plan.global_rank,
-        ",".join(str(s.shard_id) for s in plan.shards),
-        plan.num_shards,
-        plan.device,
-        plan.epoch.train_steps,
+    log.info(describe_plan(plan, cfg.optim.ref_batch))
+    return asked
+
+
+def describe_plan(plan: Plan, ref_batch: int) -> str:
+    """The plan in one log line: replicas, batches, lr rule, seed, shards, device, steps."""
+    accumulated = f" x {plan.accumulate} accumulated" if plan.accumulate > 1 else ""
+    return (
+        f"plan: {plan.world_size} replica(s) x batch {plan.per_replica_batch}{accumulated} = global batch "
+        f"{plan.global_batch}; lr {plan.base_lr:g} x {plan.lr_scale_rule}({plan.global_batch}/{ref_batch}) = "
+        f"{plan.effective_lr:g}; seed {plan.seed}; rank {plan.global_rank} reads shard "
+        f"{','.join(str(s.shard_id) for s in plan.shards)}/{plan.num_shards}, DALI on {plan.device}; "
+        f"{plan.epoch.train_steps} steps per epoch"
     )
 
-    # checks passed: now the run dir may change (its config files only at the run's first start)
+
+def accept_and_track(asked: DictConfig, cfg: DictConfig, attempt: run_dir.Attempt, plan: Plan):
+    """The checks passed: write the run dir's config (at the run's first start) and run.json, open the MLflow run
+    (the same one for a resumed run), then resolve the `auto` settings for this process's device. The tracker."""
+    output_dir = Path(cfg.paths.output_dir)
     accept_run(asked, output_dir, write_config=plan.global_rank == 0 and attempt.record is None)
-    job = job_context.current()
     tracker = tracking.start_tracking(
         enabled=cfg.tracking.enabled,
         is_global_zero=plan.global_rank == 0,
@@ -170,28 +227,32 @@ def _run(attempt: run_dir.Attempt, started: float, watch: preemption.PreemptionW
         artifact_location=cfg.tracking.artifact_location,
         output_dir=output_dir,
         run_name=f"{cfg.task.name}-{cfg.backend.name} {output_dir.name}",
-        sweep_dir=job.sweep_dir,
+        sweep_dir=job_context.current().sweep_dir,
         run_id=attempt.record.mlflow_run_id if attempt.record is not None else None,
         tags=sweep.job_tags(),
     )
     if plan.global_rank == 0:
         run_dir.write(output_dir, run_dir.record_of(asked, attempt.overrides, tracker.run_id))
+    return tracker
+
+
+def fit_tracked(cfg, backend: Backend, task, dataset, plan: Plan, start: StartPoint, tracker, record, watch):
+    """Log the run's params and files to its tracker, train through the backend, log the best checkpoint and the
+    task's artifacts; the MLflow run ends FINISHED, FAILED or KILLED (preempted: KILLED until it resumes)."""
+    output_dir = Path(cfg.paths.output_dir)
     # after run.json keeps `auto` (a resume elsewhere decides again); MLflow's params get the decided values
     training_device = backend.training_device(cfg.backend)
     decided = auto_settings.resolve(cfg, training_device)
     if decided and plan.global_rank == 0:
         log.info(auto_settings.describe(decided, training_device))
-    record = RunRecord.open(
-        output_dir, tracker, resume=resume_from is not None, writer=plan.global_rank == 0, epochs=cfg.epochs
-    )
     status = "FAILED"
     try:
         resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
         tracker.log_params({**tracking.flatten(resolved), **plan.params(), **dataset.params()})
         tracker.log_text(OmegaConf.to_yaml(resolved), "config/config.yaml")
-        tracker.log_text("\n".join(job.overrides) + "\n", "config/overrides.txt")
-        if plan.global_rank == 0 and resume_from is None:
-            write_trained_with(output_dir, trained_with)
+        tracker.log_text("\n".join(job_context.current().overrides) + "\n", "config/overrides.txt")
+        if plan.global_rank == 0 and start.checkpoint is None:
+            write_trained_with(output_dir, start.trained_with)
         skipped = getattr(dataset, "skipped", ())  # a task of an installed package may not leave files out
         if plan.global_rank == 0 and skipped:
             tracker.log_artifact(write_skipped_files(output_dir, skipped))
@@ -201,7 +262,7 @@ def _run(attempt: run_dir.Attempt, started: float, watch: preemption.PreemptionW
             dataset=dataset,
             plan=plan,
             record=record,
-            resume_from=resume_from,
+            resume_from=start.checkpoint,
             output_dir=output_dir,
             preemption=watch,
         )
@@ -210,6 +271,7 @@ def _run(attempt: run_dir.Attempt, started: float, watch: preemption.PreemptionW
         for path, folder in task.artifacts():
             tracker.log_artifact(path, folder)
         status = "FINISHED"
+        return result
     except (KeyboardInterrupt, SystemExit):
         status = "KILLED"
         raise
@@ -222,8 +284,11 @@ def _run(attempt: run_dir.Attempt, started: float, watch: preemption.PreemptionW
         if status is not None:
             tracker.finish(status)
 
-    if plan.global_rank != 0:
-        return None
+
+def report(cfg: DictConfig, result, record: RunRecord, plan: Plan, tracker, started: float) -> float | None:
+    """Rank 0: write summary.json, print the end-of-run table, tag the MLflow run with the job's objective (for a
+    sweep's summary); the value of `optimized_metric`."""
+    output_dir = Path(cfg.paths.output_dir)
     summary = build_summary(
         result=result,
         record=record,
