@@ -69,7 +69,7 @@ class RawDali:
 
 
 class LightningLayer:
-    """hydrali's Lightning data layer: the backend's train loader of the shard (backends/lightning/data.py
+    """hydrali's Lightning data layer: the backend's train loader of the shard (backends/torch/loaders.py
     dali_loader, as DaliDataModule builds it; torch tensors, on the GPU with gpu)."""
 
     def __init__(self, task, cfg: DictConfig, dataset, device: str, warmup: int, batches: int):
@@ -85,7 +85,7 @@ class LightningLayer:
         """The Timing (images/s) of the loader Lightning trains from (CUDA synchronized)."""
         import torch
 
-        from hydrali.backends.lightning.data import dali_loader
+        from hydrali.backends.torch.loaders import dali_loader
 
         if self._stream is None:
             plan = one_replica_plan(self.cfg, self.dataset, self.device)

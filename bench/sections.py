@@ -47,7 +47,7 @@ def detect_machine() -> Machine:
     """Cores, usable GPUs (DALI's and torch's view) and whether the Keras side is installed."""
     import torch
 
-    from hydrali.backends.lightning.module import training_device_of
+    from hydrali.backends.torch.device import training_device_of
     from hydrali.core.data.devices import dali_cuda_devices
 
     dali, why = dali_cuda_devices()

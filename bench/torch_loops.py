@@ -1,11 +1,11 @@
 """The benchmark's torch side: the Lightning step timer, and the same network trained by a plain PyTorch loop,
 on batches already on the device (the upper bound) or fed by the task's DALI pipeline.
 
-Both loops train what the Lightning backend trains, built by the backend's own builders
-(backends/lightning/module.py, data.py): the task's torch side in a HydraliModule (its memory format), compiled as
-the backend compiles it with `backend.compile=true` (the warm-up steps take the compile), the module's optimizer and
-per-step lr schedule, Lightning's precision plugin of `backend.precision`, and the backend's DALI loader of the
-shard. Only the loop around them is plain: no Trainer, no callbacks, no logging.
+Both loops train what the Lightning backend trains, built by the backend's own builders (backends/torch/,
+backends/lightning/module.py): the task's torch side in a HydraliModule (its memory format), compiled as the backend
+compiles it with `backend.compile=true` (the warm-up steps take the compile), the module's optimizer and per-step lr
+schedule, Lightning's precision plugin of `backend.precision`, and the backend's DALI loader of the shard. Only the
+loop around them is plain: no Trainer, no callbacks, no logging.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig
 
-from hydrali.backends.lightning.probe import synchronize
+from hydrali.backends.torch.device import synchronize
 from hydrali.bench.timing import HostStamp, StepWindow, time_steps
 
 
@@ -66,7 +66,7 @@ class TorchLoop:
         return probe, self._batches(probe.device)
 
     def _batches(self, device: torch.device):
-        from hydrali.backends.lightning.data import dali_loader
+        from hydrali.backends.torch.loaders import dali_loader
 
         loader = dali_loader(task=self.task, cfg=self.cfg, dataset=self.dataset, plan=self.plan, is_training=True)
         if self.feed == "tensors":

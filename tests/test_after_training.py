@@ -173,7 +173,7 @@ def _training_validation_images(run_dir: Path, backend: str):
     dataset = task.prepare_data(cfg.data, "off")
     plan = plan_run(cfg, Topology(1, 0, 0, 0, 1), dataset, seed=cfg.seed, device="cpu")
     if backend == "lightning":
-        from hydrali.backends.lightning.data import dali_loader
+        from hydrali.backends.torch.loaders import dali_loader
 
         loader = dali_loader(task=task, cfg=cfg, dataset=dataset, plan=plan, is_training=False)
         return next(iter(loader))["images"].numpy()

@@ -201,7 +201,8 @@ class FakeBackend:
         return 0
 
     def fit(self, **kwargs):
-        raise HydraliError(f"the fake backend never trains (it was handed {kwargs['plan'].global_batch} images a step)")
+        plan = kwargs["contract"].plan
+        raise HydraliError(f"the fake backend never trains (it was handed {plan.global_batch} images a step)")
 
 
 SPEC = BackendSpec(name="fake", framework="torch", framework_label="torch",
@@ -325,6 +326,64 @@ def test_core_and_bench_import_no_framework_at_module_level_outside_files_named_
             )
             loaders += [f"{name}: {n}" for n in names if n.split(".")[0] in FRAMEWORKS]
     assert loaders == []
+
+
+TORCH_PACKAGE = "hydrali.backends.torch"  # what every torch backend shares
+LIGHTNING = ("lightning", "pytorch_lightning", "lightning_fabric")
+
+
+def _imported_names(path: Path) -> list[tuple[int, str]]:
+    """Every module `path` imports anywhere in its code (in functions too; not under TYPE_CHECKING), with its line:
+    absolute names as written (a relative import stays inside hydrali and is left out)."""
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            return
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            found.append((node.lineno, node.module or ""))
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return found
+
+
+def test_a_torch_backend_can_be_built_without_lightning(import_graph):
+    """backends/torch/ holds what every torch backend shares (DALI's loaders, the task's torch side, optimizer and
+    schedule, the trained network and its export), so that a plain-PyTorch backend trains with it alone: none of its
+    modules imports Lightning anywhere in its code (in functions too) or another backend's package, and importing
+    every one of them loads no Lightning."""
+    torch_modules = {
+        name: path for name, path in _modules().items() if name == TORCH_PACKAGE or name.startswith(TORCH_PACKAGE + ".")
+    }
+    assert len(torch_modules) > 1, sorted(torch_modules)
+    lightning = sorted(
+        f"{name}:{line}: {imported}"
+        for name, path in torch_modules.items()
+        for line, imported in _imported_names(path)
+        if imported.split(".")[0] in LIGHTNING
+    )
+    assert lightning == [], f"backends/torch imports Lightning: {lightning}"
+    other_backends = sorted(
+        f"{module} -> {target}"
+        for module in torch_modules
+        for target in import_graph[module]
+        if target.startswith("hydrali.backends.") and not target.startswith(TORCH_PACKAGE)
+    )
+    assert other_backends == [], f"backends/torch imports another backend: {other_backends}"
+
+    probe = textwrap.dedent(f"""
+        import importlib, sys
+        for name in {sorted(torch_modules)!r}:
+            importlib.import_module(name)
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in {LIGHTNING!r})
+        assert not loaded, loaded
+    """)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
 
 
 def test_the_wheel_lists_every_package_of_the_tree():

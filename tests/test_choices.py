@@ -66,7 +66,7 @@ def test_every_precision_the_schema_allows_has_a_keras_dtype_policy():
 
 
 def test_every_optimizer_the_schema_allows_is_built_on_torch():
-    from hydrali.backends.lightning.module import OPTIMIZERS
+    from hydrali.backends.torch.optim import OPTIMIZERS
 
     assert set(OPTIMIZERS) == set(Optimizer)
 

@@ -122,7 +122,7 @@ def _score_on_gloo(rank: int, folder: str, port: int) -> None:
 
     import torch.distributed as dist
 
-    from hydrali.backends.lightning.collectives import all_gather_bytes
+    from hydrali.backends.torch.collectives import all_gather_bytes
     from hydrali.tasks.detection.coco import CocoSplit
     from hydrali.tasks.detection.validation import DetectionValidation
 

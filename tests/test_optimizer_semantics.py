@@ -30,7 +30,7 @@ def torch_steps(optim, weights, x, y, lr, steps, label_smoothing, backbone=False
     """The Lightning backend's optimizer and the torch task's loss, for `steps` steps on one batch."""
     import torch
 
-    from hydrali.backends.lightning.module import make_optimizer
+    from hydrali.backends.torch.optim import make_optimizer
     from hydrali.tasks.classification.torch_task import TorchClassification
 
     net = torch.nn.Sequential(torch.nn.Linear(FEATURES, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, CLASSES))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import sys
@@ -23,16 +24,13 @@ from hydrali.backends.lightning.callbacks import (
     StopOnSignal,
     progress_bar,
 )
-from hydrali.backends.lightning.collectives import all_gather_bytes
-from hydrali.backends.lightning.data import LAYOUT, DaliDataModule, ResumableDaliLoader
-from hydrali.backends.lightning.module import (
-    HydraliModule,
-    build_torch_side,
-    compile_torch_side,
-    start_side_from,
-    training_device_of,
-)
+from hydrali.backends.lightning.data import DaliDataModule
+from hydrali.backends.lightning.module import HydraliModule, precision_plugin
 from hydrali.backends.lightning.spec import SPEC
+from hydrali.backends.torch.collectives import all_gather_bytes
+from hydrali.backends.torch.device import training_device_of
+from hydrali.backends.torch.loaders import LAYOUT, ResumableDaliLoader
+from hydrali.backends.torch.side import build_torch_side, compile_torch_side, start_side_from
 from hydrali.core.contracts.backend import TrainingDevice
 from hydrali.core.distributed import gather, topology
 from hydrali.core.distributed.device_count import devices_per_node
@@ -295,10 +293,12 @@ class LightningBackend:
         return int(progress["processed"])
 
     def load_trained(self, *, cfg: DictConfig, task, dataset, checkpoint: Path):
-        """The run's torch side with the weights of a Lightning checkpoint, for inference."""
-        from hydrali.backends.lightning.trained import load_trained
+        """The run's torch side with the weights of a Lightning checkpoint, for inference (at backend.precision,
+        through Lightning's precision plugin)."""
+        from hydrali.backends.torch.trained import load_trained
 
-        return load_trained(cfg=cfg, task=task, dataset=dataset, checkpoint=checkpoint)
+        precision = functools.partial(precision_plugin, str(cfg.backend.precision))
+        return load_trained(cfg=cfg, task=task, dataset=dataset, checkpoint=checkpoint, precision=precision)
 
     def training_probe(self, *, cfg: DictConfig, task, dataset, plan: Plan):
         """The run's network and optimizer, trained apart by a plain loop (backends/lightning/probe.py)."""

@@ -78,7 +78,7 @@ class Observe(L.Callback):
 class ReaderPosition(L.Callback):
     """Where every process's DALI reader is, in every checkpoint, and where it goes on after a resume (at an epoch's
     end or in its middle): tells the training loader how many batches of the epoch were trained, gathers each
-    process's position (backends/lightning/data.py's ResumableDaliLoader) into the checkpoint, and on resume gives
+    process's position (backends/torch/loaders.py's ResumableDaliLoader) into the checkpoint, and on resume gives
     each process its own. Saved by a job of another number of processes, the positions are not used: the readers
     start afresh (one line says so)."""
 

@@ -1,111 +1,19 @@
-"""The torch side of a task as the Lightning backend trains it, and the LightningModule around it.
+"""The LightningModule around a task's torch side (its memory format; the optimizer and lr schedule of the plan, from
+hydrali.backends.torch.optim), and Lightning's precision plugin of `backend.precision`.
 
-Its builders are public so that what the benchmark measures (bench/torch_loops.py) is built by the same
-code: the task's torch side, its memory format and compilation, the optimizer and lr schedule of the plan, and the
-precision plugin of `backend.precision`.
+Both are public so that what the benchmark measures (bench/torch_loops.py) is built by the same code.
 """
 
 from __future__ import annotations
 
 import lightning as L
 import torch
-from hydra.errors import InstantiationException
 from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 from omegaconf import DictConfig
 
-from hydrali.backends.lightning.spec import SPEC
-from hydrali.core.config.schema import Optimizer
-from hydrali.core.contracts.backend import TrainingDevice
-from hydrali.core.contracts.task import side_builder
+from hydrali.backends.torch.optim import make_optimizer, make_schedule
 from hydrali.core.distributed import gather
-from hydrali.core.errors import HydraliError, first_line
-from hydrali.core.optim.optimizer import ADAM_EPSILON, decays
-from hydrali.core.optim.schedule import lr_factor
 from hydrali.core.run.plan import Plan
-from hydrali.core.run.weights_from_run import RunWeights
-
-
-def build_torch_side(task, cfg: DictConfig, dataset) -> torch.nn.Module:
-    """The task's torch side (network, loss, metrics) for `dataset`, with the network of `cfg.model` at
-    `cfg.data.image_size`; a HydraliError names the side or the model that cannot be built."""
-    build = side_builder(task, SPEC.framework, SPEC.name)
-    try:
-        return build(task, cfg.model, dataset, cfg.data.image_size)
-    except (InstantiationException, TypeError, ValueError) as err:
-        raise HydraliError(f"model={cfg.model.get('_target_')} cannot be built: {err}") from err
-
-
-SIDE = "torch_task"  # HydraliModule's attribute holding the task's torch side: its checkpoint keys start so
-
-
-def start_side_from(side: torch.nn.Module, start: RunWeights, weights: str) -> None:
-    """Start the network of the task's torch `side` from the checkpoint of an earlier run (model.weights, found by
-    hydrali.core.run.weights_from_run): its network's weights only, a new head when the classes differ."""
-    initialise = getattr(side, "initialise_from", None)
-    if initialise is None:
-        raise HydraliError(f"model.weights={weights}: the task's torch side ({type(side).__name__}) cannot take it")
-    try:
-        state = torch.load(start.checkpoint, map_location="cpu", weights_only=True, mmap=True)["state_dict"]
-    except Exception as err:  # torch raises many types for a file that is not a checkpoint
-        raise HydraliError(f"model.weights={weights}: {start.checkpoint} cannot be read ({first_line(err)})") from err
-    prefix = SIDE + "."
-    try:
-        head = initialise({key[len(prefix) :]: value for key, value in state.items() if key.startswith(prefix)})
-    except HydraliError as err:
-        raise HydraliError(f"model.weights={weights}: {start.checkpoint}: {err}") from err
-    start.announce(head)
-
-
-OPTIMIZERS = {  # optim.name -> torch's optimizer over parameter groups, with the optim node's settings
-    Optimizer.sgd: lambda groups, optim, lr: torch.optim.SGD(
-        groups, lr=lr, momentum=optim.momentum, nesterov=optim.nesterov
-    ),
-    Optimizer.adamw: lambda groups, optim, lr: torch.optim.AdamW(
-        groups, lr=lr, betas=tuple(optim.betas), eps=ADAM_EPSILON
-    ),
-}
-
-
-def make_optimizer(parameters, optim: DictConfig, lr: float, backbone=()) -> torch.optim.Optimizer:
-    """SGD (torch's coupled weight decay) or AdamW (decoupled), decaying only what
-    hydrali.core.optim.optimizer.decays says; the `backbone` parameters at lr x optim.backbone_lr_mult."""
-    parameters, slow = list(parameters), {id(p) for p in backbone}
-    groups = []
-    for in_backbone, factor in ((False, 1.0), (True, float(optim.get("backbone_lr_mult", 1.0)))):
-        part = [p for p in parameters if (id(p) in slow) == in_backbone]
-        if in_backbone and not part:
-            continue
-        decay, no_decay = [p for p in part if decays(p.shape)], [p for p in part if not decays(p.shape)]
-        groups += [
-            {"params": decay, "weight_decay": optim.weight_decay, "lr": lr * factor},
-            {"params": no_decay, "weight_decay": 0.0, "lr": lr * factor},
-        ]
-    return OPTIMIZERS[Optimizer.of(optim.name, "optim.name")](groups, optim, lr)
-
-
-def make_schedule(
-    optimizer: torch.optim.Optimizer, optim: DictConfig, plan: Plan, steps_per_epoch: int
-) -> torch.optim.lr_scheduler.LambdaLR:
-    """The lr schedule of the plan, stepped after every optimizer step: the optimizer's lr times
-    hydrali.core.optim.schedule.lr_factor (warmup, then cosine or constant, over plan.epochs epochs)."""
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda step: lr_factor(
-            step,
-            steps_per_epoch=steps_per_epoch,
-            epochs=plan.epochs,
-            warmup_epochs=optim.warmup_epochs,
-            warmup_div=optim.warmup_div,
-            schedule=str(optim.schedule),
-        ),
-    )
-
-
-def training_device_of(device: torch.device) -> TrainingDevice:
-    """`device` as core's `auto` settings need it: a CUDA device's name and compute capability, or the CPU."""
-    if device.type != "cuda":
-        return TrainingDevice("cpu", "CPU")
-    return TrainingDevice("gpu", torch.cuda.get_device_name(device), tuple(torch.cuda.get_device_capability(device)))
 
 
 def precision_plugin(precision: str, device_type: str) -> Precision:
@@ -116,31 +24,6 @@ def precision_plugin(precision: str, device_type: str) -> Precision:
     if precision == "16-mixed" and device_type == "cpu":
         precision = "bf16-mixed"  # as the Trainer does: torch has no float16 autocast with a scaler on the CPU
     return MixedPrecision(precision, device_type)
-
-
-def compile_network(
-    torch_task: torch.nn.Module, *, mode: str = "default", fullgraph: bool = False, dynamic: bool | None = None
-) -> torch.nn.Module:
-    """torch.compile the task's network (its `model`) in place: its `forward` becomes the compiled one, with no
-    wrapper module, so the state_dict keys stay as they are and a checkpoint loads whether it was written compiled
-    or not. Training and validation both call the compiled network; the loss and metrics around it run eagerly.
-    (nn.Module.compile would compile `__call__`, which TorchDynamo skips for a network made of torch.nn containers
-    only, such as an nn.Sequential: nothing would be compiled.) Returns the network."""
-    network = getattr(torch_task, "model", None)
-    if not isinstance(network, torch.nn.Module):
-        raise HydraliError(
-            f"backend.compile=true: the task's torch side ({type(torch_task).__name__}) keeps no "
-            f"network in `.model` to compile: set backend.compile=false"
-        )
-    network.forward = torch.compile(network.forward, mode=mode, fullgraph=fullgraph, dynamic=dynamic)
-    return network
-
-
-def compile_torch_side(torch_task: torch.nn.Module, backend: DictConfig) -> torch.nn.Module:
-    """compile_network with the `backend` node's compile_mode, compile_fullgraph and compile_dynamic."""
-    return compile_network(
-        torch_task, mode=str(backend.compile_mode), fullgraph=backend.compile_fullgraph, dynamic=backend.compile_dynamic
-    )
 
 
 EPOCH_LOSS_KEY = "hydrali_epoch_loss"  # a checkpoint's [sum of loss x samples, samples] of the epoch in progress,
@@ -160,7 +43,7 @@ class HydraliModule(L.LightningModule):
         step_loss_in_bar: bool = False,
     ):
         super().__init__()
-        self.torch_task = torch_task  # named SIDE
+        self.torch_task = torch_task  # named hydrali.backends.torch.side.SIDE: its checkpoint keys start so
         self.optim = optim
         self.plan = plan
         self.steps_per_epoch = steps_per_epoch

@@ -12,20 +12,10 @@ import torch
 from nvidia.dali.plugin.pytorch import DALIGenericIterator
 from omegaconf import DictConfig
 
-from hydrali.backends.lightning.module import (
-    HydraliModule,
-    build_torch_side,
-    compile_torch_side,
-    precision_plugin,
-    training_device_of,
-)
+from hydrali.backends.lightning.module import HydraliModule, precision_plugin
+from hydrali.backends.torch.device import synchronize, training_device_of
+from hydrali.backends.torch.side import build_torch_side, compile_torch_side
 from hydrali.core.run import auto_settings
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for the work queued on `device` (nothing to wait for on the CPU)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 class LightningProbe:

@@ -56,8 +56,8 @@ def _rank(rank, world, port, feed, overrides, warmup, steps, results, device: st
     from hydra.utils import instantiate
 
     import hydrali.tasks.base as task_base
-    from hydrali.backends.lightning.data import dali_loader
     from hydrali.backends.lightning.probe import LightningProbe
+    from hydrali.backends.torch.loaders import dali_loader
     from hydrali.core.distributed.topology import detect_topology
     from hydrali.core.run.plan import plan_run
 

@@ -1,5 +1,6 @@
-"""torch.distributed's collective as hydrali.core.distributed.gather's `AllGatherBytes`: installed by the Lightning
-backend for its run, so that a task's validation gathers across DDP processes without knowing torch.distributed."""
+"""torch.distributed's collective as hydrali.core.distributed.gather's `AllGatherBytes`: installed by a torch backend
+(the Lightning backend) for its run, so that a task's validation gathers across DDP processes without knowing
+torch.distributed."""
 
 from __future__ import annotations
 

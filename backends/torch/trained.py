@@ -1,19 +1,20 @@
-"""A Lightning run's network loaded from one of its checkpoints for inference (core.contracts.backend.TrainedNetwork):
+"""A torch run's network loaded from one of its checkpoints for inference (core.contracts.backend.TrainedNetwork):
 the task's torch side in evaluation mode, at the run's precision, on the GPU when torch sees one (and
-backend.accelerator allows); exported with
-torch's own exporters (torch.onnx, TorchScript) and checked with onnxruntime or TorchScript."""
+backend.accelerator allows); exported with torch's own exporters (torch.onnx, TorchScript) and checked with
+onnxruntime or TorchScript. The checkpoint is a Lightning checkpoint file (the side's weights in its `state_dict`),
+read by torch alone."""
 
 from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 from omegaconf import DictConfig, open_dict
 
-from hydrali.backends.lightning.module import SIDE, build_torch_side, precision_plugin
+from hydrali.backends.torch.side import SIDE, build_torch_side
 from hydrali.core.errors import HydraliError, first_line
 from hydrali.core.run.weights_from_run import as_built
 
@@ -25,13 +26,15 @@ def _numpy(value: torch.Tensor) -> np.ndarray:
 
 
 class TorchTrainedNetwork:
-    """The task's torch side with a run's weights, in evaluation mode."""
+    """The task's torch side with a run's weights, in evaluation mode. `precision(device_type)` (cpu | cuda): the
+    run's precision on that device, an object whose `forward_context()` (autocast) every prediction runs in (the
+    Lightning backend passes its precision plugin of backend.precision)."""
 
-    def __init__(self, side: torch.nn.Module, precision: str, accelerator: str = "auto"):
+    def __init__(self, side: torch.nn.Module, precision: Callable[[str], Any], accelerator: str = "auto"):
         gpu = accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
         self.device = torch.device("cuda" if gpu else "cpu")  # as backend.accelerator chose for training
         self.side = side.to(self.device).eval()
-        self.precision = precision_plugin(precision, self.device.type)
+        self.precision = precision(self.device.type)
         self.formats = ("onnx", "torchscript")
 
     def _tensors(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -115,9 +118,12 @@ class _ExportedNetwork(torch.nn.Module):
         return tuple(outputs[name] for name in self.output_names)
 
 
-def load_trained(*, cfg: DictConfig, task, dataset, checkpoint: Path) -> TorchTrainedNetwork:
+def load_trained(
+    *, cfg: DictConfig, task, dataset, checkpoint: Path, precision: Callable[[str], Any]
+) -> TorchTrainedNetwork:
     """The task's torch side of the run `cfg` configures (its network built untrained), with the weights of the
-    Lightning checkpoint `checkpoint`; one line when it does not fit."""
+    Lightning checkpoint `checkpoint`, at `precision` (as TorchTrainedNetwork takes it); one line when it does not
+    fit."""
     untrained = cfg.copy()
     with open_dict(untrained):
         untrained.model = as_built(cfg.model)
@@ -136,4 +142,4 @@ def load_trained(*, cfg: DictConfig, task, dataset, checkpoint: Path) -> TorchTr
             f"{checkpoint} holds the weights of another network ({str(err).splitlines()[-1].strip()}): pass a "
             f"checkpoint of this run"
         ) from err
-    return TorchTrainedNetwork(side, str(cfg.backend.precision), str(cfg.backend.get("accelerator", "auto")))
+    return TorchTrainedNetwork(side, precision, str(cfg.backend.get("accelerator", "auto")))
