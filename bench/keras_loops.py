@@ -68,11 +68,11 @@ class KerasBound:
         from hydrali.backends.keras.strategy import make_strategy, placement, replica_devices, training_device
         from hydrali.backends.keras.training import build_keras_side, compile_task_model
         from hydrali.bench.loaders import one_replica_plan
-        from hydrali.core.run import auto_settings
+        from hydrali.core.run.contract import contract_on_device
 
         plan = one_replica_plan(conf, dataset, device)
         self.devices = replica_devices(plan)
-        auto_settings.resolve(conf, training_device())  # `auto` as a run on this machine decides it
+        contract = contract_on_device(conf, plan, training_device())  # `auto` as a run on this machine decides it
         strategy = make_strategy(self.devices)
         self.per_call = max(1, int(per_call))
         self.warmup, self.steps = -(-warmup // self.per_call), max(1, steps // self.per_call)  # in calls
@@ -82,14 +82,14 @@ class KerasBound:
             self.devices,
             plan.device,
             lambda replica: dali_dataset(
-                task=task, cfg=conf, dataset=dataset, plan=plan, replica=replica, is_training=True
+                task=task, contract=contract, dataset=dataset, replica=replica, is_training=True
             ),
         )
         with placement(self.devices):
             self.model = compile_task_model(
-                cfg=conf, side=build_keras_side(task, dataset), strategy=strategy, dataset=dataset, plan=plan
+                contract=contract, side=build_keras_side(task, dataset), strategy=strategy, dataset=dataset
             )
-            one_step = tf.function(lambda data: self.model.train_step(data), jit_compile=bool(conf.backend.compile))
+            one_step = tf.function(lambda data: self.model.train_step(data), jit_compile=contract.compile)
             if feed == "tensors":
                 self.data = tf.nest.map_structure(tf.identity, next(iter(data)))  # kept where the model computes
                 self.step = lambda: one_step(self.data)

@@ -86,11 +86,14 @@ class LightningLayer:
         import torch
 
         from hydrali.backends.torch.loaders import dali_loader
+        from hydrali.bench.torch_loops import probe_contract
 
         if self._stream is None:
             plan = one_replica_plan(self.cfg, self.dataset, self.device)
             self._stream = self._batches(
-                dali_loader(task=self.task, cfg=self.cfg, dataset=self.dataset, plan=plan, is_training=True)
+                dali_loader(
+                    task=self.task, contract=probe_contract(self.cfg, plan), dataset=self.dataset, is_training=True
+                )
             )
         sync = (lambda out: torch.cuda.synchronize()) if self.device == "gpu" else (lambda out: None)
         return time_steps(
@@ -122,17 +125,19 @@ class KerasLayer:
         import tensorflow as tf
 
         from hydrali.backends.keras.data import dali_dataset, distribute
-        from hydrali.backends.keras.strategy import make_strategy, placement, replica_devices
+        from hydrali.backends.keras.strategy import make_strategy, placement, replica_devices, training_device
+        from hydrali.core.run.contract import contract_on_device
 
         if self._pull is None:
             plan = one_replica_plan(self.cfg, self.dataset, self.device)
+            contract = contract_on_device(self.cfg, plan, training_device())
             devices = replica_devices(plan)
             data = distribute(
                 make_strategy(devices),
                 devices,
                 plan.device,
                 lambda replica: dali_dataset(
-                    task=self.task, cfg=self.cfg, dataset=self.dataset, plan=plan, replica=replica, is_training=True
+                    task=self.task, contract=contract, dataset=self.dataset, replica=replica, is_training=True
                 ),
             )
             with placement(devices):  # as Keras' fit iterates it

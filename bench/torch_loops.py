@@ -18,6 +18,17 @@ from hydrali.backends.torch.device import synchronize
 from hydrali.bench.timing import HostStamp, StepWindow, time_steps
 
 
+def probe_contract(cfg: DictConfig, plan):
+    """The run contract the torch loops train by: `auto` settings decided for the device the probe trains on (the
+    GPU of the plan's first shard when DALI runs on a GPU, else the CPU), as a run there decides them."""
+    from hydrali.backends.torch.device import training_device_of
+    from hydrali.core.run.contract import contract_on_device
+
+    on_gpu = plan.device == "gpu"
+    device = torch.device("cuda", plan.shards[0].device_id or 0) if on_gpu else torch.device("cpu")
+    return contract_on_device(cfg, plan, training_device_of(device))
+
+
 class CudaStamp:
     """A point on the GPU's own timeline: a CUDA event recorded on the current stream (no synchronization)."""
 
@@ -62,13 +73,14 @@ class TorchLoop:
     def _build(self):
         from hydrali.backends.lightning.probe import LightningProbe
 
-        probe = LightningProbe(cfg=self.cfg, task=self.task, dataset=self.dataset, plan=self.plan)
-        return probe, self._batches(probe.device)
+        contract = probe_contract(self.cfg, self.plan)
+        probe = LightningProbe(contract=contract, task=self.task, dataset=self.dataset)
+        return probe, self._batches(probe.device, contract)
 
-    def _batches(self, device: torch.device):
+    def _batches(self, device: torch.device, contract):
         from hydrali.backends.torch.loaders import dali_loader
 
-        loader = dali_loader(task=self.task, cfg=self.cfg, dataset=self.dataset, plan=self.plan, is_training=True)
+        loader = dali_loader(task=self.task, contract=contract, dataset=self.dataset, is_training=True)
         if self.feed == "tensors":
             first = {name: value.to(device).clone() for name, value in next(iter(loader)).items()}
             del loader  # the pipeline is not read again

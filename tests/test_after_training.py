@@ -164,8 +164,10 @@ def _training_validation_images(run_dir: Path, backend: str):
     loader, Keras' DALIDataset) over the task's validation pipeline, for one replica."""
     from hydra.utils import instantiate
 
+    from hydrali.core.contracts.backend import TrainingDevice
     from hydrali.core.distributed.topology import Topology
     from hydrali.core.inference.trained_run import open_run
+    from hydrali.core.run.contract import contract_on_device
     from hydrali.core.run.plan import plan_run
 
     cfg = open_run("eval", str(run_dir), []).cfg
@@ -175,11 +177,13 @@ def _training_validation_images(run_dir: Path, backend: str):
     if backend == "lightning":
         from hydrali.backends.torch.loaders import dali_loader
 
-        loader = dali_loader(task=task, cfg=cfg, dataset=dataset, plan=plan, is_training=False)
+        contract = contract_on_device(cfg, plan, TrainingDevice("cpu", "CPU"))
+        loader = dali_loader(task=task, contract=contract, dataset=dataset, is_training=False)
         return next(iter(loader))["images"].numpy()
     from hydrali.backends.keras.data import dali_dataset
 
-    dataset_of_batches = dali_dataset(task=task, cfg=cfg, dataset=dataset, plan=plan, replica=0, is_training=False)
+    contract = contract_on_device(cfg, plan, TrainingDevice("cpu", "CPU"))
+    dataset_of_batches = dali_dataset(task=task, contract=contract, dataset=dataset, replica=0, is_training=False)
     return next(iter(dataset_of_batches))[0].numpy()
 
 

@@ -414,3 +414,28 @@ def test_a_broken_backend_plugin_is_one_line_naming_it(tmp_path):
     assert shown.returncode == 2, shown.stderr
     lines = shown.stderr.strip().splitlines()
     assert len(lines) == 1 and "'broken'" in lines[0] and "hydrali_no_such_module" in lines[0], shown.stderr
+
+
+def test_no_backend_module_reads_the_hydra_config():
+    """A backend trains from core's typed run contract (core/contracts/run.py) and reads its own settings from an
+    instance of its schema: no module under backends/ imports OmegaConf or Hydra (beyond the exception type a task's
+    builder raises), and none takes or names a `cfg`."""
+    found = []
+    for name, path in _modules().items():
+        if not name.startswith("hydrali.backends."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                imported = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                imported = [alias.name for alias in node.names]
+            else:
+                imported = []
+            found += [
+                f"{name} imports {m}"
+                for m in imported
+                if m.split(".")[0] == "omegaconf" or (m.split(".")[0] == "hydra" and m != "hydra.errors")
+            ]
+            if isinstance(node, ast.arg) and node.arg == "cfg" or isinstance(node, ast.Name) and node.id == "cfg":
+                found.append(f"{name}:{node.lineno} names cfg")
+    assert not found, found

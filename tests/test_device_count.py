@@ -40,6 +40,7 @@ def test_one_command_line_plans_the_same_job_on_both_backends(make_cfg, monkeypa
 
     from hydrali.backends.keras import backend as keras_backend
     from hydrali.core.contracts.registry import load_backend
+    from hydrali.core.run.contract import backend_settings
     from hydrali.core.run.runner import build_plan
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
@@ -53,7 +54,7 @@ def test_one_command_line_plans_the_same_job_on_both_backends(make_cfg, monkeypa
         plan = build_plan(cfg, backend, dataset, seed=0)
         plans[name] = (plan.world_size, plan.global_batch, plan.effective_lr, plan.num_shards)
         if name == "lightning":
-            processes = backend.processes_to_start(cfg.backend)
+            processes = backend.processes_to_start(backend_settings(cfg.backend, decided=False))
             assert processes == plan.world_size, "DDP, one process per device, without backend.strategy=ddp"
     expected = max(1, gpus) if devices == "auto" else int(devices)
     assert plans["lightning"] == plans["keras"]

@@ -7,14 +7,12 @@ import sys
 from pathlib import Path
 
 from hydrali.backends.keras.quiet_start import import_tensorflow
-from hydrali.backends.keras.spec import SPEC
+from hydrali.backends.keras.spec import SPEC, KerasBackendConfig
 
 import_tensorflow()  # first, so that no other import starts TensorFlow with its chatter
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-from hydra.utils import instantiate  # noqa: E402
-from omegaconf import DictConfig  # noqa: E402
 
 from hydrali.backends.keras import checkpoints, workers  # noqa: E402
 from hydrali.backends.keras.callbacks import Observe, StopOnSignal  # noqa: E402
@@ -32,6 +30,7 @@ from hydrali.backends.keras.training import (  # noqa: E402
     compile_task_model,
 )
 from hydrali.core.contracts.backend import TrainingDevice  # noqa: E402
+from hydrali.core.contracts.run import RunContract, TrainedRunSpec  # noqa: E402
 from hydrali.core.data.dali_errors import explain_dali_error  # noqa: E402
 from hydrali.core.distributed.device_count import devices_per_node  # noqa: E402
 from hydrali.core.errors import HydraliError  # noqa: E402
@@ -42,7 +41,7 @@ from hydrali.core.run.plan import Plan  # noqa: E402
 from hydrali.core.run.preemption import PreemptionWatch  # noqa: E402
 from hydrali.core.run.record import RunRecord  # noqa: E402
 from hydrali.core.run.results import FitResult  # noqa: E402
-from hydrali.core.run.summary import model_line, network_name  # noqa: E402
+from hydrali.core.run.summary import model_line  # noqa: E402
 
 log = logging.getLogger("hydrali")
 logging.getLogger("tensorflow").setLevel(logging.WARNING)  # per-variable all-reduce notices
@@ -56,22 +55,22 @@ def _verbosity(verbose):
 
 def _fit(
     *,
-    cfg: DictConfig,
+    contract: RunContract,
     task,
     dataset,
-    plan: Plan,
     record: RunRecord,
     resume_from: Path | None,
     output_dir: Path,
     preemption: PreemptionWatch | None,
 ) -> FitResult:
+    plan, settings = contract.plan, contract.backend
     checkpoint_dir = output_dir / CHECKPOINT_DIR
     chief = plan.global_rank == 0  # the one writer among TF_CONFIG workers (the only process otherwise)
     initial_epoch = checkpoints.epochs_done(resume_from) if resume_from is not None else 0
     if resume_from is not None and chief:
         checkpoints.drop_later(checkpoint_dir, initial_epoch)
     keras.utils.set_random_seed(plan.seed)
-    if cfg.deterministic:
+    if contract.deterministic:
         import tensorflow as tf
 
         tf.config.experimental.enable_op_determinism()
@@ -79,7 +78,7 @@ def _fit(
     devices = replica_devices(plan)
     strategy = make_strategy(devices)
     framework = build_keras_side(task, dataset)
-    contract = plan.epoch
+    epoch = plan.epoch
 
     def datasets(is_training: bool):
         return distribute(
@@ -87,17 +86,17 @@ def _fit(
             devices,
             plan.device,
             lambda replica: dali_dataset(
-                task=task, cfg=cfg, dataset=dataset, plan=plan, replica=replica, is_training=is_training
+                task=task, contract=contract, dataset=dataset, replica=replica, is_training=is_training
             ),
         )
 
     with placement(devices):  # one replica: the model sits where it computes
-        start = None if resume_from else weights_from_run.find(cfg.model.get("weights"), SPEC.name, checkpoints.newest)
-        model = compile_task_model(cfg=cfg, side=framework, strategy=strategy, dataset=dataset, plan=plan, start=start)
+        start = None if resume_from else weights_from_run.find(contract.start_weights, SPEC.name, checkpoints.newest)
+        model = compile_task_model(contract=contract, side=framework, strategy=strategy, dataset=dataset, start=start)
         if chief:
             trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
-            log.info("%s", model_line(network_name(cfg.model), trainable))
-        if cfg.backend.compile:
+            log.info("%s", model_line(contract.network, trainable))
+        if contract.compile:
             if model.jit_compile:
                 log.info("backend.compile=true: XLA (jit_compile); the first step includes its warm-up")
             else:
@@ -120,8 +119,8 @@ def _fit(
         observer = TrainingObserver(
             record,
             images_per_batch=plan.images_per_batch,
-            steps_per_epoch=contract.train_steps,
-            warmup_steps=cfg.throughput_warmup_steps,
+            steps_per_epoch=epoch.train_steps,
+            warmup_steps=contract.throughput_warmup_steps,
         )
         callbacks = [
             *framework.callbacks(),  # first: the task's validation metrics join the epoch's logs
@@ -132,7 +131,7 @@ def _fit(
             *(
                 [
                     checkpoints.PruneCheckpoints(
-                        checkpoint_dir, cfg.backend.keep_checkpoints, record, cfg.task.monitor, str(cfg.task.mode)
+                        checkpoint_dir, settings.keep_checkpoints, record, contract.monitor, contract.mode
                     ),
                     keras.callbacks.TensorBoard(log_dir=str(output_dir / "tensorboard")),
                 ]
@@ -141,19 +140,19 @@ def _fit(
             ),
             ValidationPosition(),
             *([StopOnSignal(preemption, checkpoint_dir)] if stops_on_signal else []),
-            *(instantiate(spec) for spec in cfg.backend.callbacks.values()),
+            *contract.callbacks,
         ]
         try:
             model.fit(
                 datasets(True),
-                epochs=cfg.epochs,
+                epochs=plan.epochs,
                 initial_epoch=initial_epoch,
-                steps_per_epoch=contract.train_steps,
+                steps_per_epoch=epoch.train_steps,
                 validation_data=datasets(False),
-                validation_steps=contract.val_steps,
-                validation_freq=cfg.backend.validation_freq,
+                validation_steps=epoch.val_steps,
+                validation_freq=settings.validation_freq,
                 callbacks=callbacks,
-                verbose=_verbosity(cfg.backend.verbose),
+                verbose=_verbosity(settings.verbose),
                 shuffle=False,
             )  # DALI shuffles
         except Exception as err:
@@ -161,7 +160,7 @@ def _fit(
                 raise explain_dali_error(err, lambda: task.explain_decode_error(dataset)) from err
             raise
 
-        best = record.best(cfg.task.monitor, str(cfg.task.mode))
+        best = record.best(contract.monitor, contract.mode)
         best_file = checkpoints.file_of(checkpoint_dir, best["epoch"]) if best else None
         return FitResult(
             best_checkpoint=str(best_file) if best_file and best_file.exists() else None,
@@ -175,11 +174,11 @@ class KerasBackend:
 
     layout = LAYOUT
 
-    def processes_to_start(self, backend: DictConfig) -> int:
+    def processes_to_start(self, backend: KerasBackendConfig) -> int:
         """One: a Keras job is one process driving every replica of its machine."""
         return 1
 
-    def replicas(self, backend: DictConfig, device: str) -> tuple[int, int, int]:
+    def replicas(self, backend: KerasBackendConfig, device: str) -> tuple[int, int, int]:
         """Replicas per node, nodes, replicas per process: one process drives the replicas of its node, one per
         device that backend.devices names (hydrali.core.distributed.device_count: `auto` is every GPU TensorFlow
         sees; on a machine without one, N logical CPUs); TF_CONFIG workers drive one replica each, every worker
@@ -203,17 +202,17 @@ class KerasBackend:
             )
         return count, 1, count
 
-    def training_probe(self, *, cfg: DictConfig, task, dataset, plan: Plan):
+    def training_probe(self, *, contract: RunContract, task, dataset):
         """The run's compiled model, trained apart by a plain loop (backends/keras/probe.py)."""
         from hydrali.backends.keras.probe import KerasProbe
 
-        return KerasProbe(cfg=cfg, task=task, dataset=dataset, plan=plan)
+        return KerasProbe(contract=contract, task=task, dataset=dataset)
 
-    def load_trained(self, *, cfg: DictConfig, task, dataset, checkpoint: Path):
+    def load_trained(self, *, run: TrainedRunSpec, task, dataset, checkpoint: Path):
         """The run's network with the weights of a Keras checkpoint, for inference."""
         from hydrali.backends.keras.trained import load_trained
 
-        return load_trained(cfg=cfg, task=task, dataset=dataset, checkpoint=checkpoint)
+        return load_trained(run=run, task=task, dataset=dataset, checkpoint=checkpoint)
 
     def share_from_rank0(self, values: dict, plan: Plan) -> dict:
         """Rank 0's `values` (JSON-able) on every Keras worker (TF_CONFIG's or SLURM's), through the job's
@@ -225,7 +224,7 @@ class KerasBackend:
         """The number of GPUs TensorFlow sees."""
         return visible_gpus()
 
-    def training_device(self, backend: DictConfig) -> TrainingDevice:
+    def training_device(self, backend: KerasBackendConfig) -> TrainingDevice:
         """The first GPU TensorFlow sees (the replicas train on its GPUs when it sees any), or the CPU."""
         return training_device()
 
@@ -240,10 +239,9 @@ class KerasBackend:
     def fit(
         self,
         *,
-        cfg: DictConfig,
+        contract: RunContract,
         task,
         dataset,
-        plan: Plan,
         record: RunRecord,
         resume_from: Path | None,
         output_dir: Path,
@@ -252,10 +250,9 @@ class KerasBackend:
         """Train `task` with one replica per shard of this process, as the plan says; checkpoint every epoch; stop
         on a signal `preemption` notes (resumed from the last epoch's end)."""
         return _fit(
-            cfg=cfg,
+            contract=contract,
             task=task,
             dataset=dataset,
-            plan=plan,
             record=record,
             resume_from=resume_from,
             output_dir=output_dir,

@@ -10,7 +10,7 @@ from typing import Callable
 import nvidia.dali.plugin.tf as dali_tf
 import tensorflow as tf
 
-from hydrali.core.run.plan import Plan
+from hydrali.core.contracts.run import RunContract
 
 LAYOUT = "HWC"  # the image layout Keras takes (also what core.data.autotune probes with)
 # a task's output dtypes, as TensorFlow names them
@@ -62,35 +62,36 @@ def distribute(
     return strategy.distribute_datasets_from_function(dataset_fn, options)
 
 
-def dali_dataset(*, task, cfg, dataset, plan: Plan, replica: int, is_training: bool) -> tf.data.Dataset:
+def dali_dataset(*, task, contract: RunContract, dataset, replica: int, is_training: bool) -> tf.data.Dataset:
     """The DALIDataset of one replica's shard (the task's outputs, NHWC images), endless: Keras counts the steps."""
+    plan, inputs = contract.plan, contract.task_inputs
     shard = plan.shards[replica]
     pipe = task.build_pipeline(
-        pipeline=cfg.pipeline,
-        data=cfg.data,
-        model=cfg.model,
+        pipeline=inputs.pipeline,
+        data=inputs.data,
+        model=inputs.model,
         dataset=dataset,
         plan=plan,
         shard=shard,
         layout=LAYOUT,
         is_training=is_training,
     )
-    return pipeline_dataset(pipe, task=task, cfg=cfg, plan=plan, device_id=shard.device_id, is_training=is_training)
+    return pipeline_dataset(pipe, task=task, contract=contract, device_id=shard.device_id, is_training=is_training)
 
 
-def pipeline_dataset(pipe, *, task, cfg, plan: Plan, device_id: int | None, is_training: bool) -> tf.data.Dataset:
+def pipeline_dataset(pipe, *, task, contract: RunContract, device_id: int | None, is_training: bool) -> tf.data.Dataset:
     """A task's DALI pipeline (not built) as a DALIDataset of its outputs, run with the pipeline's own threads,
     queue depth and executor."""
     specs = task.output_specs(
-        batch=plan.per_replica_batch,
-        image_size=cfg.data.image_size,
-        image_dtype=str(cfg.pipeline.dtype),
+        batch=contract.plan.per_replica_batch,
+        image_size=contract.image_size,
+        image_dtype=contract.image_dtype,
         is_training=is_training,
-        model=cfg.model,
+        model=contract.task_inputs.model,
     )
     return dali_tf.DALIDataset(
         pipeline=pipe,
-        batch_size=plan.per_replica_batch,
+        batch_size=contract.plan.per_replica_batch,
         device_id=device_id,
         # DALIDataset runs the pipeline with its own executor settings (4 threads, ...), not the pipeline's: the
         # pipeline's, so that pipeline.num_threads and prefetch_queue_depth mean on Keras what they mean on Lightning

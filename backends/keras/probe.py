@@ -6,37 +6,30 @@ of this process's first replica, outside the run's distribution strategy."""
 
 from __future__ import annotations
 
-import copy
-
 import tensorflow as tf
 
 from hydrali.backends.keras.data import data_devices, pipeline_dataset
-from hydrali.backends.keras.strategy import replica_devices, training_device
+from hydrali.backends.keras.strategy import replica_devices
 from hydrali.backends.keras.training import build_keras_side, compile_task_model
-from hydrali.core.run import auto_settings
+from hydrali.core.contracts.run import RunContract
 
 
 class KerasProbe:
-    """The model a Keras run of `cfg` compiles, on its first replica's device; `auto` settings decided on a copy of
-    `cfg`, as the run will decide them."""
+    """The model a Keras run of `contract` compiles (its `auto` settings decided as the run will decide them), on
+    its first replica's device."""
 
-    def __init__(self, *, cfg, task, dataset, plan):
-        self.task, self.plan = task, plan
-        self.cfg = copy.deepcopy(cfg)  # the run decides its own `auto` settings later
-        auto_settings.resolve(self.cfg, training_device())
+    def __init__(self, *, contract: RunContract, task, dataset):
+        self.task, self.contract, plan = task, contract, contract.plan
         self.device = replica_devices(plan)[0]
         self.data_device = data_devices([self.device], plan.device)[0]
         with tf.device(self.device):
             self.model = compile_task_model(
-                cfg=self.cfg,
+                contract=contract,
                 side=build_keras_side(task, dataset),
                 strategy=tf.distribute.get_strategy(),
                 dataset=dataset,
-                plan=plan,
             )
-            self.one_step = tf.function(
-                lambda data: self.model.train_step(data), jit_compile=bool(self.cfg.backend.compile)
-            )
+            self.one_step = tf.function(lambda data: self.model.train_step(data), jit_compile=contract.compile)
 
     def steps_on(self, pipe):
         """One training step per call on the next batch of `pipe`, read through a DALIDataset as a run reads it."""
@@ -44,9 +37,8 @@ class KerasProbe:
             data = pipeline_dataset(
                 pipe,
                 task=self.task,
-                cfg=self.cfg,
-                plan=self.plan,
-                device_id=self.plan.shards[0].device_id,
+                contract=self.contract,
+                device_id=self.contract.plan.shards[0].device_id,
                 is_training=True,
             )
             iterator = iter(data)

@@ -12,12 +12,11 @@ from typing import Any
 import keras
 import numpy as np
 import tensorflow as tf
-from omegaconf import DictConfig
 
 from hydrali.backends.keras.strategy import configure_devices, visible_gpus
 from hydrali.backends.keras.training import build_keras_side, dtype_policy, load_network
+from hydrali.core.contracts.run import TrainedRunSpec
 from hydrali.core.errors import HydraliError, first_line
-from hydrali.core.run.weights_from_run import as_built
 
 SERVING_ENDPOINT = "serving_default"  # the SavedModel's signature (what TensorFlow Serving calls by default)
 
@@ -96,8 +95,8 @@ class KerasTrainedNetwork:
         return {name: produced[name] for name in names}
 
 
-def load_trained(*, cfg: DictConfig, task, dataset, checkpoint: Path) -> KerasTrainedNetwork:
-    """The task's Keras side of the run `cfg` configures, its network built untrained under the run's precision and
+def load_trained(*, run: TrainedRunSpec, task, dataset, checkpoint: Path) -> KerasTrainedNetwork:
+    """The task's Keras side of the trained `run`, its network built untrained under the run's precision and
     loaded from the Keras checkpoint `checkpoint`; one line when it does not fit."""
     if visible_gpus():
         configure_devices(1, "gpu")  # GPU memory taken as needed (DALI decodes on the same GPU), before any tensor
@@ -105,8 +104,8 @@ def load_trained(*, cfg: DictConfig, task, dataset, checkpoint: Path) -> KerasTr
     if not hasattr(side, "predict"):
         raise HydraliError(f"the task's Keras side ({type(side).__name__}) has no `predict`: it cannot infer")
     try:
-        with dtype_policy(str(cfg.backend.precision)):
-            network = load_network(side, as_built(cfg.model), dataset.num_classes, cfg.data.image_size, checkpoint)
+        with dtype_policy(run.precision):
+            network = load_network(side, run.model, dataset.num_classes, run.image_size, checkpoint)
     except Exception as err:
         raise HydraliError(f"{checkpoint} does not fit the run's network ({first_line(err)})") from err
     return KerasTrainedNetwork(network, side)

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import keras
 import numpy as np
@@ -24,10 +25,10 @@ import tensorflow as tf
 from hydra.errors import InstantiationException
 from keras import ops
 from keras.src.losses.loss import unscale_loss_for_distribution
-from omegaconf import DictConfig
 
 from hydrali.backends.keras.spec import SPEC
 from hydrali.core.config.schema import Optimizer, Precision
+from hydrali.core.contracts.run import OptimizerSettings, RunContract
 from hydrali.core.contracts.task import side_builder
 from hydrali.core.errors import HydraliError, first_line
 from hydrali.core.optim.optimizer import ADAM_EPSILON, decays
@@ -63,7 +64,7 @@ class PlanSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return {"effective_lr": self.effective_lr, "factors": self.factors.tolist(), "accumulate": self.accumulate}
 
 
-def plan_schedule(plan: Plan, optim: DictConfig, contract: EpochContract) -> PlanSchedule:
+def plan_schedule(plan: Plan, optim: OptimizerSettings, contract: EpochContract) -> PlanSchedule:
     """The lr schedule of `plan`: warmup, then cosine or constant, over plan.epochs epochs of the contract's
     optimizer steps."""
     steps_per_epoch = contract.optimizer_steps
@@ -222,7 +223,7 @@ OPTIMIZERS = {  # optim.name -> the Keras optimizer with torch's semantics, with
 }
 
 
-def make_optimizer(optim: DictConfig, schedule, accumulate: int = 1) -> keras.optimizers.Optimizer:
+def make_optimizer(optim: OptimizerSettings, schedule, accumulate: int = 1) -> keras.optimizers.Optimizer:
     """The optimizer of hydrali.core.optim.optimizer's semantics (which variables decay is decided by their shape),
     stepping with the mean gradient of every `accumulate` batches (Keras' gradient accumulation)."""
     accumulation = int(accumulate) if accumulate > 1 else None  # Keras takes None for a step after every batch
@@ -386,7 +387,7 @@ def compile_model(
     build_network,
     loss,
     metrics,
-    optim: DictConfig,
+    optim: OptimizerSettings,
     plan: Plan,
     contract: EpochContract,
     precision: str = "32-true",
@@ -406,7 +407,7 @@ def compile_model(
         )
         model(keras.ops.zeros((1, *network.input_shape[1:])))  # build the wrapper's variables
         optimizer = make_optimizer(optim, plan_schedule(plan, optim, contract), contract.accumulate)
-        mult = float(optim.get("backbone_lr_mult", 1.0))
+        mult = float(getattr(optim, "backbone_lr_mult", 1.0))
         if mult != 1.0:  # backbone_of: the side's backbone variables of its network
             optimizer.scale_lr(backbone_of(network), mult)
         model.compile(
@@ -443,7 +444,7 @@ def start_network_from(network: keras.Model, side, start: RunWeights, weights: s
     start.announce(head)
 
 
-def load_network(side, model: DictConfig, num_classes: int, image_size: int, checkpoint) -> keras.Model:
+def load_network(side, model: Any, num_classes: int, image_size: int, checkpoint) -> keras.Model:
     """The network that the task's Keras `side` builds from the `model` node (untrained: as_built), with the weights
     of a hydrali Keras checkpoint (which holds it wrapped in a ContractModel, and the optimizer's state: skipped)."""
     network = side.build_model(model, num_classes, image_size)
@@ -464,19 +465,20 @@ def _quiet_keras_loading():
 
 
 def compile_task_model(
-    *, cfg: DictConfig, side, strategy, dataset, plan: Plan, start: RunWeights | None = None
+    *, contract: RunContract, side, strategy, dataset, start: RunWeights | None = None
 ) -> ContractModel:
-    """The model a Keras run trains: the side's network of `cfg.model`, compiled by compile_model with the plan's
-    optimizer and schedule, `backend.precision` and `backend.compile`; a HydraliError names what cannot be built.
-    `start`: the earlier run (model.weights) its network starts from."""
+    """The model a Keras run trains: the side's network of the contract's model, compiled by compile_model with the
+    plan's optimizer and schedule, the contract's precision and compile (XLA) setting; a HydraliError names what
+    cannot be built. `start`: the earlier run (model.weights) its network starts from."""
+    model = contract.task_inputs.model
 
     def network():
         try:
-            built = side.build_model(cfg.model, dataset.num_classes, cfg.data.image_size)
+            built = side.build_model(model, dataset.num_classes, contract.image_size)
         except (InstantiationException, TypeError, ValueError) as err:
-            raise HydraliError(f"model={cfg.model.get('_target_')} cannot be built on Keras: {err}") from err
+            raise HydraliError(f"model={contract.network} cannot be built on Keras: {err}") from err
         if start is not None:
-            start_network_from(built, side, start, str(cfg.model.weights), cfg.data.image_size)
+            start_network_from(built, side, start, str(contract.start_weights), contract.image_size)
         return built
 
     try:
@@ -485,16 +487,16 @@ def compile_task_model(
             build_network=network,
             loss=side.loss(),
             metrics=side.metrics(),
-            optim=cfg.optim,
-            plan=plan,
-            contract=plan.epoch,
-            precision=str(cfg.backend.precision),
-            jit_compile=bool(cfg.backend.compile),
+            optim=contract.optim,
+            plan=contract.plan,
+            contract=contract.plan.epoch,
+            precision=contract.precision,
+            jit_compile=contract.compile,
             on_val_batch=side.on_val_batch,
             backbone_of=getattr(side, "backbone_variables", None),
         )
     except (InstantiationException, TypeError, ValueError) as err:
         raise HydraliError(
-            f"the Keras optimizer or loss cannot be set up (optim={cfg.optim.name}, "
-            f"backend.precision={cfg.backend.precision}): {err}"
+            f"the Keras optimizer or loss cannot be set up (optim={contract.optim.name}, "
+            f"backend.precision={contract.precision}): {err}"
         ) from err

@@ -11,10 +11,8 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.strategies import DDPStrategy, Strategy
-from omegaconf import DictConfig, OmegaConf
 
 from hydrali.backends.lightning import agreement
 from hydrali.backends.lightning.callbacks import (
@@ -26,12 +24,13 @@ from hydrali.backends.lightning.callbacks import (
 )
 from hydrali.backends.lightning.data import DaliDataModule
 from hydrali.backends.lightning.module import HydraliModule, precision_plugin
-from hydrali.backends.lightning.spec import SPEC
+from hydrali.backends.lightning.spec import SPEC, LightningBackendConfig
 from hydrali.backends.torch.collectives import all_gather_bytes
 from hydrali.backends.torch.device import training_device_of
 from hydrali.backends.torch.loaders import LAYOUT, ResumableDaliLoader
 from hydrali.backends.torch.side import build_torch_side, compile_torch_side, start_side_from
 from hydrali.core.contracts.backend import TrainingDevice
+from hydrali.core.contracts.run import RunContract, TrainedRunSpec
 from hydrali.core.distributed import gather, topology
 from hydrali.core.distributed.device_count import devices_per_node
 from hydrali.core.errors import HydraliError, SweepRefused, first_line
@@ -42,7 +41,7 @@ from hydrali.core.run.plan import Plan
 from hydrali.core.run.preemption import PreemptionWatch
 from hydrali.core.run.record import RunRecord
 from hydrali.core.run.results import FitResult
-from hydrali.core.run.summary import model_line, network_name
+from hydrali.core.run.summary import model_line
 
 log = logging.getLogger("hydrali")
 # Noise from inside Lightning that a user can do nothing about.
@@ -63,14 +62,14 @@ def newest_checkpoint(checkpoint_dir: Path) -> Path | None:
     return last if last.is_file() else None
 
 
-def node_devices(backend: DictConfig) -> int:
+def node_devices(backend: LightningBackendConfig) -> int:
     """The devices (processes) per node that backend.devices names (hydrali.core.distributed.device_count):
     `auto` is every GPU torch sees, or 1 on the CPU (backend.accelerator=cpu, or no GPU)."""
     gpus = 0 if str(backend.accelerator) == "cpu" else torch.cuda.device_count()
     return devices_per_node(backend.devices, gpus, launched_externally=topology.launched_externally())
 
 
-def training_strategy(backend: DictConfig) -> str | Strategy:
+def training_strategy(backend: LightningBackendConfig) -> str | Strategy:
     """Lightning's strategy for backend.strategy: when several processes train under DDP (auto, ddp,
     ddp_find_unused_parameters_true), DDP with gradient buckets of backend.ddp_bucket_mb MiB; else the strategy
     as named."""
@@ -120,50 +119,52 @@ class _NoStartupNoise(logging.Filter):
 
 def _fit(
     *,
-    cfg: DictConfig,
+    contract: RunContract,
     task,
     dataset,
-    plan: Plan,
     record: RunRecord,
     resume_from: Path | None,
     output_dir: Path,
     preemption: PreemptionWatch | None,
 ) -> FitResult:
     _quiet_duplicate_logs()
+    plan, settings = contract.plan, contract.backend
     checkpoint_dir = output_dir / CHECKPOINT_DIR
-    datamodule = DaliDataModule(task=task, cfg=cfg, dataset=dataset, plan=plan)
+    datamodule = DaliDataModule(task=task, contract=contract, dataset=dataset)
     datamodule.setup("fit")
-    trainer_options = OmegaConf.to_container(cfg.backend.trainer, resolve=True)
+    trainer_options = dict(settings.trainer)
     show_bar = trainer_options.pop("enable_progress_bar", None)
     show_bar = sys.stdout.isatty() if show_bar is None else show_bar
-    side = build_torch_side(task, cfg, dataset)
-    start = weights_from_run.find(cfg.model.get("weights"), SPEC.name, newest_checkpoint) if not resume_from else None
+    side = build_torch_side(
+        task, dataset, model=contract.task_inputs.model, image_size=contract.image_size, backend=SPEC.name
+    )
+    start = weights_from_run.find(contract.start_weights, SPEC.name, newest_checkpoint) if not resume_from else None
     if start is not None:  # model.weights names an earlier run (a resumed run has its own weights)
-        start_side_from(side, start, str(cfg.model.weights))
+        start_side_from(side, start, str(contract.start_weights))
     module = HydraliModule(
         side,
-        cfg.optim,
+        contract.optim,
         plan,
         plan.epoch.optimizer_steps,
-        channels_last=cfg.backend.channels_last,
+        channels_last=settings.channels_last,
         step_loss_in_bar=show_bar,
     )
     if plan.global_rank == 0:
         trainable = sum(p.numel() for p in module.torch_task.parameters() if p.requires_grad)
-        log.info("%s", model_line(network_name(cfg.model), trainable))
-    if cfg.backend.compile:  # before the strategy wraps the module (DDP), as Lightning advises
-        compile_torch_side(module.torch_task, cfg.backend)
+        log.info("%s", model_line(contract.network, trainable))
+    if contract.compile:  # before the strategy wraps the module (DDP), as Lightning advises
+        compile_torch_side(module.torch_task, settings)
         log.info(
             "backend.compile=true: torch.compile (mode %s); the first step includes its warm-up",
-            cfg.backend.compile_mode,
+            settings.compile_mode,
         )
 
     checkpoint = EpochNumberCheckpoint(
         dirpath=checkpoint_dir,
         filename="epoch{epoch:03d}",
-        monitor=cfg.task.monitor,
-        mode=str(cfg.task.mode),
-        save_top_k=cfg.backend.save_top_k,
+        monitor=contract.monitor,
+        mode=contract.mode,
+        save_top_k=settings.save_top_k,
         auto_insert_metric_name=False,
     )
     # last.ckpt after every epoch (Lightning's save_last writes it only when a top-k file was saved)
@@ -179,20 +180,20 @@ def _fit(
         record,
         images_per_batch=plan.images_per_batch,
         steps_per_epoch=plan.epoch.train_steps,
-        warmup_steps=cfg.throughput_warmup_steps,
+        warmup_steps=contract.throughput_warmup_steps,
     )
     train_loader = datamodule.loaders["train"]
     resumable = isinstance(train_loader, ResumableDaliLoader)
     reader_position = [ReaderPosition(train_loader, plan.global_rank)] if resumable else []
     stop_on_signal = [StopOnSignal(preemption, checkpoint_dir / LAST, resumable)] if preemption is not None else []
     trainer = L.Trainer(
-        max_epochs=cfg.epochs,
-        accelerator=cfg.backend.accelerator,
-        devices=node_devices(cfg.backend),
-        num_nodes=cfg.backend.num_nodes,
-        strategy=training_strategy(cfg.backend),
-        precision=str(cfg.backend.precision),
-        deterministic=cfg.deterministic,
+        max_epochs=plan.epochs,
+        accelerator=settings.accelerator,
+        devices=node_devices(settings),
+        num_nodes=settings.num_nodes,
+        strategy=training_strategy(settings),
+        precision=contract.precision,
+        deterministic=contract.deterministic,
         logger=False,
         default_root_dir=str(output_dir),
         enable_progress_bar=show_bar,
@@ -204,7 +205,7 @@ def _fit(
             Observe(observer),
             *stop_on_signal,  # after the step was observed
             *([progress_bar()] if show_bar else []),
-            *_extra_callbacks(cfg),
+            *contract.callbacks,
         ],
         **trainer_options,
     )
@@ -230,12 +231,8 @@ def _fit(
     return FitResult(
         best_checkpoint=best,
         **observer.fit_fields(start_epoch=trainer.current_epoch),
-        compiled=bool(cfg.backend.compile),
+        compiled=contract.compile,
     )
-
-
-def _extra_callbacks(cfg: DictConfig) -> list[L.Callback]:
-    return [instantiate(spec) for spec in cfg.backend.callbacks.values()]
 
 
 class LightningBackend:
@@ -247,13 +244,13 @@ class LightningBackend:
         """The number of GPUs torch can train on."""
         return torch.cuda.device_count()
 
-    def training_device(self, backend: DictConfig) -> TrainingDevice:
+    def training_device(self, backend: LightningBackendConfig) -> TrainingDevice:
         """The GPU torch trains on (the current CUDA device), or the CPU with backend.accelerator=cpu or no GPU."""
         if str(backend.accelerator) == "cpu" or not torch.cuda.is_available():
             return training_device_of(torch.device("cpu"))
         return training_device_of(torch.device("cuda", torch.cuda.current_device()))
 
-    def processes_to_start(self, backend: DictConfig) -> int:
+    def processes_to_start(self, backend: LightningBackendConfig) -> int:
         """How many processes hydrali starts for this job on this node: one per device under DDP, chosen by
         `strategy=auto` as soon as there are several (started from the job's resolved config, not by re-running
         the command line as Lightning's launcher would); one when a launcher (torchrun, SLURM, MPI) started the
@@ -263,7 +260,7 @@ class LightningBackend:
             return devices
         return 1
 
-    def replicas(self, backend: DictConfig, device: str) -> tuple[int, int, int]:
+    def replicas(self, backend: LightningBackendConfig, device: str) -> tuple[int, int, int]:
         """Replicas per node, nodes, replicas per process: one-replica processes, one per device of a node."""
         devices = node_devices(backend)
         if self.processes_to_start(backend) == 1 and devices > 1 and _in_sweep() and not topology.launched_externally():
@@ -292,19 +289,21 @@ class LightningBackend:
             ) from err
         return int(progress["processed"])
 
-    def load_trained(self, *, cfg: DictConfig, task, dataset, checkpoint: Path):
+    def load_trained(self, *, run: TrainedRunSpec, task, dataset, checkpoint: Path):
         """The run's torch side with the weights of a Lightning checkpoint, for inference (at backend.precision,
         through Lightning's precision plugin)."""
         from hydrali.backends.torch.trained import load_trained
 
-        precision = functools.partial(precision_plugin, str(cfg.backend.precision))
-        return load_trained(cfg=cfg, task=task, dataset=dataset, checkpoint=checkpoint, precision=precision)
+        precision = functools.partial(precision_plugin, run.precision)
+        return load_trained(
+            run=run, task=task, dataset=dataset, checkpoint=checkpoint, precision=precision, backend=SPEC.name
+        )
 
-    def training_probe(self, *, cfg: DictConfig, task, dataset, plan: Plan):
+    def training_probe(self, *, contract: RunContract, task, dataset):
         """The run's network and optimizer, trained apart by a plain loop (backends/lightning/probe.py)."""
         from hydrali.backends.lightning.probe import LightningProbe
 
-        return LightningProbe(cfg=cfg, task=task, dataset=dataset, plan=plan)
+        return LightningProbe(contract=contract, task=task, dataset=dataset)
 
     def share_from_rank0(self, values: dict, plan: Plan) -> dict:
         """Rank 0's `values` on every process that torchrun, srun or MPI started (torch.distributed's store)."""
@@ -313,22 +312,20 @@ class LightningBackend:
     def fit(
         self,
         *,
-        cfg: DictConfig,
+        contract: RunContract,
         task,
         dataset,
-        plan: Plan,
         record: RunRecord,
         resume_from: Path | None,
         output_dir: Path,
         preemption: PreemptionWatch | None = None,
     ) -> FitResult:
-        """Train `task` on this process's shard as the plan says; checkpoint, record and resume through Lightning
-        (mid-epoch included); save and stop on a signal `preemption` notes."""
+        """Train `task` on this process's shard as the contract says; checkpoint, record and resume through
+        Lightning (mid-epoch included); save and stop on a signal `preemption` notes."""
         return _fit(
-            cfg=cfg,
+            contract=contract,
             task=task,
             dataset=dataset,
-            plan=plan,
             record=record,
             resume_from=resume_from,
             output_dir=output_dir,

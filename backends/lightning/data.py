@@ -6,21 +6,22 @@ from __future__ import annotations
 import lightning as L
 
 from hydrali.backends.torch.loaders import DaliLoader, dali_loader
+from hydrali.core.contracts.run import RunContract
 
 
 class DaliDataModule(L.LightningDataModule):
     """Builds the train and val DALI pipelines of this process's shard when Lightning sets up."""
 
-    def __init__(self, *, task, cfg, dataset, plan):
+    def __init__(self, *, task, contract: RunContract, dataset):
         super().__init__()
-        self.task, self.cfg, self.dataset, self.plan = task, cfg, dataset, plan
+        self.task, self.contract, self.dataset = task, contract, dataset
         self.loaders: dict[str, DaliLoader] = {}
 
     def setup(self, stage: str) -> None:
         if not self.loaders:
             self.loaders = {
                 split: dali_loader(
-                    task=self.task, cfg=self.cfg, dataset=self.dataset, plan=self.plan, is_training=split == "train"
+                    task=self.task, contract=self.contract, dataset=self.dataset, is_training=split == "train"
                 )
                 for split in ("train", "val")
             }

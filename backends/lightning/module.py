@@ -9,9 +9,9 @@ from __future__ import annotations
 import lightning as L
 import torch
 from lightning.pytorch.plugins.precision import MixedPrecision, Precision
-from omegaconf import DictConfig
 
 from hydrali.backends.torch.optim import make_optimizer, make_schedule
+from hydrali.core.contracts.run import OptimizerSettings
 from hydrali.core.distributed import gather
 from hydrali.core.run.plan import Plan
 
@@ -36,7 +36,7 @@ class HydraliModule(L.LightningModule):
     def __init__(
         self,
         torch_task: torch.nn.Module,
-        optim: DictConfig,
+        optim: OptimizerSettings,
         plan: Plan,
         steps_per_epoch: int,
         channels_last: bool = False,
@@ -103,7 +103,7 @@ class HydraliModule(L.LightningModule):
 
     def configure_optimizers(self):
         backbone = []  # with optim.backbone_lr_mult, from a side that tells its backbone from its head
-        if self.optim.get("backbone_lr_mult", 1.0) != 1.0:
+        if getattr(self.optim, "backbone_lr_mult", 1.0) != 1.0:
             backbone = self.torch_task.backbone_parameters()
         opt = make_optimizer(self.torch_task.parameters(), self.optim, self.plan.effective_lr, backbone)
         schedule = make_schedule(opt, self.optim, self.plan, self.steps_per_epoch)

@@ -6,43 +6,43 @@ schedule; no Trainer around it."""
 
 from __future__ import annotations
 
-import copy
-
 import torch
 from nvidia.dali.plugin.pytorch import DALIGenericIterator
-from omegaconf import DictConfig
 
 from hydrali.backends.lightning.module import HydraliModule, precision_plugin
-from hydrali.backends.torch.device import synchronize, training_device_of
+from hydrali.backends.lightning.spec import SPEC
+from hydrali.backends.torch.device import synchronize
 from hydrali.backends.torch.side import build_torch_side, compile_torch_side
-from hydrali.core.run import auto_settings
+from hydrali.core.contracts.run import RunContract
 
 
 class LightningProbe:
-    """The task's network, optimizer, schedule and precision as a run of `cfg` builds them, on the GPU when the
-    plan's DALI runs there (else the CPU); `auto` settings decided on a copy of `cfg`, as the run will decide them."""
+    """The task's network, optimizer, schedule and precision as a run of `contract` builds them, on the GPU when the
+    plan's DALI runs there (else the CPU)."""
 
-    def __init__(self, *, cfg: DictConfig, task, dataset, plan):
+    def __init__(self, *, contract: RunContract, task, dataset):
+        plan = contract.plan
         self.task, self.plan = task, plan
         on_gpu = plan.device == "gpu"
         self.device = torch.device("cuda", plan.shards[0].device_id or 0) if on_gpu else torch.device("cpu")
-        cfg = copy.deepcopy(cfg)  # the run decides its own `auto` settings later
-        auto_settings.resolve(cfg, training_device_of(self.device))
+        side = build_torch_side(
+            task, dataset, model=contract.task_inputs.model, image_size=contract.image_size, backend=SPEC.name
+        )
         module = HydraliModule(
-            build_torch_side(task, cfg, dataset),
-            cfg.optim,
+            side,
+            contract.optim,
             plan,
             plan.epoch.optimizer_steps,
-            channels_last=cfg.backend.channels_last,
+            channels_last=contract.backend.channels_last,
         )
-        if cfg.backend.compile:  # before the module moves, as the backend compiles it
-            compile_torch_side(module.torch_task, cfg.backend)
+        if contract.compile:  # before the module moves, as the backend compiles it
+            compile_torch_side(module.torch_task, contract.backend)
         module.to(self.device)
         optimizers = module.configure_optimizers()
         self.torch_task = module.torch_task
         self.optimizer = optimizers["optimizer"]
         self.schedule = optimizers["lr_scheduler"]["scheduler"]
-        self.precision = precision_plugin(str(cfg.backend.precision), self.device.type)
+        self.precision = precision_plugin(contract.precision, self.device.type)
         self.torch_task.train()
 
     def train_step(self, batch: dict) -> torch.Tensor:

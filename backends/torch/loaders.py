@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
+from hydrali.core.contracts.run import RunContract
 from hydrali.core.data.dali_errors import explain_dali_error
 from hydrali.core.run.epoch import EpochContract
-from hydrali.core.run.plan import Plan
 
 LAYOUT = "CHW"  # the image layout torch takes (also what core.data.autotune probes with)
 
@@ -93,23 +93,24 @@ class ResumableDaliLoader(DaliLoader):
         self._start = 0 if position["done"] else self.trained
 
 
-def dali_loader(*, task, cfg, dataset, plan: Plan, is_training: bool) -> DaliLoader:
+def dali_loader(*, task, contract: RunContract, dataset, is_training: bool) -> DaliLoader:
     """The loader of one split of this process's shard: the task's DALI pipeline through DALIGenericIterator, cut
     into epochs by the plan's epoch contract; DALI's errors are explained (hydrali.core.data.dali_errors). With
     pipeline.checkpointing, the training loader saves and restores DALI's state with the backend's checkpoints
     (ResumableDaliLoader)."""
-    contract: EpochContract = plan.epoch
+    plan, inputs = contract.plan, contract.task_inputs
+    epoch: EpochContract = plan.epoch
     shard = plan.shard
-    checkpointing = is_training and bool(cfg.pipeline.get("checkpointing", False))
+    checkpointing = is_training and contract.reader_checkpointing
 
     def explain(err: RuntimeError) -> Exception:
         return explain_dali_error(err, lambda: task.explain_decode_error(dataset))
 
     def make_iterator(restore: str | None) -> DALIGenericIterator:
         pipe = task.build_pipeline(
-            pipeline=cfg.pipeline,
-            data=cfg.data,
-            model=cfg.model,
+            pipeline=inputs.pipeline,
+            data=inputs.data,
+            model=inputs.model,
             dataset=dataset,
             plan=plan,
             shard=shard,
@@ -126,9 +127,7 @@ def dali_loader(*, task, cfg, dataset, plan: Plan, is_training: bool) -> DaliLoa
             raise explain(err) from err
 
     if checkpointing:
-        return ResumableDaliLoader(make_iterator, contract.train_steps, explain)
+        return ResumableDaliLoader(make_iterator, epoch.train_steps, explain)
     if is_training:
-        return DaliLoader(make_iterator, contract.train_steps, explain)
-    return DaliLoader(
-        make_iterator, contract.val_steps, explain, valid=lambda step: contract.val_valid(shard.shard_id, step)
-    )
+        return DaliLoader(make_iterator, epoch.train_steps, explain)
+    return DaliLoader(make_iterator, epoch.val_steps, explain, valid=lambda step: epoch.val_valid(shard.shard_id, step))

@@ -4,9 +4,9 @@ rule and backbone lr, and the per-step schedule of hydrali.core.optim.schedule."
 from __future__ import annotations
 
 import torch
-from omegaconf import DictConfig
 
 from hydrali.core.config.schema import Optimizer
+from hydrali.core.contracts.run import OptimizerSettings
 from hydrali.core.optim.optimizer import ADAM_EPSILON, decays
 from hydrali.core.optim.schedule import lr_factor
 from hydrali.core.run.plan import Plan
@@ -21,12 +21,12 @@ OPTIMIZERS = {  # optim.name -> torch's optimizer over parameter groups, with th
 }
 
 
-def make_optimizer(parameters, optim: DictConfig, lr: float, backbone=()) -> torch.optim.Optimizer:
+def make_optimizer(parameters, optim: OptimizerSettings, lr: float, backbone=()) -> torch.optim.Optimizer:
     """SGD (torch's coupled weight decay) or AdamW (decoupled), decaying only what
     hydrali.core.optim.optimizer.decays says; the `backbone` parameters at lr x optim.backbone_lr_mult."""
     parameters, slow = list(parameters), {id(p) for p in backbone}
     groups = []
-    for in_backbone, factor in ((False, 1.0), (True, float(optim.get("backbone_lr_mult", 1.0)))):
+    for in_backbone, factor in ((False, 1.0), (True, float(getattr(optim, "backbone_lr_mult", 1.0)))):
         part = [p for p in parameters if (id(p) in slow) == in_backbone]
         if in_backbone and not part:
             continue
@@ -39,7 +39,7 @@ def make_optimizer(parameters, optim: DictConfig, lr: float, backbone=()) -> tor
 
 
 def make_schedule(
-    optimizer: torch.optim.Optimizer, optim: DictConfig, plan: Plan, steps_per_epoch: int
+    optimizer: torch.optim.Optimizer, optim: OptimizerSettings, plan: Plan, steps_per_epoch: int
 ) -> torch.optim.lr_scheduler.LambdaLR:
     """The lr schedule of the plan, stepped after every optimizer step: the optimizer's lr times
     hydrali.core.optim.schedule.lr_factor (warmup, then cosine or constant, over plan.epochs epochs)."""

@@ -3,9 +3,10 @@ earlier run's checkpoint (model.weights), and its network compiled (backend.comp
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from hydra.errors import InstantiationException
-from omegaconf import DictConfig
 
 from hydrali.core.contracts.task import side_builder
 from hydrali.core.errors import HydraliError, first_line
@@ -14,15 +15,15 @@ from hydrali.core.run.weights_from_run import RunWeights
 FRAMEWORK = "torch"  # the framework of the task's side built here (task.sides.torch)
 
 
-def build_torch_side(task, cfg: DictConfig, dataset) -> torch.nn.Module:
-    """The task's torch side (network, loss, metrics) for `dataset`, with the network of `cfg.model` at
-    `cfg.data.image_size`; a HydraliError names the side or the model that cannot be built (and `cfg.backend.name`,
-    the backend that asked for the side)."""
-    build = side_builder(task, FRAMEWORK, str(cfg.backend.name))
+def build_torch_side(task, dataset, *, model: Any, image_size: int, backend: str) -> torch.nn.Module:
+    """The task's torch side (network, loss, metrics) for `dataset`, with the network of the `model` node (handed to
+    the task's builder) at `image_size`; a HydraliError names the side or the model that cannot be built (and
+    `backend`, the backend that asked for the side)."""
+    build = side_builder(task, FRAMEWORK, backend)
     try:
-        return build(task, cfg.model, dataset, cfg.data.image_size)
+        return build(task, model, dataset, image_size)
     except (InstantiationException, TypeError, ValueError) as err:
-        raise HydraliError(f"model={cfg.model.get('_target_')} cannot be built: {err}") from err
+        raise HydraliError(f"model={model.get('_target_')} cannot be built: {err}") from err
 
 
 SIDE = "torch_task"  # the attribute holding the task's torch side in the trained module (the Lightning backend's
@@ -65,8 +66,8 @@ def compile_network(
     return network
 
 
-def compile_torch_side(torch_task: torch.nn.Module, backend: DictConfig) -> torch.nn.Module:
-    """compile_network with the `backend` node's compile_mode, compile_fullgraph and compile_dynamic."""
+def compile_torch_side(torch_task: torch.nn.Module, backend: Any) -> torch.nn.Module:
+    """compile_network with the backend settings' compile_mode, compile_fullgraph and compile_dynamic."""
     return compile_network(
         torch_task, mode=str(backend.compile_mode), fullgraph=backend.compile_fullgraph, dynamic=backend.compile_dynamic
     )

@@ -12,11 +12,10 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, open_dict
 
 from hydrali.backends.torch.side import SIDE, build_torch_side
+from hydrali.core.contracts.run import TrainedRunSpec
 from hydrali.core.errors import HydraliError, first_line
-from hydrali.core.run.weights_from_run import as_built
 
 ONNX_OPSET = 18  # the ONNX opset written (onnxruntime 1.16 and later run it)
 
@@ -119,15 +118,12 @@ class _ExportedNetwork(torch.nn.Module):
 
 
 def load_trained(
-    *, cfg: DictConfig, task, dataset, checkpoint: Path, precision: Callable[[str], Any]
+    *, run: TrainedRunSpec, task, dataset, checkpoint: Path, precision: Callable[[str], Any], backend: str
 ) -> TorchTrainedNetwork:
-    """The task's torch side of the run `cfg` configures (its network built untrained), with the weights of the
-    Lightning checkpoint `checkpoint`, at `precision` (as TorchTrainedNetwork takes it); one line when it does not
-    fit."""
-    untrained = cfg.copy()
-    with open_dict(untrained):
-        untrained.model = as_built(cfg.model)
-    side = build_torch_side(task, untrained, dataset)
+    """The task's torch side of the trained `run` (its network built untrained), with the weights of the Lightning
+    checkpoint `checkpoint`, at `precision` (as TorchTrainedNetwork takes it); one line when it does not fit.
+    `backend`: the backend that asks (named by an error)."""
+    side = build_torch_side(task, dataset, model=run.model, image_size=run.image_size, backend=backend)
     if not hasattr(side, "predict"):
         raise HydraliError(f"the task's torch side ({type(side).__name__}) has no `predict`: it cannot infer")
     try:
@@ -142,4 +138,4 @@ def load_trained(
             f"{checkpoint} holds the weights of another network ({str(err).splitlines()[-1].strip()}): pass a "
             f"checkpoint of this run"
         ) from err
-    return TorchTrainedNetwork(side, precision, str(cfg.backend.get("accelerator", "auto")))
+    return TorchTrainedNetwork(side, precision, str(getattr(run.backend, "accelerator", "auto")))

@@ -58,6 +58,7 @@ def _rank(rank, world, port, feed, overrides, warmup, steps, results, device: st
     import hydrali.tasks.base as task_base
     from hydrali.backends.lightning.probe import LightningProbe
     from hydrali.backends.torch.loaders import dali_loader
+    from hydrali.bench.torch_loops import probe_contract
     from hydrali.core.distributed.topology import detect_topology
     from hydrali.core.run.plan import plan_run
 
@@ -79,11 +80,12 @@ def _rank(rank, world, port, feed, overrides, warmup, steps, results, device: st
     dataset = task.prepare_data(cfg.data, verify="off")
     env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world)}
     plan = plan_run(cfg, detect_topology(world, 1, env=env), dataset, seed=0, device=device)
-    probe = LightningProbe(cfg=cfg, task=task, dataset=dataset, plan=plan)
+    contract = probe_contract(cfg, plan)
+    probe = LightningProbe(contract=contract, task=task, dataset=dataset)
     model = TrainingLoss(probe.torch_task)
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank] if gpu else None, **extra["ddp"])
-    loader = dali_loader(task=task, cfg=cfg, dataset=dataset, plan=plan, is_training=True)
+    loader = dali_loader(task=task, contract=contract, dataset=dataset, is_training=True)
     if feed == "tensors":
         first = next(iter(loader))
         batches = iter(lambda: first, None)

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from omegaconf import DictConfig
 
+    from hydrali.core.contracts.run import RunContract, TrainedRunSpec
     from hydrali.core.run.plan import Plan
     from hydrali.core.run.preemption import PreemptionWatch
     from hydrali.core.run.record import RunRecord
@@ -97,14 +97,14 @@ class Backend(Protocol):
     def visible_gpus(self) -> int:
         """The number of GPUs the framework can train on in this process."""
 
-    def replicas(self, backend: DictConfig, device: str) -> tuple[int, int, int]:
-        """(replicas per node, nodes, replicas per process) of the job, from its `backend` config node and the
-        device DALI runs on; a HydraliError names a setting that cannot work."""
+    def replicas(self, backend: Any, device: str) -> tuple[int, int, int]:
+        """(replicas per node, nodes, replicas per process) of the job, from its `backend` settings (an instance of
+        its spec's schema) and the device DALI runs on; a HydraliError names a setting that cannot work."""
 
-    def training_device(self, backend: DictConfig) -> TrainingDevice:
-        """The device this process trains on with the `backend` config node (its first GPU, or the CPU)."""
+    def training_device(self, backend: Any) -> TrainingDevice:
+        """The device this process trains on with the `backend` settings (its first GPU, or the CPU)."""
 
-    def processes_to_start(self, backend: DictConfig) -> int:
+    def processes_to_start(self, backend: Any) -> int:
         """How many processes hydrali itself starts for the job on this node (1: this one trains alone)."""
 
     def share_from_rank0(self, values: dict[str, Any], plan: Plan) -> dict[str, Any]:
@@ -116,26 +116,27 @@ class Backend(Protocol):
     def checkpoint_epochs(self, path: Path) -> int:
         """How many whole epochs the checkpoint at `path` holds; a HydraliError if it is not one of this backend."""
 
-    def load_trained(self, *, cfg: DictConfig, task: Any, dataset: Any, checkpoint: Path) -> TrainedNetwork:
-        """The network of the run configured by `cfg`, with the weights of `checkpoint` (one of this backend's),
-        for `dataset`'s classes; a HydraliError when the checkpoint does not fit it."""
+    def load_trained(self, *, run: TrainedRunSpec, task: Any, dataset: Any, checkpoint: Path) -> TrainedNetwork:
+        """The network of the trained `run`, with the weights of `checkpoint` (one of this backend's), for
+        `dataset`'s classes; a HydraliError when the checkpoint does not fit it."""
 
-    def training_probe(self, *, cfg: DictConfig, task: Any, dataset: Any, plan: Plan) -> TrainingProbe:
-        """The run's network and optimizer, built apart for pipeline.autotune to time training steps with."""
+    def training_probe(self, *, contract: RunContract, task: Any, dataset: Any) -> TrainingProbe:
+        """The run's network and optimizer as `contract` describes them, built apart for pipeline.autotune to time
+        training steps with."""
 
     def fit(
         self,
         *,
-        cfg: DictConfig,
+        contract: RunContract,
         task: Any,
         dataset: Any,
-        plan: Plan,
         record: RunRecord,
         resume_from: Path | None,
         output_dir: Path,
         preemption: PreemptionWatch | None = None,
     ) -> FitResult:
-        """Train `task` on this process's shards as `plan` says, recording each epoch into `record` and saving
+        """Train `task` on this process's shards as `contract` says (core.contracts.run: the plan and every setting
+        the backend trains by; it reads no config), recording each epoch into `record` and saving
         checkpoints under `output_dir`; resume from `resume_from` when given. After each training step, when the
         job's processes agree that `preemption` noted a signal, save a checkpoint to resume from as the backend
         can (mid-epoch where its data loader keeps DALI's state) and raise core.run.preemption.Preempted."""

@@ -39,6 +39,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from hydrali.core.config.schema import AutotuneBy
 from hydrali.core.data.dali_errors import explain_dali_error
 from hydrali.core.errors import HydraliError
+from hydrali.core.run.contract import backend_settings, contract_on_device
 
 log = logging.getLogger("hydrali")
 
@@ -259,7 +260,7 @@ def tune(cfg: DictConfig, task, dataset, plan, backend) -> AutotuneResult:
             f"the warm-up cannot be negative and at least one batch is timed"
         )
     warmup = max(warmup, int(p.prefetch_queue_depth) + 1)  # batches DALI prepared ahead are never timed
-    per_node, _, _ = backend.replicas(cfg.backend, plan.device)
+    per_node, _, _ = backend.replicas(backend_settings(cfg.backend, decided=False), plan.device)
     budget = core_budget(per_node, len(plan.shards))
     threads = thread_candidates(int(p.num_threads), budget, list(p.autotune_threads or ()))
     gpu = plan.device == "gpu"
@@ -320,7 +321,9 @@ def training_probe(cfg: DictConfig, task, dataset, plan, backend):
             f"pipeline.autotune_by=training: backend {cfg.backend.name} cannot train a probe: "
             f"pass pipeline.autotune_by=decode"
         )
-    return make(cfg=cfg, task=task, dataset=dataset, plan=plan)
+    device = backend.training_device(backend_settings(cfg.backend, decided=False))
+    contract = contract_on_device(cfg, plan, device)
+    return make(contract=contract, task=task, dataset=dataset)
 
 
 def apply(cfg: DictConfig, task, dataset, plan, backend) -> AutotuneResult:

@@ -22,6 +22,7 @@ from hydrali.core.inference.batches import count_batches, read_batches
 from hydrali.core.inference.trained_run import TrainedRun, checkpoint_of
 from hydrali.core.run import auto_settings
 from hydrali.core.run.checkpoints import TRAINED_WITH
+from hydrali.core.run.contract import backend_settings, trained_run_spec
 
 
 @dataclass
@@ -73,8 +74,9 @@ def load(run: TrainedRun, data: Callable[[Any], Any], needs: str) -> Loaded:
     dataset = data(task)
     _check_classes(run, dataset)
     device = resolve_device(str(cfg.pipeline.device), backend.visible_gpus(), backend_spec(run.backend).framework_label)
-    auto_settings.resolve(cfg, backend.training_device(cfg.backend))  # `auto` precision: as a run here would decide
-    network = backend.load_trained(cfg=cfg, task=task, dataset=dataset, checkpoint=checkpoint)
+    trains_on = backend.training_device(backend_settings(cfg.backend, decided=False))
+    auto_settings.resolve(cfg, trains_on)  # `auto` precision: as a run here would decide
+    network = backend.load_trained(run=trained_run_spec(cfg), task=task, dataset=dataset, checkpoint=checkpoint)
     return Loaded(run, task, dataset, backend, checkpoint, device, network)
 
 

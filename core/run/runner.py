@@ -25,6 +25,7 @@ from hydrali.core.distributed.launchers import LAUNCHED_BY_HYDRALI
 from hydrali.core.distributed.mpi_ranks import adopt_mpi_ranks
 from hydrali.core.run import auto_settings, job_context, preemption, run_dir, seeding, weights_from_run
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR, resolve_checkpoint, write_trained_with
+from hydrali.core.run.contract import backend_settings, run_contract
 from hydrali.core.run.plan import Plan, plan_run
 from hydrali.core.run.record import RunRecord
 from hydrali.core.run.summary import build_summary, format_table, read_summary, write_summary
@@ -40,7 +41,7 @@ def build_plan(cfg: DictConfig, backend: Backend, dataset, seed: int) -> Plan:
     device = devices.resolve_device(
         str(cfg.pipeline.device), backend.visible_gpus(), backend_spec(cfg.backend.name).framework_label
     )
-    per_node, nodes, per_process = backend.replicas(cfg.backend, device)
+    per_node, nodes, per_process = backend.replicas(backend_settings(cfg.backend, decided=False), device)
     topo = topology.detect_topology(per_node, nodes, replicas_per_process=per_process)
     return plan_run(cfg, topo, dataset, seed=seed, device=device)
 
@@ -99,7 +100,7 @@ def _run(attempt: run_dir.Attempt, started: float, watch: preemption.PreemptionW
     backend = load_backend(cfg.backend.name)
     plan, task = plan_and_agree(cfg, backend, task, dataset)
     start = resume_point(attempt, cfg, backend, dataset)
-    processes = backend.processes_to_start(cfg.backend)
+    processes = backend.processes_to_start(backend_settings(cfg.backend, decided=False))
     if processes > 1:  # the job's processes, started from its resolved config (one seed, one run dir)
         return launch(cfg, processes, plan, dataset, attempt.overrides, watch)
     asked = tune(cfg, backend, task, dataset, plan)
@@ -192,7 +193,7 @@ def tune(cfg: DictConfig, backend: Backend, task, dataset, plan: Plan) -> DictCo
     """Pin DALI's workers, let pipeline.autotune choose its settings into cfg, seed everything and log the plan.
     Returns the settings as asked: what run.json and .hydra/ keep and what the same command started again in this
     dir is compared with (what this attempt decides by itself, autotune's choice, is its own)."""
-    per_node, _, per_process = backend.replicas(cfg.backend, plan.device)
+    per_node, _, per_process = backend.replicas(backend_settings(cfg.backend, decided=False), plan.device)
     affinity.pin_workers(cfg.pipeline, plan, per_node // max(1, per_process))  # before any pipeline is built
     asked = copy.deepcopy(cfg)
     if cfg.pipeline.autotune:  # every process probes its own DALI pipeline; the choice goes into cfg (and MLflow)
@@ -241,7 +242,7 @@ def fit_tracked(cfg, backend: Backend, task, dataset, plan: Plan, start: StartPo
     task's artifacts; the MLflow run ends FINISHED, FAILED or KILLED (preempted: KILLED until it resumes)."""
     output_dir = Path(cfg.paths.output_dir)
     # after run.json keeps `auto` (a resume elsewhere decides again); MLflow's params get the decided values
-    training_device = backend.training_device(cfg.backend)
+    training_device = backend.training_device(backend_settings(cfg.backend, decided=False))
     decided = auto_settings.resolve(cfg, training_device)
     if decided and plan.global_rank == 0:
         log.info(auto_settings.describe(decided, training_device))
@@ -257,10 +258,9 @@ def fit_tracked(cfg, backend: Backend, task, dataset, plan: Plan, start: StartPo
         if plan.global_rank == 0 and skipped:
             tracker.log_artifact(write_skipped_files(output_dir, skipped))
         result = backend.fit(
-            cfg=cfg,
+            contract=run_contract(cfg, plan),
             task=task,
             dataset=dataset,
-            plan=plan,
             record=record,
             resume_from=start.checkpoint,
             output_dir=output_dir,

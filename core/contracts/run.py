@@ -1,0 +1,73 @@
+"""The run contract: everything a backend's `fit` is told, decided once in core (hydrali.core.run.contract builds it
+from the composed config after every decision: the plan, autotune's choice, the `auto` settings).
+
+A backend trains from these values and reads no config of its own: so the two backends cannot read the same setting
+two ways, and a setting's meaning is decided where the contract is built. The task's own settings (its DALI recipe,
+data and model nodes) travel in `TaskInputs`, which a backend hands to the task's methods without reading them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hydrali.core.run.plan import Plan
+
+
+@dataclass(frozen=True)
+class TaskInputs:
+    """The config nodes a task's methods read (build_pipeline, output_specs, build_model): handed on, not read."""
+
+    pipeline: Any
+    data: Any
+    model: Any
+
+
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """The optimizer and lr schedule both backends build (hydrali.core.optim): the plan holds the lr and the
+    batches accumulated per step."""
+
+    name: str  # an Optimizer value: sgd | adamw
+    weight_decay: float
+    momentum: float
+    nesterov: bool
+    betas: tuple[float, float]
+    backbone_lr_mult: float  # the backbone's lr is this x the head's
+    warmup_epochs: float
+    warmup_div: float
+    schedule: str  # a Schedule value: cosine | constant
+
+
+@dataclass(frozen=True)
+class TrainedRunSpec:
+    """What a backend's `load_trained` rebuilds a trained run's network from, for inference (hydrali eval, predict,
+    export)."""
+
+    model: Any  # the run's model node as built (untrained: no pretrained download), handed to the task's builder
+    image_size: int
+    precision: str  # a Precision value, `auto` decided for this machine
+    backend: Any  # the backend's own settings: an instance of its BackendSpec.schema, `auto` decided
+
+
+@dataclass(frozen=True)
+class RunContract:
+    """What a backend's `fit` trains by."""
+
+    plan: Plan  # ranks, shards, batches, lr, seed, epochs, the epoch contract
+    optim: OptimizerSettings
+    task_inputs: TaskInputs
+    image_size: int  # the network's input side, in pixels
+    image_dtype: str  # the dtype of the images DALI hands over (pipeline.dtype)
+    reader_checkpointing: bool  # DALI's reader position saved with mid-epoch checkpoints (pipeline.checkpointing)
+    precision: str  # a Precision value, `auto` decided
+    compile: bool  # torch.compile on Lightning, XLA on Keras, `auto` decided
+    deterministic: bool
+    monitor: str  # the metric that names the best epoch (task.monitor)
+    mode: str  # min | max
+    network: str  # how the log names the network
+    start_weights: str | None  # model.weights: an earlier run the network starts from (None: its builder's own)
+    throughput_warmup_steps: int  # steps of each epoch left out of the steady images/s
+    callbacks: tuple[Any, ...]  # the user's framework callbacks (backend.callbacks), instantiated
+    backend: Any  # the backend's own settings: an instance of its BackendSpec.schema, `auto` decided

@@ -1,0 +1,92 @@
+"""Builds the run contract a backend's `fit` receives (hydrali.core.contracts.run) from the composed config, once
+every decision is made: the plan, pipeline.autotune's choice and the `auto` settings resolved for the device."""
+
+from __future__ import annotations
+
+import copy
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from hydrali.core.config.schema import Optimizer, Schedule
+from hydrali.core.contracts.backend import TrainingDevice
+from hydrali.core.contracts.registry import backend_spec
+from hydrali.core.contracts.run import OptimizerSettings, RunContract, TaskInputs, TrainedRunSpec
+from hydrali.core.errors import HydraliError
+from hydrali.core.run import auto_settings
+from hydrali.core.run.auto_settings import AUTO
+from hydrali.core.run.plan import Plan
+from hydrali.core.run.summary import network_name
+from hydrali.core.run.weights_from_run import as_built
+
+
+def optimizer_settings(optim: DictConfig) -> OptimizerSettings:
+    """The optim node's optimizer and schedule settings, typed."""
+    betas = tuple(float(b) for b in optim.betas)
+    if len(betas) != 2:
+        raise HydraliError(f"optim.betas={list(optim.betas)}: pass two numbers, e.g. [0.9, 0.999]")
+    return OptimizerSettings(
+        name=Optimizer.of(optim.name, "optim.name").value,
+        weight_decay=float(optim.weight_decay),
+        momentum=float(optim.momentum),
+        nesterov=bool(optim.nesterov),
+        betas=betas,
+        backbone_lr_mult=float(optim.get("backbone_lr_mult", 1.0)),
+        warmup_epochs=float(optim.warmup_epochs),
+        warmup_div=float(optim.warmup_div),
+        schedule=Schedule.of(optim.schedule, "optim.schedule").value,
+    )
+
+
+def backend_settings(backend: DictConfig, *, decided: bool = True):
+    """The backend node as an instance of its registered schema (what a backend reads its own settings from);
+    with `decided`, only once its `auto` speed settings are resolved."""
+    undecided = [key for key in ("precision", "compile", "channels_last") if str(backend.get(key, "")) == AUTO]
+    if decided and undecided:
+        raise ValueError(f"backend.{undecided[0]} is still auto: resolve the auto settings first")
+    schema = backend_spec(str(backend.name)).schema
+    return schema(**OmegaConf.to_container(backend, resolve=True, enum_to_str=True))
+
+
+def run_contract(cfg: DictConfig, plan: Plan) -> RunContract:
+    """What the backend trains by, from `cfg` (its `auto` settings already resolved) and this process's plan."""
+    backend = backend_settings(cfg.backend)
+    return RunContract(
+        plan=plan,
+        optim=optimizer_settings(cfg.optim),
+        task_inputs=TaskInputs(pipeline=cfg.pipeline, data=cfg.data, model=cfg.model),
+        image_size=int(cfg.data.image_size),
+        image_dtype=str(cfg.pipeline.dtype),
+        reader_checkpointing=bool(cfg.pipeline.get("checkpointing", False)),
+        precision=str(getattr(backend, "precision", "32-true")),
+        compile=bool(getattr(backend, "compile", False)),
+        deterministic=bool(cfg.deterministic),
+        monitor=str(cfg.task.monitor),
+        mode=str(cfg.task.mode),
+        network=network_name(cfg.model),
+        start_weights=None if cfg.model.get("weights") is None else str(cfg.model.weights),
+        throughput_warmup_steps=int(cfg.throughput_warmup_steps),
+        callbacks=tuple(instantiate(spec) for spec in cfg.backend.get("callbacks", {}).values()),
+        backend=backend,
+    )
+
+
+def trained_run_spec(cfg: DictConfig) -> TrainedRunSpec:
+    """What a backend rebuilds the network of the run `cfg` configures from (its `auto` settings already
+    resolved for this machine): the model node as built, untrained."""
+    backend = backend_settings(cfg.backend)
+    return TrainedRunSpec(
+        model=as_built(cfg.model),
+        image_size=int(cfg.data.image_size),
+        precision=str(getattr(backend, "precision", "32-true")),
+        backend=backend,
+    )
+
+
+def contract_on_device(cfg: DictConfig, plan: Plan, device: TrainingDevice) -> RunContract:
+    """The contract a run of `cfg` will train by, its `auto` settings decided on a copy of `cfg` for `device` (the
+    one its backend trains on), as the run decides them later: what pipeline.autotune's training probe and the
+    benchmark's loops build their model and feed from."""
+    decided = copy.deepcopy(cfg)
+    auto_settings.resolve(decided, device)
+    return run_contract(decided, plan)
