@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.plain_torch_spec import install
+
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = {"core": "hydrali.core", "tasks": "hydrali.tasks", "backends": "hydrali.backends", "bench": "hydrali.bench"}
 # the command lines, on top of everything: they may import any layer (the benchmark builds its framework loops from the
@@ -157,72 +159,13 @@ def test_core_imports_no_backend_and_names_one_only_in_the_registry(import_graph
     assert named == [], f"core names backends' modules: {named}"
 
 
-# A backend as a third party would ship it: a module with its spec and implementation, and an installed
-# distribution whose entry point (group hydrali.backends) names the spec. Nothing of hydrali is edited.
-FAKE_MODULE = """
-from dataclasses import dataclass, field
-from typing import Any, Dict
-
-from hydrali.core.contracts.backend import BackendSpec, TrainingDevice
-from hydrali.core.errors import HydraliError
-
-
-@dataclass
-class FakeBackendConfig:
-    name: str = "fake"
-    workers: int = 1
-    callbacks: Dict[str, Any] = field(default_factory=dict)
-
-
-class FakeBackend:
-    layout = "NCHW"
-
-    def visible_gpus(self):
-        return 0
-
-    def training_device(self, backend):
-        return TrainingDevice("cpu", "CPU")
-
-    def replicas(self, backend, device):
-        if backend.workers < 1:
-            raise HydraliError(f"backend.workers={backend.workers}: it needs at least 1")
-        return 1, 1, 1
-
-    def processes_to_start(self, backend):
-        return 1
-
-    def share_from_rank0(self, values, plan):
-        return values
-
-    def newest_checkpoint(self, checkpoint_dir):
-        return None
-
-    def checkpoint_epochs(self, path):
-        return 0
-
-    def fit(self, **kwargs):
-        plan = kwargs["contract"].plan
-        raise HydraliError(f"the fake backend never trains (it was handed {plan.global_batch} images a step)")
-
-
-SPEC = BackendSpec(name="fake", framework="torch", framework_label="torch",
-                   summary="a test's backend that never trains", schema=FakeBackendConfig,
-                   checkpoint_suffix=".fake", implementation="hydrali_fake_backend:FakeBackend")
-"""
-
-
 @pytest.fixture()
-def fake_backend_env(tmp_path: Path) -> dict[str, str]:
-    """The environment of a Python that has the fake backend's distribution installed (on its path)."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "hydrali_fake_backend.py").write_text(FAKE_MODULE)
-    dist_info = site / "hydrali_fake_backend-0.1.dist-info"
-    dist_info.mkdir()
-    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: hydrali-fake-backend\nVersion: 0.1\n")
-    (dist_info / "entry_points.txt").write_text("[hydrali.backends]\nfake = hydrali_fake_backend:SPEC\n")
-    paths = [str(site), str(REPO), os.environ.get("PYTHONPATH", "")]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+def plain_backend_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a Python that has backend=plain installed: a backend as a third party would ship it, its
+    spec and its plain PyTorch loop (tests/support/plain_torch_spec.py, plain_torch_backend.py) registered by an
+    installed distribution's entry point (group hydrali.backends). Nothing of hydrali is edited; it trains
+    (tests/test_third_backend.py: as Lightning does)."""
+    return install(tmp_path / "site")
 
 
 def _hydrali(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess:
@@ -231,54 +174,56 @@ def _hydrali(env: dict[str, str], cwd: Path, *args: str) -> subprocess.Completed
     )
 
 
-def test_a_backend_from_an_installed_package_joins_help_and_the_config_checks(fake_backend_env, tmp_path):
+def test_a_backend_from_an_installed_package_joins_help_and_the_config_checks(plain_backend_env, tmp_path):
     """A backend registered by an entry point, without a file of hydrali changed: --help lists it, its schema checks
-    its keys and values, the config checks pass and the run reaches its `fit` with core's plan."""
-    shown = _hydrali(fake_backend_env, tmp_path, "--help")
+    its keys and values, and its own refusal of a setting ends the run in one line (exit code 2). That it trains
+    through the run contract is tests/test_third_backend.py's."""
+    shown = _hydrali(plain_backend_env, tmp_path, "--help")
     assert shown.returncode == 0, shown.stderr
     groups = next(line for line in shown.stdout.splitlines() if line.startswith("backend:"))
-    assert "fake" in groups.split(":", 1)[1].replace(",", " ").split()
-    assert any(line.split()[:1] == ["fake"] and "never trains" in line for line in shown.stdout.splitlines())
+    assert "plain" in groups.split(":", 1)[1].replace(",", " ").split()
+    assert any(line.split()[:1] == ["plain"] and "plain PyTorch loop" in line for line in shown.stdout.splitlines())
 
-    typo = _hydrali(fake_backend_env, tmp_path, "backend=fake", "backend.wrkers=2", "tracking=none")
-    assert typo.returncode == 2 and "backend.wrkers" in typo.stderr and "backend.workers" in typo.stderr, typo.stderr
-    refused = _hydrali(fake_backend_env, tmp_path, "backend=fake", "backend.workers=0", "tracking=none", "data.size=16")
-    assert refused.returncode == 2 and "backend.workers=0: it needs at least 1" in refused.stderr, refused.stderr
-
-    reached = _hydrali(
-        fake_backend_env, tmp_path, "backend=fake", "tracking=none", "data.size=16", "data.batch_size=8", "epochs=1"
+    typo = _hydrali(plain_backend_env, tmp_path, "backend=plain", "backend.devics=1", "tracking=none")
+    assert typo.returncode == 2 and "backend.devics" in typo.stderr and "backend.devices" in typo.stderr, typo.stderr
+    refused = _hydrali(
+        plain_backend_env, tmp_path, "backend=plain", "backend.devices=2", "tracking=none", "data.size=16"
     )
-    assert reached.returncode == 2, reached.stderr
-    assert "the fake backend never trains (it was handed 8 images a step)" in reached.stderr, reached.stderr
+    assert refused.returncode == 2, refused.stderr
+    assert "backend.devices=2: backend=plain trains in one process" in refused.stderr, refused.stderr
 
 
-def test_a_task_without_a_side_on_the_backends_framework_is_refused_before_any_work(fake_backend_env, tmp_path):
-    without = _hydrali(fake_backend_env, tmp_path, "backend=fake", "tracking=none", "~task.sides.torch")
+def test_a_task_without_a_side_on_the_backends_framework_is_refused_before_any_work(plain_backend_env, tmp_path):
+    without = _hydrali(plain_backend_env, tmp_path, "backend=plain", "tracking=none", "~task.sides.torch")
     assert without.returncode == 2, without.stderr
-    assert "backend=fake trains torch models but task=classification has no torch side" in without.stderr
+    assert "backend=plain trains torch models but task=classification has no torch side" in without.stderr
     assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").rglob("*.yaml"))
 
 
-def test_without_the_package_there_is_no_fake_backend(tmp_path):
-    """The fake comes from the installed distribution alone: hydrali itself does not know it."""
-    shown = _hydrali({**os.environ}, tmp_path, "backend=fake")
-    assert shown.returncode == 2 and "backend" in shown.stderr and "fake" in shown.stderr
+def test_without_the_package_there_is_no_plain_backend(tmp_path):
+    """backend=plain comes from the installed distribution alone: hydrali itself does not know it."""
+    shown = _hydrali({**os.environ}, tmp_path, "backend=plain")
+    assert shown.returncode == 2 and "backend" in shown.stderr and "plain" in shown.stderr
 
 
-def test_the_registry_reads_no_framework():
-    """Reading every backend's spec (what --help and the schema do) imports neither torch nor TensorFlow."""
+def test_the_registry_reads_no_framework(plain_backend_env):
+    """Reading every backend's spec (what --help and the schema do) imports neither torch nor TensorFlow: hydrali's
+    own, and an installed package's (backend=plain's spec lives apart from its torch loop)."""
     probe = textwrap.dedent("""
         import sys
         from hydrali.core.contracts.registry import backend_specs, task_specs
         from hydrali.core.config.store import register_schemas
         register_schemas()
-        assert sorted(backend_specs()) == ["keras", "lightning"], backend_specs()
+        assert sorted(backend_specs()) == sys.argv[1:], backend_specs()
         assert sorted(task_specs()) == ["classification", "detection"], task_specs()
         loaded = [m for m in ("torch", "tensorflow", "keras", "lightning") if m in sys.modules]
         assert not loaded, loaded
     """)
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    for env, backends in ((None, ["keras", "lightning"]), (plain_backend_env, ["keras", "lightning", "plain"])):
+        done = subprocess.run(
+            [sys.executable, "-c", probe, *backends], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
 
 
 def _readme_layout() -> set[str]:

@@ -1,0 +1,192 @@
+"""backend=plain: a third backend in a plain PyTorch loop, to show how little one needs. It trains from core's run
+contract alone (hydrali.core.contracts.run: no config is read) with what every torch backend shares
+(hydrali.backends.torch: the DALI loaders, the task's torch side, the optimizer and its schedule), and reports
+each epoch through core's TrainingObserver, which writes the run's record: the same rows as on Lightning.
+
+One process on the CPU, float32, eager. It saves the side's weights after every epoch as checkpoints/last.pt (keys
+as in a Lightning checkpoint's state_dict), which `hydrali eval` (predict, export) loads; it does not resume.
+Registered from outside hydrali: tests/support/plain_torch_spec.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from pathlib import Path
+
+import torch
+
+from hydrali.backends.torch.device import training_device_of
+from hydrali.backends.torch.loaders import LAYOUT, DaliLoader, dali_loader
+from hydrali.backends.torch.optim import make_optimizer, make_schedule
+from hydrali.backends.torch.side import SIDE, build_torch_side
+from hydrali.core.contracts.backend import TrainingDevice
+from hydrali.core.contracts.run import RunContract, TrainedRunSpec
+from hydrali.core.errors import HydraliError, first_line
+from hydrali.core.run.checkpoints import CHECKPOINT_DIR
+from hydrali.core.run.observer import TrainingObserver
+from hydrali.core.run.preemption import Preempted, PreemptionWatch
+from hydrali.core.run.record import RunRecord
+from hydrali.core.run.results import FitResult
+from tests.support.plain_torch_spec import SPEC, PlainBackendConfig
+
+LAST = "last.pt"  # the checkpoint written after every epoch: {"state_dict": the side's weights, "epochs": n}
+
+
+def train_epoch(epoch: int, side, loader: DaliLoader, optimizer, schedule, accumulate: int, observer, preemption):
+    """Train epoch `epoch` of the contract: the mean gradient of `accumulate` batches per optimizer step, the
+    schedule stepped after each (as Lightning does); stop after a step on a preemption signal (as Keras does: the
+    epoch is not saved). The epoch's mean loss per sample."""
+    side.train()
+    loss_sum, samples = 0.0, 0
+    for step, batch in enumerate(loader):
+        observer.step_start(step, lambda: optimizer.param_groups[0]["lr"])
+        loss, n = side.training_loss(batch)
+        (loss / accumulate).backward()
+        if (step + 1) % accumulate == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+            schedule.step()
+        loss_sum += loss.detach().double().item() * n
+        samples += n
+        observer.step_end()
+        if preemption is not None and preemption.requested():
+            raise Preempted(preemption.received, f"stopped at epoch {epoch + 1}, step {step + 1}")
+    return loss_sum / samples
+
+
+def validate(side, loader: DaliLoader, epoch: int) -> dict[str, float]:
+    """Score the validation shard in evaluation mode: val/loss (the mean per sample), val/images and the task's
+    metrics (its val_metrics_compute)."""
+    side.eval()
+    loss_sum, samples = 0.0, 0
+    with torch.inference_mode():
+        for batch in loader:
+            if next(iter(batch.values())).shape[0] == 0:
+                continue  # a batch of padding only
+            loss, n = side.validation_step(batch)
+            loss_sum += loss.double().item() * n
+            samples += n
+    metrics = {name: float(value) for name, value in side.val_metrics_compute(epoch).items()}
+    return {"val/loss": loss_sum / samples, "val/images": float(samples), **metrics}
+
+
+def save(side: torch.nn.Module, path: Path, epochs: int) -> None:
+    """The side's weights, keyed as a Lightning checkpoint keys them (hydrali.backends.torch.trained reads them)."""
+    state = {f"{SIDE}.{key}": value for key, value in side.state_dict().items()}
+    torch.save({"state_dict": state, "epochs": epochs}, path)
+
+
+def fit(
+    *,
+    contract: RunContract,
+    task,
+    dataset,
+    record: RunRecord,
+    output_dir: Path,
+    preemption: PreemptionWatch | None,
+) -> FitResult:
+    """Train `task` as the contract says: its plan's epochs, steps, lr and schedule."""
+    plan = contract.plan
+    if contract.start_weights is not None:
+        raise HydraliError(f"model.weights={contract.start_weights}: backend=plain starts from its builder's weights")
+    # as Lightning builds them: the loaders first, then the side (the same draw of initial weights after core seeded)
+    loaders = {
+        split: dali_loader(task=task, contract=contract, dataset=dataset, is_training=split == "train")
+        for split in ("train", "val")
+    }
+    side = build_torch_side(
+        task, dataset, model=contract.task_inputs.model, image_size=contract.image_size, backend=SPEC.name
+    )
+    backbone = side.backbone_parameters() if contract.optim.backbone_lr_mult != 1.0 else []
+    optimizer = make_optimizer(side.parameters(), contract.optim, plan.effective_lr, backbone)
+    schedule = make_schedule(optimizer, contract.optim, plan, plan.epoch.optimizer_steps)
+    observer = TrainingObserver(
+        record,
+        images_per_batch=plan.images_per_batch,
+        steps_per_epoch=plan.epoch.train_steps,
+        warmup_steps=contract.throughput_warmup_steps,
+    )
+    checkpoint = output_dir / CHECKPOINT_DIR / LAST
+    checkpoint.parent.mkdir(parents=True, exist_ok=True)
+
+    for epoch in range(plan.epochs):
+        if preemption is not None:
+            preemption.reassert()  # after DALI's pipelines are built
+
+        observer.epoch_start(epoch)
+        train_loss = train_epoch(
+            epoch, side, loaders["train"], optimizer, schedule, plan.accumulate, observer, preemption
+        )
+        observer.validation_start()
+        metrics = validate(side, loaders["val"], epoch)
+        save(side, checkpoint, epoch + 1)
+        observer.epoch_end(epoch, {"train/loss": train_loss, **metrics}, validated=True)
+    return FitResult(best_checkpoint=str(checkpoint), **observer.fit_fields(start_epoch=0))
+
+
+class PlainBackend:
+    """backend=plain (core.contracts.backend.Backend): one process on the CPU."""
+
+    layout = LAYOUT
+
+    def visible_gpus(self) -> int:
+        """0: it trains on the CPU (and DALI runs there too)."""
+        return 0
+
+    def replicas(self, backend: PlainBackendConfig, device: str) -> tuple[int, int, int]:
+        """One replica in one process; backend.devices above 1 is refused."""
+        if backend.devices != 1:
+            raise HydraliError(f"backend.devices={backend.devices}: backend=plain trains in one process: pass 1")
+        return 1, 1, 1
+
+    def training_device(self, backend: PlainBackendConfig) -> TrainingDevice:
+        """The CPU."""
+        return training_device_of(torch.device("cpu"))
+
+    def processes_to_start(self, backend: PlainBackendConfig) -> int:
+        """This process trains alone."""
+        return 1
+
+    def share_from_rank0(self, values: dict, plan) -> dict:
+        """A process alone: its own values."""
+        return values
+
+    def newest_checkpoint(self, checkpoint_dir: Path) -> Path | None:
+        """The run's last.pt, if there is one."""
+        last = Path(checkpoint_dir) / LAST
+        return last if last.is_file() else None
+
+    def checkpoint_epochs(self, path: Path) -> int:
+        """The epochs that a last.pt holds (core refuses a resume of a run whose epochs are done; fit any other)."""
+        try:
+            return int(torch.load(path, map_location="cpu", weights_only=True)["epochs"])
+        except Exception as err:  # torch raises many types for a file that is not a checkpoint
+            raise HydraliError(f"{path} cannot be read as a checkpoint of backend=plain ({first_line(err)})") from err
+
+    def load_trained(self, *, run: TrainedRunSpec, task, dataset, checkpoint: Path):
+        """The run's torch side with the weights of `checkpoint`, in float32 (hydrali.backends.torch.trained)."""
+        from hydrali.backends.torch.trained import load_trained
+
+        float32 = types.SimpleNamespace(forward_context=contextlib.nullcontext)  # no autocast
+        return load_trained(
+            run=run, task=task, dataset=dataset, checkpoint=checkpoint, precision=lambda _: float32, backend=SPEC.name
+        )
+
+    def fit(
+        self,
+        *,
+        contract: RunContract,
+        task,
+        dataset,
+        record: RunRecord,
+        resume_from: Path | None,
+        output_dir: Path,
+        preemption: PreemptionWatch | None = None,
+    ) -> FitResult:
+        """Train as the contract says (a resume is refused: backend=plain keeps no optimizer state)."""
+        if resume_from is not None:
+            raise HydraliError(f"ckpt_path={resume_from}: backend=plain does not resume; start a new run")
+        return fit(
+            contract=contract, task=task, dataset=dataset, record=record, output_dir=output_dir, preemption=preemption
+        )
