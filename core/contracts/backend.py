@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-
     from hydrali.core.contracts.run import RunContract, TrainedRunSpec
     from hydrali.core.run.plan import Plan
     from hydrali.core.run.preemption import PreemptionWatch
