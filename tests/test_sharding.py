@@ -5,7 +5,7 @@ from nvidia.dali import pipeline_def
 
 from hydrali.core.data.pipelines import Source
 from hydrali.core.errors import HydraliError
-from hydrali.core.run.epoch import make_contract
+from hydrali.core.run.epoch import make_contract, shard_sizes
 from hydrali.tasks.classification.datasets import scan_image_folder, write_digits
 from hydrali.tasks.classification.recipes import read_files
 
@@ -34,8 +34,11 @@ def digits(data_dir):
     return scan_image_folder(write_digits(data_dir / "digits", size=32, val_fraction=0.2))
 
 
-@pytest.mark.parametrize("num_shards", [1, 2, 3])
+@pytest.mark.parametrize("num_shards", [1, 2, 7])
 def test_validation_reads_each_image_once_where_the_contract_counts_it(digits, num_shards):
+    sizes = shard_sizes(digits.num_val, num_shards)
+    # 360 images over 7 shards: 51 or 52 each, so that the shorter shards' padding is what gets masked
+    assert (len(set(sizes)) > 1) == (num_shards == 7), sizes
     contract = make_contract(
         train_samples=digits.num_train,
         val_samples=digits.num_val,
