@@ -170,7 +170,8 @@ def test_a_run_with_autotune_times_training_steps_and_trains_with_the_chosen_thr
         output_dir=out,
     )
     cores = len(os.sched_getaffinity(0))
-    candidates = autotune.thread_candidates(cfg.pipeline.num_threads, autotune.core_budget(1, 1))
+    asked_threads = cfg.pipeline.num_threads
+    candidates = autotune.thread_candidates(asked_threads, autotune.core_budget(1, 1))
     with caplog.at_level("INFO", logger="hydrali"):
         run(cfg)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("autotune: ")]
@@ -188,6 +189,15 @@ def test_a_run_with_autotune_times_training_steps_and_trains_with_the_chosen_thr
     if backend == "lightning":
         assert json.loads(seen.read_text()) == [chosen], "DALI trained with the chosen num_threads"
     assert params["pipeline.autotune"] == "True" and params["pipeline.autotune_by"] == "training"
+    # run.json: the settings as asked (what the same command started again is compared with), and what the attempt
+    # decided and trained by: autotune's choice, the `auto` speed settings as resolved on this CPU, the plan
+    written = json.loads((out / "run.json").read_text())
+    assert written["config"]["pipeline"]["num_threads"] == asked_threads
+    assert written["config"]["backend"]["precision"] == "auto"
+    decided = written["decided"]
+    assert decided["pipeline"]["num_threads"] == chosen
+    assert (decided["precision"], decided["compile"]) == ("32-true", False)
+    assert decided["plan"]["plan/global_batch"] == cfg.data.batch_size
 
 
 @pytest.mark.slow

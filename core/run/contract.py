@@ -4,6 +4,8 @@ every decision is made: the plan, pipeline.autotune's choice and the `auto` sett
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -69,6 +71,22 @@ def run_contract(cfg: DictConfig, plan: Plan) -> RunContract:
         callbacks=tuple(instantiate(spec) for spec in cfg.backend.get("callbacks", {}).values()),
         backend=backend,
     )
+
+
+def contract_record(contract: RunContract) -> dict:
+    """The contract as plain data, for run.json's `decided`: the plan's and epoch's params, the optimizer, the
+    decided speed settings, the task's DALI recipe settings (autotune's choice in them) and the backend's settings."""
+    plain = {
+        key: getattr(contract, key)
+        for key in ("image_size", "image_dtype", "reader_checkpointing", "precision", "compile", "deterministic")
+    }
+    return {
+        **plain,
+        "plan": contract.plan.params(),
+        "optim": dataclasses.asdict(contract.optim),
+        "pipeline": OmegaConf.to_container(contract.task_inputs.pipeline, resolve=True, enum_to_str=True),
+        "backend": json.loads(json.dumps(dataclasses.asdict(contract.backend), default=str)),
+    }
 
 
 def trained_run_spec(cfg: DictConfig) -> TrainedRunSpec:

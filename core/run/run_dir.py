@@ -21,7 +21,7 @@ import fcntl
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -55,6 +55,10 @@ class RunFile:
     config: dict  # the resolved config (locations absolute)
     locations: dict[str, str | None]  # LOCATION_KEYS -> absolute location (None: not set)
     mlflow_run_id: str | None  # the run's MLflow run (None: tracking off)
+    # what the latest attempt decided by itself and trained by (core.run.contract.contract_record: the plan,
+    #   autotune's choice, the `auto` settings as resolved); `config` keeps the settings as asked. Absent from
+    #   run.json files written before it existed
+    decided: dict = field(default_factory=dict)
 
 
 def read(output_dir: str | os.PathLike) -> RunFile | None:
@@ -108,13 +112,14 @@ def resolved(cfg: DictConfig) -> dict:
     return OmegaConf.to_container(tree)
 
 
-def record_of(cfg: DictConfig, overrides: list[str], mlflow_run_id: str | None) -> RunFile:
-    """The run.json of a run of `cfg` composed from `overrides`."""
+def record_of(cfg: DictConfig, overrides: list[str], mlflow_run_id: str | None, decided: dict | None = None) -> RunFile:
+    """The run.json of a run of `cfg` composed from `overrides`; `decided`: what the attempt decided by itself."""
     return RunFile(
         overrides=list(overrides),
         config=resolved(cfg),
         locations=locations(cfg),
         mlflow_run_id=mlflow_run_id,
+        decided=dict(decided or {}),
     )
 
 

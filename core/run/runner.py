@@ -1,6 +1,6 @@
 """One run, start to end, as named stages (`_run` reads them top to bottom): check tracking -> task and data ->
-backend -> plan and agreement -> resume point -> launch (several local processes) or tune -> accept and track ->
-fit -> report."""
+backend -> plan and agreement -> resume point -> launch (several local processes) or tune -> decide (the run
+contract) -> accept and track -> fit -> report."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from hydrali.core.config.network_check import check_network
 from hydrali.core.config.validate import check_config
 from hydrali.core.contracts.backend import Backend
 from hydrali.core.contracts.registry import backend_spec, load_backend
+from hydrali.core.contracts.run import RunContract
 from hydrali.core.data import affinity, autotune, devices, image_files, weights_preprocessing
 from hydrali.core.data.image_files import write_skipped_files
 from hydrali.core.distributed import agreement, gather, local_launch, topology
@@ -25,7 +26,7 @@ from hydrali.core.distributed.launchers import LAUNCHED_BY_HYDRALI
 from hydrali.core.distributed.mpi_ranks import adopt_mpi_ranks
 from hydrali.core.run import auto_settings, job_context, preemption, run_dir, seeding, weights_from_run
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR, resolve_checkpoint, write_trained_with
-from hydrali.core.run.contract import backend_settings, run_contract
+from hydrali.core.run.contract import backend_settings, contract_record, run_contract
 from hydrali.core.run.plan import Plan, plan_run
 from hydrali.core.run.record import RunRecord
 from hydrali.core.run.summary import build_summary, format_table, read_summary, write_summary
@@ -104,7 +105,8 @@ def _run(attempt: run_dir.Attempt, started: float, watch: preemption.PreemptionW
     if processes > 1:  # the job's processes, started from its resolved config (one seed, one run dir)
         return launch(cfg, processes, plan, dataset, attempt.overrides, watch)
     asked = tune(cfg, backend, task, dataset, plan)
-    tracker = accept_and_track(asked, cfg, attempt, plan)
+    contract = decide(cfg, backend, plan)
+    tracker = accept_and_track(asked, contract, attempt)
     record = RunRecord.open(
         Path(cfg.paths.output_dir),
         tracker,
@@ -112,7 +114,7 @@ def _run(attempt: run_dir.Attempt, started: float, watch: preemption.PreemptionW
         writer=plan.global_rank == 0,
         epochs=cfg.epochs,
     )
-    result = fit_tracked(cfg, backend, task, dataset, plan, start, tracker, record, watch)
+    result = fit_tracked(cfg, contract, backend, task, dataset, start, tracker, record, watch)
     if plan.global_rank != 0:
         return None
     return report(cfg, result, record, plan, tracker, started)
@@ -215,37 +217,45 @@ def describe_plan(plan: Plan, ref_batch: int) -> str:
     )
 
 
-def accept_and_track(asked: DictConfig, cfg: DictConfig, attempt: run_dir.Attempt, plan: Plan):
-    """The checks passed: write the run dir's config (at the run's first start) and run.json, open the MLflow run
-    (the same one for a resumed run), then resolve the `auto` settings for this process's device. The tracker."""
-    output_dir = Path(cfg.paths.output_dir)
-    accept_run(asked, output_dir, write_config=plan.global_rank == 0 and attempt.record is None)
-    tracker = tracking.start_tracking(
-        enabled=cfg.tracking.enabled,
-        is_global_zero=plan.global_rank == 0,
-        uri=cfg.tracking.uri,
-        experiment=cfg.tracking.experiment,
-        artifact_location=cfg.tracking.artifact_location,
-        output_dir=output_dir,
-        run_name=f"{cfg.task.name}-{cfg.backend.name} {output_dir.name}",
-        sweep_dir=job_context.current().sweep_dir,
-        run_id=attempt.record.mlflow_run_id if attempt.record is not None else None,
-        tags=sweep.job_tags(),
-    )
-    if plan.global_rank == 0:
-        run_dir.write(output_dir, run_dir.record_of(asked, attempt.overrides, tracker.run_id))
-    return tracker
-
-
-def fit_tracked(cfg, backend: Backend, task, dataset, plan: Plan, start: StartPoint, tracker, record, watch):
-    """Log the run's params and files to its tracker, train through the backend, log the best checkpoint and the
-    task's artifacts; the MLflow run ends FINISHED, FAILED or KILLED (preempted: KILLED until it resumes)."""
-    output_dir = Path(cfg.paths.output_dir)
-    # after run.json keeps `auto` (a resume elsewhere decides again); MLflow's params get the decided values
+def decide(cfg: DictConfig, backend: Backend, plan: Plan) -> RunContract:
+    """Resolve the `auto` settings for the device this process trains on (logged in one line) and build the run
+    contract the backend trains by: every decision is made from here on."""
     training_device = backend.training_device(backend_settings(cfg.backend, decided=False))
     decided = auto_settings.resolve(cfg, training_device)
     if decided and plan.global_rank == 0:
         log.info(auto_settings.describe(decided, training_device))
+    return run_contract(cfg, plan)
+
+
+def accept_and_track(asked: DictConfig, contract: RunContract, attempt: run_dir.Attempt):
+    """The checks passed: write the run dir's config (at the run's first start), open the MLflow run (the same one
+    for a resumed run) and write run.json: the settings as asked, and what this attempt decided (the contract).
+    The tracker."""
+    output_dir, rank = Path(asked.paths.output_dir), contract.plan.global_rank
+    accept_run(asked, output_dir, write_config=rank == 0 and attempt.record is None)
+    tracker = tracking.start_tracking(
+        enabled=asked.tracking.enabled,
+        is_global_zero=rank == 0,
+        uri=asked.tracking.uri,
+        experiment=asked.tracking.experiment,
+        artifact_location=asked.tracking.artifact_location,
+        output_dir=output_dir,
+        run_name=f"{asked.task.name}-{asked.backend.name} {output_dir.name}",
+        sweep_dir=job_context.current().sweep_dir,
+        run_id=attempt.record.mlflow_run_id if attempt.record is not None else None,
+        tags=sweep.job_tags(),
+    )
+    if rank == 0:
+        record = run_dir.record_of(asked, attempt.overrides, tracker.run_id, contract_record(contract))
+        run_dir.write(output_dir, record)
+    return tracker
+
+
+def fit_tracked(cfg, contract: RunContract, backend: Backend, task, dataset, start: StartPoint, tracker, record, watch):
+    """Log the run's params (its decided settings) and files to its tracker, train through the backend, log the
+    best checkpoint and the task's artifacts; the MLflow run ends FINISHED, FAILED or KILLED (preempted: KILLED
+    until it resumes)."""
+    output_dir, plan = Path(cfg.paths.output_dir), contract.plan
     status = "FAILED"
     try:
         resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
@@ -258,7 +268,7 @@ def fit_tracked(cfg, backend: Backend, task, dataset, plan: Plan, start: StartPo
         if plan.global_rank == 0 and skipped:
             tracker.log_artifact(write_skipped_files(output_dir, skipped))
         result = backend.fit(
-            contract=run_contract(cfg, plan),
+            contract=contract,
             task=task,
             dataset=dataset,
             record=record,
