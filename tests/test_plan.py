@@ -174,3 +174,12 @@ def test_an_epoch_of_accumulated_batches_is_a_whole_number_of_optimizer_steps(la
         assert contract.params()["epoch/optimizer_steps_per_epoch"] == contract.optimizer_steps
     with pytest.raises(HydraliError, match=f"accumulate_grad_batches=40 is more than the {plain.train_steps} batch"):
         make_contract(train_samples=1000, val_samples=100, num_shards=2, batch=16, last_batch=last_batch, accumulate=40)
+
+
+def test_a_plan_resumed_at_an_epoch_seeds_each_shard_anew_and_no_two_alike():
+    topo = detect_topology(replicas_per_node=4, num_nodes=1, env={}, replicas_per_process=4)
+    plan = make_plan(topology=topo, seed=3, **PLAN)
+    assert plan.resumed_at(0) == plan
+    seeds = {(epoch, s.shard_id): s.pipeline_seed for epoch in range(4) for s in plan.resumed_at(epoch).shards}
+    assert len(set(seeds.values())) == len(seeds) == 16, "a seed per shard and epoch"
+    assert [s.pipeline_seed for s in plan.shards] == [seeds[0, shard] for shard in range(4)]

@@ -38,4 +38,5 @@ SPEC = BackendSpec(
     schema=LightningBackendConfig,
     checkpoint_suffix=".ckpt",
     implementation="hydrali.backends.lightning.backend:LightningBackend",
+    resumes_reader_position=True,  # with pipeline.checkpointing (ResumableDaliLoader)
 )

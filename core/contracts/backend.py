@@ -31,6 +31,9 @@ class BackendSpec:
     schema: type  # the dataclass of its `backend` config node
     checkpoint_suffix: str  # how its checkpoint files end (checkpoints of another backend are refused)
     implementation: str  # "module:Class" of its `Backend`, imported only to train
+    # whether a resume restores DALI's reader position (pipeline.checkpointing) rather than starting the pipelines
+    #   afresh at the resumed epoch (core then seeds them for that epoch: core.run.plan.Plan.resumed_at)
+    resumes_reader_position: bool = False
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,12 @@ class Plan:
             raise ValueError(f"this process drives {len(self.shards)} replicas; pick one of plan.shards")
         return self.shards[0]
 
+    def resumed_at(self, epoch: int) -> Plan:
+        """This plan for pipelines that start at epoch `epoch` of a resumed run without DALI's saved reader state:
+        each shard's pipeline seed of that epoch (core.run.seeding.pipeline_seed)."""
+        shards = tuple(replace(s, pipeline_seed=pipeline_seed(self.seed, s.shard_id, epoch)) for s in self.shards)
+        return replace(self, shards=shards)
+
     def params(self) -> dict:
         """The values logged to MLflow, under `plan/`."""
         keep = (

@@ -101,6 +101,7 @@ def _run(attempt: run_dir.Attempt, started: float, watch: preemption.PreemptionW
     backend = load_backend(cfg.backend.name)
     plan, task = plan_and_agree(cfg, backend, task, dataset)
     start = resume_point(attempt, cfg, backend, dataset)
+    plan = seeded_for(plan, start, cfg)
     processes = backend.processes_to_start(backend_settings(cfg.backend, decided=False))
     if processes > 1:  # the job's processes, started from its resolved config (one seed, one run dir)
         return launch(cfg, processes, plan, dataset, attempt.overrides, watch)
@@ -146,11 +147,12 @@ def plan_and_agree(cfg: DictConfig, backend: Backend, task, dataset) -> tuple[Pl
 
 @dataclass(frozen=True)
 class StartPoint:
-    """Where training starts: the checkpoint it resumes from (None: from the start), and what decides the shapes of
-    its weights (written beside the checkpoints of a fresh run)."""
+    """Where training starts: the checkpoint it resumes from (None: from the start) and the whole epochs it holds,
+    and what decides the shapes of its weights (written beside the checkpoints of a fresh run)."""
 
     checkpoint: Path | None
     trained_with: dict
+    epochs: int = 0
 
 
 def resume_point(attempt: run_dir.Attempt, cfg: DictConfig, backend: Backend, dataset) -> StartPoint:
@@ -173,7 +175,15 @@ def resume_point(attempt: run_dir.Attempt, cfg: DictConfig, backend: Backend, da
     )
     if checkpoint is None:  # model.weights naming an earlier run: of this backend, task and network
         weights_from_run.check(cfg, backend.newest_checkpoint)
-    return StartPoint(checkpoint, trained_with)
+        return StartPoint(None, trained_with)
+    return StartPoint(checkpoint, trained_with, backend.checkpoint_epochs(checkpoint))
+
+
+def seeded_for(plan: Plan, start: StartPoint, cfg: DictConfig) -> Plan:
+    """The plan whose DALI pipelines start at the resumed epoch: seeded for it, unless the backend restores DALI's
+    reader position from the checkpoint (pipeline.checkpointing), which carries on the interrupted stream."""
+    restores = backend_spec(cfg.backend.name).resumes_reader_position and bool(cfg.pipeline.get("checkpointing"))
+    return plan if start.epochs == 0 or restores else plan.resumed_at(start.epochs)
 
 
 def launch(cfg: DictConfig, processes: int, plan: Plan, dataset, overrides, watch) -> float | None:

@@ -16,6 +16,7 @@ log = logging.getLogger(__name__)
 
 _DALI_SEED_MULTIPLIER = 1_000_003  # a prime, so that nearby seeds give unrelated shard seeds
 _DALI_SEED_MODULUS = 2**31
+_EPOCH_STRIDE = 2**20  # apart from the shards' seeds (fewer than 2**20 shards): no two (shard, epoch) share one
 
 
 def resolve_seed(seed: int | None) -> int:
@@ -31,9 +32,11 @@ def announce_drawn(seed: int) -> None:
     log.info("seed=null: drew seed %d (pass seed=%d to repeat this run)", seed, seed)
 
 
-def pipeline_seed(seed: int, shard_id: int) -> int:
-    """The DALI pipeline seed of one shard: f(seed, shard_id), stable across runs and backends."""
-    return (seed * _DALI_SEED_MULTIPLIER + shard_id) % _DALI_SEED_MODULUS
+def pipeline_seed(seed: int, shard_id: int, start_epoch: int = 0) -> int:
+    """The DALI pipeline seed of one shard whose pipeline starts at epoch `start_epoch` (0-based): f(seed, shard_id)
+    from the first epoch, stable across runs and backends; another seed for each epoch a run resumes at without
+    DALI's saved reader state, so that the resumed epochs do not replay the first epochs' order and augmentations."""
+    return (seed * _DALI_SEED_MULTIPLIER + shard_id + start_epoch * _EPOCH_STRIDE) % _DALI_SEED_MODULUS
 
 
 def seed_everything(seed: int, deterministic: bool = False) -> None:
