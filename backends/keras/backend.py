@@ -77,7 +77,7 @@ def _fit(
 
     devices = replica_devices(plan)
     strategy = make_strategy(devices)
-    framework = build_keras_side(task, dataset)
+    side = build_keras_side(task, dataset)
     epoch = plan.epoch
 
     def datasets(is_training: bool):
@@ -92,7 +92,7 @@ def _fit(
 
     with placement(devices):  # one replica: the model sits where it computes
         start = None if resume_from else weights_from_run.find(contract.start_weights, SPEC.name, checkpoints.newest)
-        model = compile_task_model(contract=contract, side=framework, strategy=strategy, dataset=dataset, start=start)
+        model = compile_task_model(contract=contract, side=side, strategy=strategy, dataset=dataset, start=start)
         if chief:
             trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
             log.info("%s", model_line(contract.network, trainable))
@@ -123,7 +123,7 @@ def _fit(
             warmup_steps=contract.throughput_warmup_steps,
         )
         callbacks = [
-            *framework.callbacks(),  # first: the task's validation metrics join the epoch's logs
+            *side.callbacks(),  # first: the task's validation metrics join the epoch's logs
             keras.callbacks.ModelCheckpoint(str(checkpoint_dir / checkpoints.PATTERN), save_weights_only=True)
             if chief
             else workers.ThrowawayCheckpoint(),  # every worker saves, at the same point
