@@ -33,10 +33,10 @@ def resolve_checkpoint(
     epochs_in: Callable[[Path], int],
     epochs: int,
     trained_with: dict,
-) -> Path | None:
-    """The checkpoint to resume from, or None. `newest(dir)` is the backend's newest checkpoint in a dir;
-    `epochs_in(path)` the epochs a file of the backend's format holds (a HydraliError if it cannot be read);
-    `trained_with` what this run would write to trained_with.json."""
+) -> tuple[Path, int] | None:
+    """The checkpoint to resume from and the whole epochs it holds, or None. `newest(dir)` is the backend's newest
+    checkpoint in a dir; `epochs_in(path)` the epochs a file of the backend's format holds (a HydraliError if it
+    cannot be read); `trained_with` what this run would write to trained_with.json."""
     if ckpt_path is None:
         return None
     path = _find(ckpt_path, Path(output_dir) / CHECKPOINT_DIR, backend, newest)
@@ -49,7 +49,7 @@ def resolve_checkpoint(
             f"to train on, or a new hydra.run.dir for a new run"
         )
     _check_trained_with(ckpt_path, path.parent / TRAINED_WITH, trained_with)
-    return path
+    return path, done
 
 
 _ZIP, _HDF5 = b"PK\x03\x04", b"\x89HDF\r\n\x1a\n"  # how torch's checkpoints (a zip archive) and Keras' (HDF5) begin

@@ -50,8 +50,10 @@ def backend_settings(backend: DictConfig, *, decided: bool = True):
     return schema(**OmegaConf.to_container(backend, resolve=True, enum_to_str=True))
 
 
-def run_contract(cfg: DictConfig, plan: Plan) -> RunContract:
-    """What the backend trains by, from `cfg` (its `auto` settings already resolved) and this process's plan."""
+def run_contract(cfg: DictConfig, plan: Plan, *, with_callbacks: bool = True) -> RunContract:
+    """What the backend trains by, from `cfg` (its `auto` settings already resolved) and this process's plan; without
+    `with_callbacks`, the user's callbacks are not instantiated (for a model trained outside fit)."""
+    specs = cfg.backend.get("callbacks", {}).values() if with_callbacks else ()
     backend = backend_settings(cfg.backend)
     return RunContract(
         plan=plan,
@@ -68,7 +70,7 @@ def run_contract(cfg: DictConfig, plan: Plan) -> RunContract:
         network=network_name(cfg.model),
         start_weights=None if cfg.model.get("weights") is None else str(cfg.model.weights),
         throughput_warmup_steps=int(cfg.throughput_warmup_steps),
-        callbacks=tuple(instantiate(spec) for spec in cfg.backend.get("callbacks", {}).values()),
+        callbacks=tuple(instantiate(spec) for spec in specs),
         backend=backend,
     )
 
@@ -104,7 +106,7 @@ def trained_run_spec(cfg: DictConfig) -> TrainedRunSpec:
 def contract_on_device(cfg: DictConfig, plan: Plan, device: TrainingDevice) -> RunContract:
     """The contract a run of `cfg` will train by, its `auto` settings decided on a copy of `cfg` for `device` (the
     one its backend trains on), as the run decides them later: what pipeline.autotune's training probe and the
-    benchmark's loops build their model and feed from."""
+    benchmark's loops build their model and feed from (they run no callbacks: none is instantiated)."""
     decided = copy.deepcopy(cfg)
     auto_settings.resolve(decided, device)
-    return run_contract(decided, plan)
+    return run_contract(decided, plan, with_callbacks=False)

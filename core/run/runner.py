@@ -164,7 +164,7 @@ def resume_point(attempt: run_dir.Attempt, cfg: DictConfig, backend: Backend, da
         if backend.newest_checkpoint(output_dir / CHECKPOINT_DIR) is not None:
             log.info("%s holds this run, with the same settings: resuming from its newest checkpoint", output_dir)
             cfg.ckpt_path = "last"
-    checkpoint = resolve_checkpoint(
+    resumed = resolve_checkpoint(
         cfg.ckpt_path,
         output_dir,
         cfg.backend.name,
@@ -173,10 +173,11 @@ def resume_point(attempt: run_dir.Attempt, cfg: DictConfig, backend: Backend, da
         cfg.epochs,
         trained_with,
     )
-    if checkpoint is None:  # model.weights naming an earlier run: of this backend, task and network
+    if resumed is None:  # model.weights naming an earlier run: of this backend, task and network
         weights_from_run.check(cfg, backend.newest_checkpoint)
         return StartPoint(None, trained_with)
-    return StartPoint(checkpoint, trained_with, backend.checkpoint_epochs(checkpoint))
+    checkpoint, epochs = resumed
+    return StartPoint(checkpoint, trained_with, epochs)
 
 
 def seeded_for(plan: Plan, start: StartPoint, cfg: DictConfig) -> Plan:
