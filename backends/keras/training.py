@@ -32,7 +32,7 @@ from hydrali.core.contracts.run import OptimizerSettings, RunContract
 from hydrali.core.contracts.task import side_builder
 from hydrali.core.errors import HydraliError, first_line
 from hydrali.core.optim.optimizer import ADAM_EPSILON, decays
-from hydrali.core.optim.schedule import lr_factor
+from hydrali.core.optim.schedule import optimizer_step_factor
 from hydrali.core.run.epoch import EpochContract
 from hydrali.core.run.plan import Plan
 from hydrali.core.run.weights_from_run import RunWeights
@@ -70,14 +70,7 @@ def plan_schedule(plan: Plan, optim: OptimizerSettings, contract: EpochContract)
     steps_per_epoch = contract.optimizer_steps
     total = max(1, steps_per_epoch * plan.epochs)
     factors = [
-        lr_factor(
-            step,
-            steps_per_epoch=steps_per_epoch,
-            epochs=plan.epochs,
-            warmup_epochs=optim.warmup_epochs,
-            warmup_div=optim.warmup_div,
-            schedule=str(optim.schedule),
-        )
+        optimizer_step_factor(step, optim, steps_per_epoch=steps_per_epoch, epochs=plan.epochs)
         for step in range(total + 1)
     ]
     return PlanSchedule(plan.effective_lr, factors, contract.accumulate)

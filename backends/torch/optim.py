@@ -8,7 +8,7 @@ import torch
 from hydrali.core.config.schema import Optimizer
 from hydrali.core.contracts.run import OptimizerSettings
 from hydrali.core.optim.optimizer import ADAM_EPSILON, decays
-from hydrali.core.optim.schedule import lr_factor
+from hydrali.core.optim.schedule import optimizer_step_factor
 from hydrali.core.run.plan import Plan
 
 OPTIMIZERS = {  # optim.name -> torch's optimizer over parameter groups, with the optim node's settings
@@ -42,15 +42,8 @@ def make_schedule(
     optimizer: torch.optim.Optimizer, optim: OptimizerSettings, plan: Plan, steps_per_epoch: int
 ) -> torch.optim.lr_scheduler.LambdaLR:
     """The lr schedule of the plan, stepped after every optimizer step: the optimizer's lr times
-    hydrali.core.optim.schedule.lr_factor (warmup, then cosine or constant, over plan.epochs epochs)."""
+    hydrali.core.optim.schedule.optimizer_step_factor (warmup, then cosine or constant, over plan.epochs epochs)."""
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer,
-        lambda step: lr_factor(
-            step,
-            steps_per_epoch=steps_per_epoch,
-            epochs=plan.epochs,
-            warmup_epochs=optim.warmup_epochs,
-            warmup_div=optim.warmup_div,
-            schedule=str(optim.schedule),
-        ),
+        lambda step: optimizer_step_factor(step, optim, steps_per_epoch=steps_per_epoch, epochs=plan.epochs),
     )

@@ -117,6 +117,7 @@ class Schedule(Choice):
     """The lr schedule after warmup (hydrali.core.optim.schedule.AFTER_WARMUP)."""
 
     cosine = "cosine"
+    linear = "linear"
     constant = "constant"
 
 
@@ -172,6 +173,8 @@ class OptimConfig:
     betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
     backbone_lr_mult: float = 1.0
     accumulate_grad_batches: int = 1  # batches per optimizer step (conf/optim_common.yaml)
+    warmup_steps: Optional[int] = None  # warmup in optimizer steps, instead of warmup_epochs (conf/optim_common.yaml)
+    ema_decay: Optional[float] = None  # an exponential moving average of the weights (conf/optim_common.yaml)
 
 
 @dataclass

@@ -37,7 +37,9 @@ class OptimizerSettings:
     backbone_lr_mult: float  # the backbone's lr is this x the head's
     warmup_epochs: float
     warmup_div: float
-    schedule: str  # a Schedule value: cosine | constant
+    schedule: str  # a Schedule value: cosine | linear | constant
+    warmup_steps: int | None  # the warmup in optimizer steps, replacing warmup_epochs; None: warmup_epochs
+    ema_decay: float | None  # an exponential moving average of the weights (hydrali.core.optim.ema); None: off
 
 
 @dataclass(frozen=True)

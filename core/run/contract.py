@@ -37,7 +37,21 @@ def optimizer_settings(optim: DictConfig) -> OptimizerSettings:
         warmup_epochs=float(optim.warmup_epochs),
         warmup_div=float(optim.warmup_div),
         schedule=Schedule.of(optim.schedule, "optim.schedule").value,
+        warmup_steps=_warmup_steps(optim.get("warmup_steps")),
+        ema_decay=_ema_decay(optim.get("ema_decay")),
     )
+
+
+def _warmup_steps(setting) -> int | None:
+    if setting is not None and int(setting) < 0:
+        raise HydraliError(f"optim.warmup_steps={setting}: pass null (warmup_epochs decides) or a number of steps >= 0")
+    return None if setting is None else int(setting)
+
+
+def _ema_decay(setting) -> float | None:
+    if setting is not None and not 0.0 < float(setting) < 1.0:
+        raise HydraliError(f"optim.ema_decay={setting}: pass null (no average) or a decay between 0 and 1, e.g. 0.999")
+    return None if setting is None else float(setting)
 
 
 def backend_settings(backend: DictConfig, *, decided: bool = True):
