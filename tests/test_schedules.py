@@ -1,0 +1,97 @@
+"""The schedules fast recipes use (optim.schedule=linear, optim.warmup_steps), the same lr at every optimizer step on
+both backends: each backend's own schedule object (torch's LambdaLR over its optimizer, Keras' LearningRateSchedule
+asked with the batch count, as Keras asks it) against the schedule written out here."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from hydrali.core.distributed.topology import Topology
+from hydrali.core.errors import HydraliError
+from hydrali.core.run.contract import optimizer_settings
+from hydrali.core.run.epoch import EpochContract
+from hydrali.core.run.plan import make_plan
+
+BASE = {
+    "name": "sgd",
+    "weight_decay": 0.0,
+    "momentum": 0.9,
+    "nesterov": True,
+    "betas": [0.9, 0.999],
+    "warmup_epochs": 1,
+    "warmup_div": 10.0,
+    "schedule": "linear",
+    "warmup_steps": 3,
+    "ema_decay": None,
+}
+EPOCHS, ACCUMULATE = 2, 2
+CONTRACT = EpochContract(
+    train_samples=100, val_samples=10, num_shards=1, batch=10, last_batch="drop", accumulate=ACCUMULATE
+)  # 10 batches: 5 optimizer steps an epoch, 10 in all
+
+
+def expected_lrs(lr: float) -> list[float]:
+    """Warm-up over 3 steps from lr / 10, then a straight line from lr at step 3 to 0 at step 10."""
+    warm = [lr * (0.1 + 0.9 * step / 3) for step in range(3)]
+    return warm + [lr * (1 - (step - 3) / 7) for step in range(3, 10)]
+
+
+def _plan():
+    topology = Topology(world_size=1, global_rank=0, local_rank=0, node_rank=0, replicas_per_node=1)
+    plan = make_plan(
+        topology=topology,
+        batch_size=10,
+        base_lr=0.2,
+        ref_batch=20,
+        rule="linear",
+        warmup_epochs=1,
+        epochs=EPOCHS,
+        seed=0,
+        device="cpu",
+        accumulate=ACCUMULATE,
+    )
+    return dataclasses.replace(plan, epoch=CONTRACT)
+
+
+def test_linear_schedule_with_warmup_in_steps_gives_the_same_lr_at_every_step_on_both_backends():
+    from hydrali.backends.torch.optim import make_schedule
+
+    plan, optim = _plan(), optimizer_settings(OmegaConf.create(BASE))
+    assert plan.effective_lr == pytest.approx(0.2)  # batch 10 x 2 accumulated = ref_batch 20
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([parameter], lr=plan.effective_lr)
+    schedule = make_schedule(optimizer, optim, plan, CONTRACT.optimizer_steps)
+    torch_lrs = []
+    for _ in range(EPOCHS * CONTRACT.optimizer_steps):
+        torch_lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        schedule.step()
+    assert torch_lrs == pytest.approx(expected_lrs(0.2), abs=1e-7)
+
+
+@pytest.mark.keras
+def test_keras_schedule_counts_accumulated_batches_as_one_optimizer_step():
+    from hydrali.backends.keras.training import plan_schedule
+
+    plan, optim = _plan(), optimizer_settings(OmegaConf.create(BASE))
+    schedule = plan_schedule(plan, optim, CONTRACT)
+    batches = EPOCHS * CONTRACT.train_steps  # Keras asks its schedule with the number of batches trained
+    keras_lrs = [float(schedule(batch)) for batch in range(batches)]
+    assert keras_lrs[::ACCUMULATE] == pytest.approx(expected_lrs(0.2), abs=1e-6)
+    assert np.allclose(keras_lrs[1::ACCUMULATE], keras_lrs[::ACCUMULATE])
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"warmup_steps": -1}, "optim.warmup_steps=-1"),
+        ({"ema_decay": 1.5}, "optim.ema_decay=1.5"),
+        ({"ema_decay": 0.0}, "optim.ema_decay=0.0"),
+    ],
+)
+def test_settings_out_of_range_are_one_line_naming_the_key(change, message):
+    with pytest.raises(HydraliError, match=message.replace(".", r"\.")):
+        optimizer_settings(OmegaConf.create({**BASE, **change}))
