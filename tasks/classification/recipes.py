@@ -22,6 +22,8 @@ from nvidia.dali.auto_aug import trivial_augment as dali_trivial_augment
 from hydrali.core.data.pipelines import Source, decoder_args
 from hydrali.core.data.webdataset import ShardSource
 from hydrali.tasks.classification import sharded
+from hydrali.tasks.classification.boxes import erase, random_box
+from hydrali.tasks.classification.mixing import Mixing, mix_batch
 
 _DTYPES = {"float": types.FLOAT, "float16": types.FLOAT16}
 
@@ -83,6 +85,22 @@ def _labels(labels, device):
     return labels.gpu() if device == "gpu" else labels
 
 
+def _as_dtype(images, dtype: str):
+    """Mixed images (float32: arithmetic promotes float16) in the recipe's output `dtype`."""
+    return images if _DTYPES[dtype] == types.FLOAT else fn.cast(images, dtype=_DTYPES[dtype])
+
+
+def _training_outputs(images, labels, *, mixing: Mixing, num_classes, side: int, layout: str, device: str, dtype):
+    """A training batch's (images, labels): normalized float `images` of side x side pixels mixed as `mixing` says
+    (then labels are soft targets over num_classes, float32), in the recipe's `dtype`."""
+    if not mixing.on:
+        return images, _labels(labels, device)
+    if num_classes is None:
+        raise ValueError("mixup and cutmix need the number of classes (the task passes num_classes)")
+    images, labels = mix_batch(images, labels, mixing, num_classes=num_classes, side=side, layout=layout, device=device)
+    return _as_dtype(images, dtype), labels
+
+
 AutoAugment = Literal["rand_augment", "trivial_augment", "auto_augment"]
 
 
@@ -105,6 +123,7 @@ def standard(
     image_size,
     dtype,
     hw_decoder_load,
+    num_classes=None,
     *,
     random_area,
     random_aspect_ratio,
@@ -116,28 +135,139 @@ def standard(
     auto_augment: Optional[AutoAugment] = None,
     rand_augment_n: int = 2,
     rand_augment_m: int = 9,
+    # defaults: for runs recorded before these options existed (hydrali eval reads their config)
+    mixup_alpha: float = 0.0,
+    cutmix_alpha: float = 0.0,
+    mix_probability: float = 1.0,
+    switch_probability: float = 0.5,
 ):
     """Training: random-resized-crop decode, resize, an automatic augmentation policy if asked, random flip,
-    normalize. Validation: decode, resize the shorter side to image_size / val_crop_fraction, center crop."""
+    normalize, mixup / cutmix if asked (hydrali.tasks.classification.mixing; labels then soft targets over
+    num_classes). Validation: decode, resize the shorter side to image_size / val_crop_fraction, center crop."""
     jpegs, labels = read_files(source, initial_fill)
-    if source.is_training:
-        images = _decode(jpegs, device, hw_decoder_load, random_area, random_aspect_ratio)
-        images = fn.resize(images, resize_x=image_size, resize_y=image_size)
-        if auto_augment is not None:
-            images = _auto_augment(images, auto_augment, image_size, rand_augment_n, rand_augment_m)
-        mirror = fn.random.coin_flip(probability=flip_probability)
-    else:
+    if not source.is_training:
         images = _decode(jpegs, device, hw_decoder_load)
         images = fn.resize(images, resize_shorter=image_size / val_crop_fraction)
-        mirror = None
-    return _normalize(images, image_size, layout, mean, std, dtype, mirror), _labels(labels, device)
+        return _normalize(images, image_size, layout, mean, std, dtype), _labels(labels, device)
+    images = _decode(jpegs, device, hw_decoder_load, random_area, random_aspect_ratio)
+    images = fn.resize(images, resize_x=image_size, resize_y=image_size)
+    if auto_augment is not None:
+        images = _auto_augment(images, auto_augment, image_size, rand_augment_n, rand_augment_m)
+    mirror = fn.random.coin_flip(probability=flip_probability)
+    return _training_outputs(
+        _normalize(images, image_size, layout, mean, std, dtype, mirror),
+        labels,
+        mixing=Mixing(mixup_alpha, cutmix_alpha, mix_probability, switch_probability),
+        num_classes=num_classes,
+        side=image_size,
+        layout=layout,
+        device=device,
+        dtype=dtype,
+    )
 
 
 @pipeline_def
-def light(source, device, layout, image_size, dtype, hw_decoder_load, *, mean, std, initial_fill, flip_probability=0.0):
+def light(
+    source,
+    device,
+    layout,
+    image_size,
+    dtype,
+    hw_decoder_load,
+    num_classes=None,
+    *,
+    mean,
+    std,
+    initial_fill,
+    flip_probability=0.0,
+):
     """Decode, resize to image_size x image_size, normalize; in training, a random flip if flip_probability > 0."""
     jpegs, labels = read_files(source, initial_fill)
     images = _decode(jpegs, device, hw_decoder_load)
     images = fn.resize(images, resize_x=image_size, resize_y=image_size)
     mirror = fn.random.coin_flip(probability=flip_probability) if source.is_training and flip_probability else None
     return _normalize(images, image_size, layout, mean, std, dtype, mirror), _labels(labels, device)
+
+
+PadMode = Literal["reflect", "zero"]
+
+
+def _mirrored_strip(images, start: int, width: int, axis: str):
+    """The `width` pixels of `images` from `start` along `axis` (H or W), flipped along it."""
+    strip = fn.slice(images, start=[start], shape=[width], axis_names=axis)
+    return fn.flip(strip, horizontal=int(axis == "W"), vertical=int(axis == "H"))
+
+
+def _reflect_pad(images, pad: int, side: int):
+    """HWC images of side x side pixels padded by `pad` pixels on each side with their mirror image, the border
+    pixel not repeated (numpy's and torch's `reflect`)."""
+    for axis in ("W", "H"):
+        before = _mirrored_strip(images, 1, pad, axis)
+        after = _mirrored_strip(images, side - 1 - pad, pad, axis)
+        images = fn.cat(before, images, after, axis_name=axis)
+    return images
+
+
+def _pad_and_crop(images, side: int, pad: int, pad_mode: PadMode):
+    """A random side x side window (an integer offset of 0..2 * pad per axis) of HWC images of side x side pixels
+    padded by `pad` pixels, with zeros or their mirror image."""
+    if pad == 0:
+        return images
+    offsets = [fn.random.uniform(values=list(range(2 * pad + 1)), dtype=types.INT32) for _ in "HW"]
+    window = {"shape": [side, side], "axis_names": "HW"}
+    if pad_mode == "reflect":
+        return fn.slice(_reflect_pad(images, pad, side), start=fn.stack(*offsets), **window)
+    start = fn.stack(*offsets) - pad  # into the unpadded image: what lies outside it is filled with zeros
+    return fn.slice(images, start=start, out_of_bounds_policy="pad", fill_values=0, **window)
+
+
+def _cutout(images, side: int, length: int):
+    """Images of side x side pixels with a `length` x `length` square at a random place (clipped to the image)
+    set to 0; 0 leaves them as they are."""
+    return erase(images, random_box(side, length)) if length else images
+
+
+@pipeline_def
+def small_images(
+    source,
+    device,
+    layout,
+    image_size,
+    dtype,
+    hw_decoder_load,
+    num_classes=None,
+    *,
+    pad,
+    pad_mode: PadMode,
+    flip_probability,
+    cutout,
+    mean,
+    std,
+    initial_fill,
+    mixup_alpha,
+    cutmix_alpha,
+    mix_probability,
+    switch_probability,
+):
+    """CIFAR-style training on small photos. Training: decode, resize to image_size x image_size (images of that
+    size pass unchanged), pad by `pad` pixels and crop a random image_size x image_size window, random flip,
+    normalize, cutout (a square set to 0, the mean colour, after normalization), mixup / cutmix if asked (labels
+    then soft targets over num_classes). Validation: decode, resize to image_size x image_size, normalize."""
+    jpegs, labels = read_files(source, initial_fill)
+    images = _decode(jpegs, device, hw_decoder_load)
+    images = fn.resize(images, resize_x=image_size, resize_y=image_size)
+    if not source.is_training:
+        return _normalize(images, image_size, layout, mean, std, dtype), _labels(labels, device)
+    images = _pad_and_crop(images, image_size, pad, pad_mode)
+    mirror = fn.random.coin_flip(probability=flip_probability)
+    images = _cutout(_normalize(images, image_size, layout, mean, std, dtype, mirror), image_size, cutout)
+    return _training_outputs(
+        images,
+        labels,
+        mixing=Mixing(mixup_alpha, cutmix_alpha, mix_probability, switch_probability),
+        num_classes=num_classes,
+        side=image_size,
+        layout=layout,
+        device=device,
+        dtype=dtype,
+    )
