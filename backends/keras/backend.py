@@ -15,7 +15,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from hydrali.backends.keras import checkpoints, workers  # noqa: E402
-from hydrali.backends.keras.callbacks import Observe, StopOnSignal  # noqa: E402
+from hydrali.backends.keras.callbacks import AverageInCheckpoints, Observe, StopOnSignal  # noqa: E402
 from hydrali.backends.keras.data import LAYOUT, dali_dataset, distribute  # noqa: E402
 from hydrali.backends.keras.strategy import (  # noqa: E402
     make_strategy,
@@ -122,8 +122,12 @@ def _fit(
             steps_per_epoch=epoch.train_steps,
             warmup_steps=contract.throughput_warmup_steps,
         )
+        average = (
+            [AverageInCheckpoints(resumed=resume_from is not None)] if contract.optim.ema_decay is not None else []
+        )
         callbacks = [
             *side.callbacks(),  # first: the task's validation metrics join the epoch's logs
+            *average,  # before the checkpoint: it saves the average as the network's weights
             keras.callbacks.ModelCheckpoint(str(checkpoint_dir / checkpoints.PATTERN), save_weights_only=True)
             if chief
             else workers.ThrowawayCheckpoint(),  # every worker saves, at the same point

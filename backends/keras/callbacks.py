@@ -74,3 +74,16 @@ class StopOnSignal(keras.callbacks.Callback):
             f"stopped at epoch {self._epoch + 1}, step {batch + 1}; Keras resumes at the start of that epoch, from "
             f"{newest or 'its first weights'} (DALI's TensorFlow plugin keeps no reader state to resume mid-epoch)",
         )
+
+
+class AverageInCheckpoints(keras.callbacks.SwapEMAWeights):
+    """With optim.ema_decay: validation scores the optimizer's average of the weights (hydrali.core.optim.ema), and
+    from each epoch's end to the next epoch's start the average is in the model, the live weights in the optimizer's
+    average slots, so that the epoch's checkpoint (placed after this callback) holds the average as the network's
+    weights (what hydrali eval, predict and export load) and the live weights in its optimizer state; after the
+    last epoch the model keeps the average. `resumed`: training starts from such a checkpoint, whose weights go back
+    in place when the first epoch starts."""
+
+    def __init__(self, resumed: bool):
+        super().__init__(swap_on_epoch=True)
+        self._ema_weights_in_model = resumed

@@ -3,6 +3,7 @@
 - the optimizer implements hydrali.core.optim.optimizer's semantics (torch's SGD with coupled weight decay, or
   torch's AdamW with decoupled decay; no decay on biases and norm parameters),
 - the lr at every step is the plan's effective lr times hydrali.core.optim.schedule.lr_factor,
+- optim.ema_decay is Keras' own optimizer EMA (use_ema), taken after optimizer steps only (hydrali.core.optim.ema),
 - validation weighs each sample by hydrali.core.run.epoch's mask: the shard's padding counts for nothing,
 - `images` (a weighted metric) counts the samples trained on or scored,
 - backend.precision selects a Keras dtype policy (16-mixed scales the loss),
@@ -95,8 +96,21 @@ class LrFactors:
         return learning_rate if factor == 1.0 else ops.multiply(learning_rate, ops.cast(factor, learning_rate.dtype))
 
 
+class StepAverage:
+    """Keras' optimizer EMA (use_ema, ema_momentum) as hydrali.core.optim.ema defines it. Keras averages after every
+    batch, also one that only accumulated gradients (gradient_accumulation_steps): here, after optimizer steps only.
+    (Its first update takes the weights as they are, since Keras' `iterations` counts optimizer steps: ema_1 = w_1.)"""
+
+    def _update_model_variables_moving_average(self, trainable_variables):
+        average = super()._update_model_variables_moving_average
+        if not self.gradient_accumulation_steps:
+            return average(trainable_variables)
+        stepped = ops.equal(ops.mod(self._iterations + 1, self.gradient_accumulation_steps), 0)  # before the count
+        ops.cond(stepped, lambda: average(trainable_variables), lambda: None)
+
+
 @keras.saving.register_keras_serializable(package="hydrali")
-class TorchSGD(LrFactors, keras.optimizers.Optimizer):
+class TorchSGD(LrFactors, StepAverage, keras.optimizers.Optimizer):
     """SGD with torch.optim.SGD's update rule (hydrali.core.optim.optimizer): coupled weight decay on decaying
     parameters, buf = momentum * buf + g, step = g + momentum * buf (Nesterov) or buf, w -= lr * step."""
 
@@ -144,7 +158,7 @@ class TorchSGD(LrFactors, keras.optimizers.Optimizer):
 
 
 @keras.saving.register_keras_serializable(package="hydrali")
-class TorchAdamW(LrFactors, keras.optimizers.Optimizer):
+class TorchAdamW(LrFactors, StepAverage, keras.optimizers.Optimizer):
     """AdamW with torch.optim.AdamW's update rule (hydrali.core.optim.optimizer): w *= 1 - lr * weight_decay on decaying
     parameters, then m, v moments and w -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + epsilon).
     (Keras' AdamW adds epsilon before the bias correction, which moves small-gradient steps.)"""
@@ -197,6 +211,13 @@ class TorchAdamW(LrFactors, keras.optimizers.Optimizer):
         }
 
 
+def weight_average(optim: OptimizerSettings) -> dict:
+    """The optimizer's arguments of optim.ema_decay: Keras' EMA with that momentum, or none (the setting absent or
+    null)."""
+    decay = getattr(optim, "ema_decay", None)
+    return {} if decay is None else {"use_ema": True, "ema_momentum": float(decay)}
+
+
 OPTIMIZERS = {  # optim.name -> the Keras optimizer with torch's semantics, with the optim node's settings
     Optimizer.sgd: lambda optim, schedule, accumulation: TorchSGD(
         learning_rate=schedule,
@@ -204,6 +225,7 @@ OPTIMIZERS = {  # optim.name -> the Keras optimizer with torch's semantics, with
         nesterov=optim.nesterov,
         coupled_weight_decay=optim.weight_decay,
         gradient_accumulation_steps=accumulation,
+        **weight_average(optim),
     ),
     Optimizer.adamw: lambda optim, schedule, accumulation: TorchAdamW(
         learning_rate=schedule,
@@ -212,13 +234,15 @@ OPTIMIZERS = {  # optim.name -> the Keras optimizer with torch's semantics, with
         epsilon=ADAM_EPSILON,
         decoupled_weight_decay=optim.weight_decay,
         gradient_accumulation_steps=accumulation,
+        **weight_average(optim),
     ),
 }
 
 
 def make_optimizer(optim: OptimizerSettings, schedule, accumulate: int = 1) -> keras.optimizers.Optimizer:
     """The optimizer of hydrali.core.optim.optimizer's semantics (which variables decay is decided by their shape),
-    stepping with the mean gradient of every `accumulate` batches (Keras' gradient accumulation)."""
+    stepping with the mean gradient of every `accumulate` batches (Keras' gradient accumulation), averaging the
+    weights with optim.ema_decay (hydrali.core.optim.ema)."""
     accumulation = int(accumulate) if accumulate > 1 else None  # Keras takes None for a step after every batch
     return OPTIMIZERS[Optimizer.of(optim.name, "optim.name")](optim, schedule, accumulation)
 

@@ -1,5 +1,6 @@
 """The LightningModule around a task's torch side (its memory format; the optimizer and lr schedule of the plan, from
-hydrali.backends.torch.optim), and Lightning's precision plugin of `backend.precision`.
+hydrali.backends.torch.optim; the average of its weights, from hydrali.backends.torch.ema), and Lightning's precision
+plugin of `backend.precision`.
 
 Both are public so that what the benchmark measures (bench/torch_loops.py) is built by the same code.
 """
@@ -10,6 +11,7 @@ import lightning as L
 import torch
 from lightning.pytorch.plugins.precision import MixedPrecision, Precision
 
+from hydrali.backends.torch.ema import WeightAverage, restore_live_weights
 from hydrali.backends.torch.optim import make_optimizer, make_schedule
 from hydrali.core.contracts.run import OptimizerSettings
 from hydrali.core.distributed import gather
@@ -31,7 +33,8 @@ EPOCH_LOSS_KEY = "hydrali_epoch_loss"  # a checkpoint's [sum of loss x samples, 
 
 
 class HydraliModule(L.LightningModule):
-    """Trains `torch_task` (model + loss + metrics) with SGD/AdamW at the plan's effective lr."""
+    """Trains `torch_task` (model + loss + metrics) with SGD/AdamW at the plan's effective lr; with optim.ema_decay,
+    keeps the average of its weights (hydrali.core.optim.ema), which validation scores and checkpoints hold."""
 
     def __init__(
         self,
@@ -54,6 +57,8 @@ class HydraliModule(L.LightningModule):
         # resumed in its middle has the train/loss of the uninterrupted epoch
         self._loss_sum: torch.Tensor | float = 0.0
         self._loss_samples = 0
+        ema_decay = getattr(optim, "ema_decay", None)
+        self.weight_average = WeightAverage(self, ema_decay) if ema_decay is not None else None
 
     def on_train_epoch_start(self) -> None:
         self._loss_sum, self._loss_samples = 0.0, 0
@@ -62,6 +67,8 @@ class HydraliModule(L.LightningModule):
         """Every process's sums of the epoch in progress, by global rank (a collective: Lightning builds the
         checkpoint on every process and writes rank 0's)."""
         checkpoint[EPOCH_LOSS_KEY] = gather.gather_objects([float(self._loss_sum), self._loss_samples])
+        if self.weight_average is not None:  # its weights the average, the live ones kept beside for a resume
+            self.weight_average.into_checkpoint(checkpoint)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """This process's sums of the epoch in progress (a checkpoint of one pair: written by one process, or
@@ -71,6 +78,25 @@ class HydraliModule(L.LightningModule):
             pairs = [pairs]
         rank, world = (self.trainer.global_rank, self.trainer.world_size) if self._trainer is not None else (0, 1)
         self._loss_sum, self._loss_samples = pairs[rank] if len(pairs) == world else (0.0, 0)
+        # before Lightning loads the state_dict: the live weights go back into it, the average into weight_average
+        if self.weight_average is not None:
+            self.weight_average.from_checkpoint(checkpoint)
+        else:
+            restore_live_weights(checkpoint)
+
+    def optimizer_step(self, *args, **kwargs) -> None:
+        """Lightning's optimizer step (once per accumulation of batches), then the average of the weights."""
+        super().optimizer_step(*args, **kwargs)
+        if self.weight_average is not None:
+            self.weight_average.update()
+
+    def on_validation_start(self) -> None:
+        if self.weight_average is not None:  # validation scores the average
+            self.weight_average.swap_in()
+
+    def on_validation_end(self) -> None:
+        if self.weight_average is not None:
+            self.weight_average.swap_out()
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         loss, n = self.torch_task.training_loss(batch)

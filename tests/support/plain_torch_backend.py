@@ -4,7 +4,9 @@ contract alone (hydrali.core.contracts.run: no config is read) with what every t
 each epoch through core's TrainingObserver, which writes the run's record: the same rows as on Lightning.
 
 One process on the CPU, float32, eager. It saves the side's weights after every epoch as checkpoints/last.pt (keys
-as in a Lightning checkpoint's state_dict), which `hydrali eval` (predict, export) loads; it does not resume.
+as in a Lightning checkpoint's state_dict), which `hydrali eval` (predict, export) loads; it does not resume. With
+optim.ema_decay it keeps the average of the weights (hydrali.backends.torch.ema), which validation scores and
+last.pt holds.
 Registered from outside hydrali: tests/support/plain_torch_spec.py.
 """
 
@@ -17,6 +19,7 @@ from pathlib import Path
 import torch
 
 from hydrali.backends.torch.device import training_device_of
+from hydrali.backends.torch.ema import WeightAverage
 from hydrali.backends.torch.loaders import LAYOUT, DaliLoader, dali_loader
 from hydrali.backends.torch.optim import make_optimizer, make_schedule
 from hydrali.backends.torch.side import SIDE, build_torch_side
@@ -33,10 +36,13 @@ from tests.support.plain_torch_spec import SPEC, PlainBackendConfig
 LAST = "last.pt"  # the checkpoint written after every epoch: {"state_dict": the side's weights, "epochs": n}
 
 
-def train_epoch(epoch: int, side, loader: DaliLoader, optimizer, schedule, accumulate: int, observer, preemption):
+def train_epoch(
+    epoch: int, side, loader: DaliLoader, optimizer, schedule, accumulate: int, observer, preemption, average=None
+):
     """Train epoch `epoch` of the contract: the mean gradient of `accumulate` batches per optimizer step, the
-    schedule stepped after each (as Lightning does); stop after a step on a preemption signal (as Keras does: the
-    epoch is not saved). The epoch's mean loss per sample."""
+    schedule stepped after each (as Lightning does) and the weights averaged into `average` (a WeightAverage, or
+    None); stop after a step on a preemption signal (as Keras does: the epoch is not saved). The epoch's mean loss
+    per sample."""
     side.train()
     loss_sum, samples = 0.0, 0
     for step, batch in enumerate(loader):
@@ -47,6 +53,8 @@ def train_epoch(epoch: int, side, loader: DaliLoader, optimizer, schedule, accum
             optimizer.step()
             optimizer.zero_grad()
             schedule.step()
+            if average is not None:
+                average.update()
         loss_sum += loss.detach().double().item() * n
         samples += n
         observer.step_end()
@@ -71,10 +79,14 @@ def validate(side, loader: DaliLoader, epoch: int) -> dict[str, float]:
     return {"val/loss": loss_sum / samples, "val/images": float(samples), **metrics}
 
 
-def save(side: torch.nn.Module, path: Path, epochs: int) -> None:
-    """The side's weights, keyed as a Lightning checkpoint keys them (hydrali.backends.torch.trained reads them)."""
-    state = {f"{SIDE}.{key}": value for key, value in side.state_dict().items()}
-    torch.save({"state_dict": state, "epochs": epochs}, path)
+def save(side: torch.nn.Module, path: Path, epochs: int, average: WeightAverage | None = None) -> None:
+    """The side's weights (with `average`, the averaged ones in place of the trained), keyed as a Lightning checkpoint
+    keys them (hydrali.backends.torch.trained reads them)."""
+    checkpoint = {"state_dict": side.state_dict(), "epochs": epochs}
+    if average is not None:
+        average.into_checkpoint(checkpoint)
+    checkpoint["state_dict"] = {f"{SIDE}.{key}": value for key, value in checkpoint["state_dict"].items()}
+    torch.save(checkpoint, path)
 
 
 def fit(
@@ -101,6 +113,7 @@ def fit(
     backbone = side.backbone_parameters() if contract.optim.backbone_lr_mult != 1.0 else []
     optimizer = make_optimizer(side.parameters(), contract.optim, plan.effective_lr, backbone)
     schedule = make_schedule(optimizer, contract.optim, plan, plan.epoch.optimizer_steps)
+    average = None if contract.optim.ema_decay is None else WeightAverage(side, contract.optim.ema_decay)
     observer = TrainingObserver(
         record,
         images_per_batch=plan.images_per_batch,
@@ -116,11 +129,15 @@ def fit(
 
         observer.epoch_start(epoch)
         train_loss = train_epoch(
-            epoch, side, loaders["train"], optimizer, schedule, plan.accumulate, observer, preemption
+            epoch, side, loaders["train"], optimizer, schedule, plan.accumulate, observer, preemption, average
         )
         observer.validation_start()
+        if average is not None:  # validation scores the average
+            average.swap_in()
         metrics = validate(side, loaders["val"], epoch)
-        save(side, checkpoint, epoch + 1)
+        if average is not None:
+            average.swap_out()
+        save(side, checkpoint, epoch + 1, average)
         observer.epoch_end(epoch, {"train/loss": train_loss, **metrics}, validated=True)
     return FitResult(best_checkpoint=str(checkpoint), **observer.fit_fields(start_epoch=0))
 
