@@ -20,6 +20,7 @@ DECAY = 0.9
 CLASSES, BATCH, ACCUMULATE, EPOCHS = 24, 4, 2, 2  # 6 batches, 3 optimizer steps an epoch
 STEPS_PER_EPOCH = CLASSES // BATCH // ACCUMULATE
 TOLERANCE = 1e-6
+QUIET = {"lightning": LIGHTNING_QUIET, "keras": KERAS_QUIET}
 # SGD at a large constant lr, so that the weights move well beyond the tolerance at every step
 FAST_STEPS = ["optim.lr=0.5", "optim.scale=none", "optim.warmup_epochs=0", "optim.schedule=constant"]
 
@@ -36,13 +37,14 @@ def _assert_differ(a, b, what: str) -> None:
     ), what
 
 
-def _train(make_cfg, tmp_path: Path, backend: str, snapshots: str, quiet: list[str]) -> Path:
-    """A run of `backend` on one image per class with the average on, its weights recorded by tests.support.
-    weight_snapshots.<snapshots> into tmp_path/snapshots.pkl; its output dir."""
+def _train(make_cfg, tmp_path: Path, backend: str, snapshots: str, *extra: str) -> dict:
+    """A run of `backend` in tmp_path/<backend> on one image per class with the average on, its weights recorded by
+    tests.support.weight_snapshots.<snapshots>: what it recorded."""
     from hydrali.core.run.runner import run
 
-    write_one_image_per_class(tmp_path / "ds", CLASSES)
-    record, out = tmp_path / "snapshots.pkl", tmp_path / backend
+    if not (tmp_path / "ds").is_dir():
+        write_one_image_per_class(tmp_path / "ds", CLASSES)
+    record = tmp_path / f"snapshots{len(list(tmp_path.glob('snapshots*')))}.pkl"
     run(
         make_cfg(
             f"backend={backend}",
@@ -55,52 +57,65 @@ def _train(make_cfg, tmp_path: Path, backend: str, snapshots: str, quiet: list[s
             "tracking=none",
             *FAST_STEPS,
             *TINY,
-            *quiet,
+            *QUIET[backend],
             f"+backend.callbacks.snapshots={{_target_: tests.support.weight_snapshots.{snapshots}, path: '{record}'}}",
-            output_dir=out,
+            *extra,
+            output_dir=tmp_path / backend,
         )
     )
-    return out
+    return read_snapshots(record)
 
 
-def _check_steps_and_validation(snapshots: dict) -> list[np.ndarray]:
-    """The steps recorded are the run's optimizer steps; each epoch's validation scored the average of the steps
-    so far, not the live weights. The average after the last step."""
-    steps = snapshots["steps"]
-    assert len(steps) == EPOCHS * STEPS_PER_EPOCH
-    assert len(snapshots["scored"]) == EPOCHS
-    for epoch, scored in enumerate(snapshots["scored"]):
-        so_far = steps[: (epoch + 1) * STEPS_PER_EPOCH]
-        _assert_close(scored, weight_average(so_far, DECAY), f"validation of epoch {epoch + 1}")
+def _train_interrupted_and_resumed(make_cfg, tmp_path: Path, backend: str, snapshots: str, interrupt: str):
+    """The run of `_train` interrupted (Ctrl+C, by the callback `interrupt`) when its second epoch starts, then
+    resumed (ckpt_path=last): what the first part recorded, what the resumed part recorded."""
+    stop = f"+backend.callbacks.interrupt={{_target_: {interrupt}, epoch: 1}}"
+    with pytest.raises(KeyboardInterrupt):
+        _train(make_cfg, tmp_path, backend, snapshots, stop)
+    first = read_snapshots(tmp_path / "snapshots0.pkl")
+    return first, _train(make_cfg, tmp_path, backend, snapshots, "ckpt_path=last")
+
+
+def _check_validation_and_resume(first: dict, resumed: dict) -> list[np.ndarray]:
+    """Each part trained an epoch of optimizer steps and validated the average of the steps so far (not the live
+    weights); the resumed part started from the first part's live weights. The average after the last step."""
+    steps = first["steps"] + resumed["steps"]
+    assert len(first["steps"]) == len(resumed["steps"]) == STEPS_PER_EPOCH
+    assert len(first["scored"]) == len(resumed["scored"]) == 1
+    for scored, so_far in ((first["scored"][0], first["steps"]), (resumed["scored"][0], steps)):
+        _assert_close(scored, weight_average(so_far, DECAY), f"validation after {len(so_far)} steps")
         _assert_differ(scored, so_far[-1], "the average is not the live weights")
+    _assert_close(resumed["start"], first["steps"][-1], "a resume trains on from the live weights")
     return weight_average(steps, DECAY)
 
 
-def test_lightning_validates_and_checkpoints_the_average_of_its_optimizer_steps(make_cfg, tmp_path):
+def test_lightning_validates_checkpoints_and_resumes_the_average_of_its_optimizer_steps(make_cfg, tmp_path):
     import torch
 
     from hydrali.backends.torch.ema import LIVE_WEIGHTS_KEY
 
-    out = _train(make_cfg, tmp_path, "lightning", "LightningWeightSnapshots", LIGHTNING_QUIET)
-    snapshots = read_snapshots(tmp_path / "snapshots.pkl")
-    average = _check_steps_and_validation(snapshots)
-    checkpoint = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    first, resumed = _train_interrupted_and_resumed(
+        make_cfg, tmp_path, "lightning", "LightningWeightSnapshots", "tests.support.plugins.InterruptAtEpoch"
+    )
+    average = _check_validation_and_resume(first, resumed)
+    checkpoint = torch.load(tmp_path / "lightning" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     live = checkpoint[LIVE_WEIGHTS_KEY]
-    assert live["steps"] == len(snapshots["steps"])
+    assert live["steps"] == EPOCHS * STEPS_PER_EPOCH
     names = list(live["weights"])  # the trainable parameters, in the module's order
     _assert_close([checkpoint["state_dict"][name] for name in names], average, "last.ckpt's weights")
-    _assert_close(list(live["weights"].values()), snapshots["steps"][-1], "last.ckpt's live weights")
+    _assert_close(list(live["weights"].values()), resumed["steps"][-1], "last.ckpt's live weights")
 
 
 @pytest.mark.keras
-def test_keras_validates_checkpoints_and_ends_with_the_average_of_its_optimizer_steps(make_cfg, tmp_path):
+def test_keras_validates_checkpoints_resumes_and_ends_with_the_average_of_its_optimizer_steps(make_cfg, tmp_path):
     import h5py
 
-    out = _train(make_cfg, tmp_path, "keras", "KerasWeightSnapshots", KERAS_QUIET)
-    snapshots = read_snapshots(tmp_path / "snapshots.pkl")
-    average = _check_steps_and_validation(snapshots)
-    _assert_close(snapshots["final"], average, "the weights after fit")
-    with h5py.File(out / "checkpoints" / f"epoch{EPOCHS:03d}.weights.h5", "r") as saved:
+    first, resumed = _train_interrupted_and_resumed(
+        make_cfg, tmp_path, "keras", "KerasWeightSnapshots", "tests.support.plugins.KerasInterruptAtEpoch"
+    )
+    average = _check_validation_and_resume(first, resumed)
+    _assert_close(resumed["final"], average, "the weights after fit")
+    with h5py.File(tmp_path / "keras" / "checkpoints" / f"epoch{EPOCHS:03d}.weights.h5", "r") as saved:
         network = _h5_arrays(saved, "layers")  # the model's weights, not its optimizer's
     for expected in average:  # each averaged weight is one of the network's in the checkpoint
         assert any(a.shape == expected.shape and np.allclose(a, expected, atol=TOLERANCE, rtol=0) for a in network)

@@ -1,8 +1,9 @@
 """Callbacks that record, from outside a backend, the trainable weights a run had: after every optimizer step (the
-live weights) and at the first batch of every validation (the weights validation scored). Plugged in as a user's
-callback (`+backend.callbacks.<key>={_target_: tests.support.weight_snapshots.<name>, path: ...}`); each writes
-{"steps": [[arrays] per optimizer step], "scored": [[arrays] per validation]} to `path` (a pickle) when training
-ends. Used by tests/test_ema.py."""
+live weights), at the first batch of every validation (the weights validation scored) and at the first batch the
+run trains (the weights it starts from). Plugged in as a user's callback (`+backend.callbacks.<key>={_target_:
+tests.support.weight_snapshots.<name>, path: ...}`); each writes {"start": [arrays], "steps": [[arrays] per optimizer
+step], "scored": [[arrays] per validation]} to `path` (a pickle) after every epoch and when training ends (Keras adds
+"final": the weights fit ends with). Used by tests/test_ema.py."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ def _write(path: str, record: dict) -> None:
 
 
 class LightningWeightSnapshots:
-    """The LightningModule's trainable parameters after each optimizer step and at each validation's first batch
-    (not the sanity check's)."""
+    """The LightningModule's trainable parameters after each optimizer step, at each validation's first batch (not
+    the sanity check's) and at the first batch trained."""
 
     def __new__(cls, path: str):
         import lightning as L
@@ -33,6 +34,12 @@ class LightningWeightSnapshots:
             def __init__(self):
                 self.record, self.steps_seen = {"steps": [], "scored": []}, 0
 
+            def on_train_start(self, trainer, pl_module) -> None:
+                self.steps_seen = trainer.global_step  # a resumed run counts the steps before it
+
+            def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+                self.record.setdefault("start", trainable(pl_module))
+
             def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
                 if trainer.global_step > self.steps_seen:  # global_step counts optimizer steps
                     self.steps_seen = trainer.global_step
@@ -42,6 +49,9 @@ class LightningWeightSnapshots:
                 if batch_idx == 0 and not trainer.sanity_checking:
                     self.record["scored"].append(trainable(pl_module))
 
+            def on_train_epoch_end(self, trainer, pl_module) -> None:
+                _write(path, self.record)
+
             def on_train_end(self, trainer, pl_module) -> None:
                 _write(path, self.record)
 
@@ -49,8 +59,8 @@ class LightningWeightSnapshots:
 
 
 class KerasWeightSnapshots:
-    """The Keras model's trainable weights after each optimizer step (as its optimizer's `iterations` counts them)
-    and at each validation's first batch."""
+    """The Keras model's trainable weights after each optimizer step (as its optimizer's `iterations` counts them),
+    at each validation's first batch and at the first batch trained."""
 
     def __new__(cls, path: str):
         import keras
@@ -63,8 +73,17 @@ class KerasWeightSnapshots:
                 super().__init__()
                 self.record, self.steps_seen = {"steps": [], "scored": []}, 0
 
+            def _optimizer_steps(self) -> int:
+                return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+
+            def on_train_begin(self, logs=None) -> None:
+                self.steps_seen = self._optimizer_steps()  # a resumed run's optimizer counts the steps before it
+
+            def on_train_batch_begin(self, batch: int, logs=None) -> None:
+                self.record.setdefault("start", trainable(self.model))
+
             def on_train_batch_end(self, batch: int, logs=None) -> None:
-                steps = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+                steps = self._optimizer_steps()
                 if steps > self.steps_seen:
                     self.steps_seen = steps
                     self.record["steps"].append(trainable(self.model))
@@ -72,6 +91,9 @@ class KerasWeightSnapshots:
             def on_test_batch_begin(self, batch: int, logs=None) -> None:
                 if batch == 0:
                     self.record["scored"].append(trainable(self.model))
+
+            def on_epoch_end(self, epoch: int, logs=None) -> None:
+                _write(path, self.record)
 
             def on_train_end(self, logs=None) -> None:
                 self.record["final"] = trainable(self.model)
