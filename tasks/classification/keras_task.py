@@ -10,11 +10,28 @@ from hydrali.tasks.base import instantiate_network, network_spec
 from hydrali.tasks.keras_fine_tuning import backbone, freeze, start_from
 
 
+def is_soft(y_true, y_pred) -> bool:
+    """Whether labels are soft targets (batch, classes), as a training recipe that mixes gives them, rather than
+    class indices (batch, 1). Decided on the static shapes."""
+    classes = y_pred.shape[-1]
+    return len(y_true.shape) == 2 and classes not in (None, 1) and y_true.shape[-1] == classes
+
+
+def targets(y_true, y_pred):
+    """The labels as probabilities over the classes (batch, classes): soft targets as they are, class indices
+    one-hot."""
+    if is_soft(y_true, y_pred):
+        return ops.cast(y_true, y_pred.dtype)
+    labels = ops.reshape(ops.cast(y_true, "int32"), (-1,))
+    return ops.one_hot(labels, ops.shape(y_pred)[-1], dtype=y_pred.dtype)
+
+
 @keras.saving.register_keras_serializable(package="hydrali")
 class CrossEntropy(keras.losses.Loss):
-    """Cross-entropy on logits with integer labels and label smoothing as torch defines it:
-    against (1 - e) * one-hot + e / classes; each sample's loss times its class's weight when `class_weights` are
-    given (hydrali.core.optim.optimizer). Keras averages the per-sample losses over the batch."""
+    """Cross-entropy on logits with integer labels or soft targets (mixup, cutmix) and label smoothing as torch
+    defines it: against (1 - e) * target + e / classes; each sample's loss times its class's weight when
+    `class_weights` are given (a soft target's classes' weights, weighted by it; hydrali.core.optim.optimizer).
+    Keras averages the per-sample losses over the batch."""
 
     def __init__(self, label_smoothing: float = 0.0, class_weights=None, name: str = "cross_entropy", **kwargs):
         super().__init__(name=name, **kwargs)
@@ -22,17 +39,35 @@ class CrossEntropy(keras.losses.Loss):
         self.class_weights = [float(w) for w in class_weights] if class_weights else None
 
     def call(self, y_true, y_pred):
-        labels = ops.reshape(ops.cast(y_true, "int32"), (-1,))
-        onehot = ops.one_hot(labels, ops.shape(y_pred)[-1], dtype=y_pred.dtype)
+        target = targets(y_true, y_pred)
         per_sample = keras.losses.categorical_crossentropy(
-            onehot, y_pred, from_logits=True, label_smoothing=self.label_smoothing
+            target, y_pred, from_logits=True, label_smoothing=self.label_smoothing
         )
         if self.class_weights is None:
             return per_sample
-        return per_sample * ops.take(ops.convert_to_tensor(self.class_weights, dtype=per_sample.dtype), labels)
+        weights = ops.convert_to_tensor(self.class_weights, dtype=per_sample.dtype)
+        return per_sample * ops.sum(target * weights, axis=-1)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "label_smoothing": self.label_smoothing, "class_weights": self.class_weights}
+
+
+def top_one_hits(y_true, y_pred):
+    """1.0 per sample whose largest logit is its class (a soft target's largest class), else 0.0."""
+    truth = ops.argmax(y_true, axis=-1) if is_soft(y_true, y_pred) else ops.reshape(y_true, (-1,))
+    predicted = ops.argmax(y_pred, axis=-1)
+    return ops.cast(ops.equal(ops.cast(predicted, "int32"), ops.cast(truth, "int32")), "float32")
+
+
+@keras.saving.register_keras_serializable(package="hydrali")
+class TopOneAccuracy(keras.metrics.MeanMetricWrapper):
+    """Top-1 accuracy against class indices or, on training batches that mix, the soft target's largest class."""
+
+    def __init__(self, name: str = "acc", dtype=None):
+        super().__init__(fn=top_one_hits, name=name, dtype=dtype)
+
+    def get_config(self) -> dict:
+        return {"name": self.name, "dtype": self.dtype}
 
 
 class KerasClassification:
@@ -68,7 +103,7 @@ class KerasClassification:
 
     def metrics(self) -> list:
         """Top-1 accuracy, logged as `acc` (val/acc once mapped)."""
-        return [keras.metrics.SparseCategoricalAccuracy(name="acc")]
+        return [TopOneAccuracy(name="acc")]
 
     prediction_names = ("logits",)  # what `predict` returns, in this order (hydrali eval, predict, export)
 

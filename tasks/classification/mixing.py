@@ -26,7 +26,7 @@ from nvidia.dali import Pipeline
 from hydrali.core.errors import HydraliError
 from hydrali.tasks.classification.boxes import erase, random_box
 
-SOFT_LABEL_DTYPE = "float32"  # the dtype of the soft labels a mixing recipe outputs
+SOFT_LABEL_DTYPE = "float"  # the soft labels' dtype in output_specs' names (pipeline.dtype's: float is float32)
 
 
 @dataclass(frozen=True)

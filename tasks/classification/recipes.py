@@ -85,9 +85,9 @@ def _labels(labels, device):
     return labels.gpu() if device == "gpu" else labels
 
 
-def _as_dtype(images, dtype: str):
-    """Mixed images (float32: arithmetic promotes float16) in the recipe's output `dtype`."""
-    return images if _DTYPES[dtype] == types.FLOAT else fn.cast(images, dtype=_DTYPES[dtype])
+def _cast(images, from_dtype: str, to_dtype: str):
+    """Images of `from_dtype` (float | float16) as `to_dtype`; unchanged when they are the same."""
+    return images if from_dtype == to_dtype else fn.cast(images, dtype=_DTYPES[to_dtype])
 
 
 def _training_outputs(images, labels, *, mixing: Mixing, num_classes, side: int, layout: str, device: str, dtype):
@@ -97,8 +97,9 @@ def _training_outputs(images, labels, *, mixing: Mixing, num_classes, side: int,
         return images, _labels(labels, device)
     if num_classes is None:
         raise ValueError("mixup and cutmix need the number of classes (the task passes num_classes)")
+    images = _cast(images, dtype, "float")  # DALI's arithmetic takes no float16
     images, labels = mix_batch(images, labels, mixing, num_classes=num_classes, side=side, layout=layout, device=device)
-    return _as_dtype(images, dtype), labels
+    return _cast(images, "float", dtype), labels
 
 
 AutoAugment = Literal["rand_augment", "trivial_augment", "auto_augment"]

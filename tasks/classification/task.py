@@ -7,11 +7,11 @@ imported only by the backend that uses it, so that choosing a backend decides wh
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from hydrali.core.data import webdataset
 from hydrali.core.data.image_files import Verify
@@ -21,6 +21,7 @@ from hydrali.core.run.plan import Plan, Shard
 from hydrali.tasks.base import DaliTask
 from hydrali.tasks.classification import sharded
 from hydrali.tasks.classification.datasets import ImageFolderInfo, image_files, scan_image_folder, write_digits
+from hydrali.tasks.classification.mixing import SOFT_LABEL_DTYPE, mixes
 from hydrali.tasks.classification.recipes import FolderSource
 from hydrali.tasks.classification.scoring import ClassificationPredictions, ClassificationScores
 
@@ -34,6 +35,10 @@ class ClassificationTask(DaliTask):
 
     label_smoothing: float
     class_weights: Any = None  # null | auto | a list (hydrali.core.optim.class_weights)
+    # Learnt from the pipelines built (build_pipeline), for the recipes and output_specs, which the config does not
+    # tell: the dataset's number of classes, and whether the training pipeline mixes (its labels soft targets).
+    num_classes: int | None = field(default=None, init=False)
+    soft_training_labels: bool = field(default=False, init=False)
 
     def output_names(self, is_training: bool) -> tuple[str, ...]:
         """What the recipes return, in order (the same for both splits)."""
@@ -42,8 +47,24 @@ class ClassificationTask(DaliTask):
     def output_specs(
         self, *, batch: int, image_size: int, image_dtype: str, is_training: bool, model: DictConfig
     ) -> tuple[tuple[tuple[int, ...], str], ...]:
-        """(shape, dtype) of each batched output in HWC layout, for frameworks that need them up front (Keras)."""
-        return ((batch, image_size, image_size, 3), image_dtype), ((batch, 1), "int32")
+        """(shape, dtype) of each batched output in HWC layout, for frameworks that need them up front (Keras):
+        labels are (batch, 1) class indices, or (batch, classes) soft targets from a training pipeline that mixes."""
+        images = ((batch, image_size, image_size, 3), image_dtype)
+        if is_training and self.soft_training_labels:
+            return images, ((batch, self.num_classes), SOFT_LABEL_DTYPE)
+        return images, ((batch, 1), "int32")
+
+    def build_pipeline(self, *, pipeline: DictConfig, dataset: ImageFolderInfo, is_training: bool, **settings):
+        """The DALI pipeline (not yet built) of one replica's shard of one split (tasks/base.py), its recipe given
+        the dataset's number of classes; a training one also tells output_specs whether its labels are soft."""
+        self.num_classes = dataset.num_classes
+        if is_training:
+            self.soft_training_labels = mixes(OmegaConf.to_container(pipeline.options, resolve=True))
+        return super().build_pipeline(pipeline=pipeline, dataset=dataset, is_training=is_training, **settings)
+
+    def recipe_arguments(self, model: DictConfig, data: DictConfig) -> dict[str, Any]:
+        """The number of classes (the soft labels of mixup and cutmix)."""
+        return {"num_classes": self.num_classes}
 
     def prepare_data(self, data: DictConfig, verify: Verify) -> ImageFolderInfo:
         """Make sure the dataset is on disk (writing the bundled one if needed) and scan it; then check its

@@ -49,21 +49,33 @@ class TorchClassification(nn.Module):
 
     @staticmethod
     def unpack(batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        """(images, labels as int64 class indices) from a batch of the recipe's outputs."""
-        return batch["images"], batch["labels"].reshape(-1).long()
+        """(images, labels) from a batch of the recipe's outputs: labels as int64 class indices (B,), or as the
+        soft targets (B, K) float of a training recipe that mixes (mixup, cutmix)."""
+        labels = batch["labels"]
+        if labels.is_floating_point():
+            return batch["images"], labels
+        return batch["images"], labels.reshape(-1).long()
 
     def loss_fn(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Cross-entropy with label smoothing, each sample's loss times its class's weight (task.class_weights),
-        averaged over the samples (hydrali.core.optim.optimizer)."""
-        per_sample = F.cross_entropy(logits, labels, label_smoothing=self.label_smoothing, reduction="none")
+        """Cross-entropy with label smoothing against class indices or soft targets, each sample's loss times its
+        class's weight (task.class_weights; a soft target's classes' weights, weighted by it), averaged over the
+        samples (hydrali.core.optim.optimizer)."""
+        target = labels.to(logits.dtype) if labels.is_floating_point() else labels
+        per_sample = F.cross_entropy(logits, target, label_smoothing=self.label_smoothing, reduction="none")
         if self.class_weights is not None:
-            per_sample = per_sample * self.class_weights[labels]
+            per_sample = per_sample * self._sample_weights(labels)
         return per_sample.mean()
+
+    def _sample_weights(self, labels: torch.Tensor) -> torch.Tensor:
+        """Each sample's class weight: its class's, or a soft target's mean of its classes' weights."""
+        if labels.is_floating_point():
+            return labels.float() @ self.class_weights
+        return self.class_weights[labels]
 
     def training_loss(self, batch: dict) -> tuple[torch.Tensor, int]:
         """The loss of one training batch and the number of samples in it."""
         images, labels = self.unpack(batch)
-        return self.loss_fn(self.model(images), labels), labels.numel()
+        return self.loss_fn(self.model(images), labels), labels.shape[0]
 
     def validation_step(self, batch: dict) -> tuple[torch.Tensor, int]:
         """Update the validation metrics with one batch; return its loss and size."""
