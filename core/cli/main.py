@@ -13,6 +13,7 @@ from hydrali.core.cli.exit_codes import EXIT_FAILED_SWEEP, EXIT_INTERRUPTED, EXI
 from hydrali.core.config.store import register_schemas
 from hydrali.core.errors import HydraliError
 from hydrali.core.run.run_dir import note_launch_folders, remove_if_empty
+from hydrali.core.run.wall_time import counted_from_process_start
 
 log = logging.getLogger("hydrali")
 # Hydra re-raises composition errors (instead of printing them over many lines and exiting 1) when
@@ -128,7 +129,8 @@ def main() -> None:
     wants_trace = os.environ.get(_FULL_ERROR) == "1" and _SET_BY_HYDRALI not in os.environ
     os.environ[_FULL_ERROR] = os.environ[_SET_BY_HYDRALI] = "1"
     try:
-        _hydra_entry()
+        with counted_from_process_start():  # a run's wall time counts from this process's start
+            _hydra_entry()
         _exit_if_a_job_failed()
     except (KeyboardInterrupt, SystemExit) as stop:
         preempted = isinstance(stop, SystemExit) and isinstance(stop.code, int) and stop.code > EXIT_SIGNAL_BASE

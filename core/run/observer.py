@@ -4,11 +4,13 @@ and the observer turns them into the run record's rows, the throughput clock and
 
 So the two backends agree by construction on what an epoch's row holds (train/ metrics, val/ metrics only when the
 epoch validated, train/images = batches x the images all replicas train on per batch, lr/first and lr/last: the lr
-of the epoch's first and last training steps) and on how throughput is timed (core/run/throughput.py).
+of the epoch's first and last training steps), on how throughput is timed (core/run/throughput.py) and on how long
+validation takes: from its start to the next training step (a validation in an epoch's middle) or the epoch's end.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 from hydrali.core.run.record import RunRecord
@@ -28,6 +30,8 @@ class TrainingObserver:
         self._epoch: int | None = None  # the epoch whose start it saw
         self._steps = 0
         self._lrs: dict[str, float] = {}
+        self.validation_seconds = 0.0  # every validation's time, this invocation
+        self._validating_since: float | None = None  # time.perf_counter() at the start of the validation running
 
     def epoch_start(self, epoch: int) -> None:
         """The training part of epoch `epoch` (0-based) starts."""
@@ -55,6 +59,7 @@ class TrainingObserver:
         """Training step `step` of the epoch starts; `lr()` reads the lr it uses (read at the first and last step
         only: on some frameworks reading it waits for the device). `steps_in_epoch`: the steps this epoch runs when
         the framework ends it before the plan's (e.g. Lightning's limit_train_batches)."""
+        self._validation_end()  # a validation in the epoch's middle
         last = min(self.steps_per_epoch, steps_in_epoch or self.steps_per_epoch) - 1
         if step == 0:
             self._lrs["lr/first"] = float(lr())
@@ -69,11 +74,19 @@ class TrainingObserver:
     def validation_start(self) -> None:
         """The epoch's training part ended and its validation starts."""
         self.clock.training_end()
+        self._validating_since = time.perf_counter()
+
+    def _validation_end(self) -> None:
+        """The validation running, if any, ended."""
+        if self._validating_since is not None:
+            self.validation_seconds += time.perf_counter() - self._validating_since
+            self._validating_since = None
 
     def epoch_end(self, epoch: int, metrics: dict[str, float], validated: bool) -> None:
         """Epoch `epoch` ended with `metrics` (hydrali's names: train/..., val/...); val/ metrics are kept only when
         the epoch validated. An epoch whose start was not seen (finished before a resume) is not recorded."""
         self.clock.training_end()
+        self._validation_end()
         if self._epoch != epoch:
             return
         prefixes = ("train/", "val/") if validated else ("train/",)
@@ -84,7 +97,12 @@ class TrainingObserver:
 
     def fit_fields(self, start_epoch: int) -> dict:
         """What a FitResult takes from what was observed: first_epoch, epochs_completed (`start_epoch` when no
-        epoch ran), and the clock's timings."""
+        epoch ran), validation_seconds, and the clock's timings."""
         first = self.first_epoch if self.first_epoch is not None else start_epoch
         completed = self.last_epoch + 1 if self.last_epoch is not None else start_epoch
-        return {"first_epoch": first, "epochs_completed": completed, **self.clock.fit_fields()}
+        return {
+            "first_epoch": first,
+            "epochs_completed": completed,
+            "validation_seconds": self.validation_seconds,
+            **self.clock.fit_fields(),
+        }

@@ -15,4 +15,6 @@ class FitResult:
     train_seconds: float = 0.0  # time spent in training steps (validation excluded), this invocation
     steady_images_per_second: float | None = None  # the same without each epoch's first steps (core/run/throughput.py)
     first_step_seconds: float | None = None  # the first epoch's start to the end of its first step (compile warm-up)
+    validation_seconds: float = 0.0  # time spent validating, this invocation (core/run/observer.py)
+    training_started: float | None = None  # time.perf_counter() at the first epoch's start (None: no epoch ran)
     compiled: bool = False  # the model ran compiled (backend.compile: torch.compile or XLA)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import logging
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,12 +23,13 @@ from hydrali.core.data.image_files import write_skipped_files
 from hydrali.core.distributed import agreement, gather, local_launch, topology
 from hydrali.core.distributed.launchers import LAUNCHED_BY_HYDRALI
 from hydrali.core.distributed.mpi_ranks import adopt_mpi_ranks
-from hydrali.core.run import auto_settings, job_context, preemption, run_dir, seeding, weights_from_run
+from hydrali.core.run import auto_settings, job_context, preemption, run_dir, seeding, wall_time, weights_from_run
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR, resolve_checkpoint, write_trained_with
 from hydrali.core.run.contract import backend_settings, contract_record, run_contract
 from hydrali.core.run.plan import Plan, plan_run
 from hydrali.core.run.record import RunRecord
 from hydrali.core.run.summary import build_summary, format_table, read_summary, write_summary
+from hydrali.core.run.wall_time import BUILD, DATA_CHECK, STARTUP, TRACKING, RunClock
 from hydrali.core.tracking import mlflow_runs as tracking
 from hydrali.core.tracking import sweep
 from hydrali.core.tracking.run_files import accept_run
@@ -62,7 +62,8 @@ def _prepare_data(cfg: DictConfig, task):
 
 def run(cfg: DictConfig) -> float | None:
     """Train and evaluate as `cfg` says; return the value of `optimized_metric` (for sweepers)."""
-    started = time.perf_counter()
+    launched = bool(os.environ.get(LAUNCHED_BY_HYDRALI))  # a process of a job whose own process holds the dir
+    clock = RunClock(wall_time.run_started(whole_process=launched))  # from this process's start where it is the run's
     adopt_mpi_ranks()  # mpirun's ranks, as torchrun's variables (the frameworks read those), before anything can fail:
     # a failed job is then recorded by rank 0 alone (sweep.run_job asks is_first_process)
     check_config(cfg)
@@ -70,7 +71,6 @@ def run(cfg: DictConfig) -> float | None:
     weights_preprocessing.apply(cfg, job_context.current().overrides)
     check_network(cfg)  # e.g. a model name not in its library's registry: one line, before the run dir is touched
     output_dir = Path(cfg.paths.output_dir)
-    launched = bool(os.environ.get(LAUNCHED_BY_HYDRALI))  # a process of a job whose own process holds the dir
     # a preemption signal is noted from here on: during the set-up, the run stops after its first training step
     with (
         preemption.watching(cfg.preemption) as watch,
@@ -84,30 +84,37 @@ def run(cfg: DictConfig) -> float | None:
             weights_preprocessing.apply(attempt.cfg, attempt.overrides)  # a config composed again (ckpt_path)
             check_config(attempt.cfg)
         try:
-            return _run(attempt, started, watch)
+            return _run(attempt, clock, watch)
         except preemption.Preempted as stop:
             if not launched:  # the job's own process requeues it, once
                 watch.hand_over(stop, first_process=topology.is_first_process())
             raise
 
 
-def _run(attempt: run_dir.Attempt, started: float, watch: preemption.PreemptionWatch) -> float | None:
-    """The run's stages, in order: each takes what the ones before it decided and returns what it decides."""
+def _run(attempt: run_dir.Attempt, clock: RunClock, watch: preemption.PreemptionWatch) -> float | None:
+    """The run's stages, in order: each takes what the ones before it decided and returns what it decides. `clock`
+    times the parts of the run's wall time that the summary reports (core/run/wall_time.py)."""
     cfg = attempt.cfg
+    clock.add(STARTUP, clock.since_start())
     gather.install(None)  # the collective of an earlier job of this process goes; this run's backend installs its own
-    check_tracking(cfg)
-    task = instantiate(cfg.task)
-    dataset = _prepare_data(cfg, task)  # before the backend loads, so that bad data fails in a second
-    backend = load_backend(cfg.backend.name)
+    with clock.timing(TRACKING):
+        check_tracking(cfg)
+    with clock.timing(DATA_CHECK):
+        task = instantiate(cfg.task)
+        dataset = _prepare_data(cfg, task)  # before the backend loads, so that bad data fails in a second
+    with clock.timing(STARTUP):  # its framework's imports
+        backend = load_backend(cfg.backend.name)
     plan, task = plan_and_agree(cfg, backend, task, dataset)
     start = resume_point(attempt, cfg, backend, dataset)
     plan = seeded_for(plan, start, cfg)
     processes = backend.processes_to_start(backend_settings(cfg.backend, decided=False))
     if processes > 1:  # the job's processes, started from its resolved config (one seed, one run dir)
         return launch(cfg, processes, plan, dataset, attempt.overrides, watch)
-    asked = tune(cfg, backend, task, dataset, plan)
+    with clock.timing(BUILD):  # pipeline.autotune's probes
+        asked = tune(cfg, backend, task, dataset, plan)
     contract = decide(cfg, backend, plan)
-    tracker = accept_and_track(asked, contract, attempt)
+    with clock.timing(TRACKING):
+        tracker = accept_and_track(asked, contract, attempt)
     record = RunRecord.open(
         Path(cfg.paths.output_dir),
         tracker,
@@ -115,10 +122,10 @@ def _run(attempt: run_dir.Attempt, started: float, watch: preemption.PreemptionW
         writer=plan.global_rank == 0,
         epochs=cfg.epochs,
     )
-    result = fit_tracked(cfg, contract, backend, task, dataset, start, tracker, record, watch)
+    result = fit_tracked(cfg, contract, backend, task, dataset, start, tracker, record, watch, clock)
     if plan.global_rank != 0:
         return None
-    return report(cfg, result, record, plan, tracker, started)
+    return report(cfg, result, record, plan, tracker, clock)
 
 
 def check_tracking(cfg: DictConfig) -> None:
@@ -262,22 +269,18 @@ def accept_and_track(asked: DictConfig, contract: RunContract, attempt: run_dir.
     return tracker
 
 
-def fit_tracked(cfg, contract: RunContract, backend: Backend, task, dataset, start: StartPoint, tracker, record, watch):
-    """Log the run's params (its decided settings) and files to its tracker, train through the backend, log the
-    best checkpoint and the task's artifacts; the MLflow run ends FINISHED, FAILED or KILLED (preempted: KILLED
-    until it resumes)."""
+def fit_tracked(
+    cfg, contract: RunContract, backend: Backend, task, dataset, start: StartPoint, tracker, record, watch, clock
+):
+    """Log the run's params (its decided settings) and files to its tracker, train through the backend (`clock`
+    notes when, and the tracking's time), log the best checkpoint and the task's artifacts; the MLflow run ends
+    FINISHED, FAILED or KILLED (preempted: KILLED until it resumes)."""
     output_dir, plan = Path(cfg.paths.output_dir), contract.plan
     status = "FAILED"
     try:
-        resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-        tracker.log_params({**tracking.flatten(resolved), **plan.params(), **dataset.params()})
-        tracker.log_text(OmegaConf.to_yaml(resolved), "config/config.yaml")
-        tracker.log_text("\n".join(job_context.current().overrides) + "\n", "config/overrides.txt")
-        if plan.global_rank == 0 and start.checkpoint is None:
-            write_trained_with(output_dir, start.trained_with)
-        skipped = getattr(dataset, "skipped", ())  # a task of an installed package may not leave files out
-        if plan.global_rank == 0 and skipped:
-            tracker.log_artifact(write_skipped_files(output_dir, skipped))
+        with clock.timing(TRACKING):
+            _log_run_start(cfg, plan, dataset, start, tracker)
+        clock.fit_starts()
         result = backend.fit(
             contract=contract,
             task=task,
@@ -287,10 +290,8 @@ def fit_tracked(cfg, contract: RunContract, backend: Backend, task, dataset, sta
             output_dir=output_dir,
             preemption=watch,
         )
-        if cfg.tracking.log_checkpoint and result.best_checkpoint:
-            tracker.log_artifact(result.best_checkpoint, "checkpoints")
-        for path, folder in task.artifacts():
-            tracker.log_artifact(path, folder)
+        with clock.timing(TRACKING):
+            _log_run_end(cfg, result, task, tracker)
         status = "FINISHED"
         return result
     except (KeyboardInterrupt, SystemExit):
@@ -303,20 +304,47 @@ def fit_tracked(cfg, contract: RunContract, backend: Backend, task, dataset, sta
         raise  # run() hands the job over (submitit's requeue, or scontrol requeue)
     finally:
         if status is not None:
-            tracker.finish(status)
+            with clock.timing(TRACKING):
+                tracker.finish(status)
 
 
-def report(cfg: DictConfig, result, record: RunRecord, plan: Plan, tracker, started: float) -> float | None:
-    """Rank 0: write summary.json, print the end-of-run table, tag the MLflow run with the job's objective (for a
-    sweep's summary); the value of `optimized_metric`."""
+def _log_run_start(cfg: DictConfig, plan: Plan, dataset, start: StartPoint, tracker) -> None:
+    """The run's params (its decided settings), config and overrides to its tracker; trained_with.json (a fresh
+    run) and the files the data check left out beside the checkpoints."""
     output_dir = Path(cfg.paths.output_dir)
+    resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    tracker.log_params({**tracking.flatten(resolved), **plan.params(), **dataset.params()})
+    tracker.log_text(OmegaConf.to_yaml(resolved), "config/config.yaml")
+    tracker.log_text("\n".join(job_context.current().overrides) + "\n", "config/overrides.txt")
+    if plan.global_rank == 0 and start.checkpoint is None:
+        write_trained_with(output_dir, start.trained_with)
+    skipped = getattr(dataset, "skipped", ())  # a task of an installed package may not leave files out
+    if plan.global_rank == 0 and skipped:
+        tracker.log_artifact(write_skipped_files(output_dir, skipped))
+
+
+def _log_run_end(cfg: DictConfig, result, task, tracker) -> None:
+    """The best checkpoint (tracking.log_checkpoint) and the task's artifacts to the run's tracker."""
+    if cfg.tracking.log_checkpoint and result.best_checkpoint:
+        tracker.log_artifact(result.best_checkpoint, "checkpoints")
+    for path, folder in task.artifacts():
+        tracker.log_artifact(path, folder)
+
+
+def report(cfg: DictConfig, result, record: RunRecord, plan: Plan, tracker, clock: RunClock) -> float | None:
+    """Rank 0: write summary.json (with the parts of the run's wall time, from `clock` and `result`), print the
+    end-of-run table, tag the MLflow run with the job's objective (for a sweep's summary); the value of
+    `optimized_metric`."""
+    output_dir = Path(cfg.paths.output_dir)
+    wall_seconds = clock.since_start()
     summary = build_summary(
         result=result,
         record=record,
         plan=plan,
         monitor=cfg.task.monitor,
         mode=str(cfg.task.mode),
-        wall_seconds=time.perf_counter() - started,
+        wall_seconds=wall_seconds,
+        wall_parts=wall_time.wall_parts(clock, result, wall_seconds),
         run_id=tracker.run_id,
         tracking_uri=tracker.uri,
         output_dir=output_dir,

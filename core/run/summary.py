@@ -10,8 +10,21 @@ from omegaconf import DictConfig
 from hydrali.core.run.plan import Plan
 from hydrali.core.run.record import RunRecord
 from hydrali.core.run.results import FitResult
+from hydrali.core.run.wall_time import WallParts
 
 SUMMARY_FILE = "summary.json"  # in the run dir: the finished run in numbers
+SECONDS_DIGITS = 3  # the decimals of the summary's seconds
+# how the table names each part of the wall time (core/run/wall_time.py), in their order
+WALL_PART_LABELS = {
+    "startup_s": "start-up",
+    "data_check_s": "data check",
+    "build_s": "build",
+    "first_step_s": "first step",
+    "training_s": "training",
+    "validation_s": "validation",
+    "tracking_s": "tracking",
+    "other_s": "other",
+}
 
 
 def build_summary(
@@ -22,13 +35,15 @@ def build_summary(
     monitor: str,
     mode: str,
     wall_seconds: float,
+    wall_parts: WallParts | None = None,
     run_id: str | None,
     tracking_uri: str | None,
     output_dir: Path,
     task: str,
     backend: str,
 ) -> dict:
-    """The summary of a finished run, as written to summary.json, from the whole run record (resumed epochs too)."""
+    """The summary of a finished run, as written to summary.json, from the whole run record (resumed epochs too);
+    `wall_parts`: where this invocation's wall time went (core/run/wall_time.py), kept as "wall_parts"."""
     rows = record.rows
     final = {k: v for k, v in (rows[-1] if rows else {}).items() if k != "epoch"}  # the last epoch's own metrics
     best = record.best(monitor, mode)
@@ -49,8 +64,9 @@ def build_summary(
         "steps_per_epoch": plan.epoch.train_steps,
         "train_images": int(sum(row.get("train/images", 0) for row in rows)),
         "val_images": int(val_images) if val_images is not None else 0,  # scored by the last validation
-        "wall_seconds": round(wall_seconds, 3),
-        "train_seconds": round(result.train_seconds, 3),
+        "wall_seconds": round(wall_seconds, SECONDS_DIGITS),
+        **({"wall_parts": wall_parts.as_dict(SECONDS_DIGITS)} if wall_parts is not None else {}),
+        "train_seconds": round(result.train_seconds, SECONDS_DIGITS),
         "images_per_second": round(images_per_second, 1),
         "steady_images_per_second": (
             round(result.steady_images_per_second, 1) if result.steady_images_per_second is not None else None
@@ -93,7 +109,7 @@ def format_table(summary: dict) -> str:
             if summary["history"]
             else "n/a",
         ),
-        ("wall time", f"{summary['wall_seconds']:.1f} s"),
+        ("wall time", _wall_time(summary)),
         (
             "images/s (train)",
             f"{summary['images_per_second']:.1f} whole run, "
@@ -147,6 +163,15 @@ def _count(n: int) -> str:
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return str(n)
+
+
+def _wall_time(summary: dict) -> str:
+    """The wall time, and the parts it went to where the summary holds them: `41.2 s = 3.1 start-up + ...`."""
+    total = f"{summary['wall_seconds']:.1f} s"
+    parts = summary.get("wall_parts")  # absent from summaries written before it existed
+    if not parts:
+        return total
+    return f"{total} = " + " + ".join(f"{parts[key]:.1f} {label}" for key, label in WALL_PART_LABELS.items())
 
 
 def _batch_row(summary: dict) -> tuple[str, str]:

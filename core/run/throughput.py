@@ -25,6 +25,7 @@ class StepClock:
     steady_seconds: float = 0.0
     steady_images: int = 0
     first_step_seconds: float | None = None  # the first epoch's start to the end of its first step
+    started: float | None = None  # time.perf_counter() at the first epoch's start
     _epoch_start: float | None = field(default=None, repr=False)
     _steps: int = field(default=0, repr=False)
     _steady_start: float | None = field(default=None, repr=False)
@@ -35,6 +36,8 @@ class StepClock:
         """The training part of an epoch starts."""
         self._epoch_start, self._steps, self._steady_start, self._last_step_end = time.perf_counter(), 0, None, None
         self._pending_images = 0
+        if self.started is None:
+            self.started = self._epoch_start
         if self.warmup_steps == 0:
             self._steady_start = self._epoch_start
 
@@ -66,10 +69,11 @@ class StepClock:
         return self.steady_images / self.steady_seconds if self.steady_seconds > 0 else None
 
     def fit_fields(self) -> dict:
-        """What a backend's FitResult takes from this clock: train_seconds, steady_images_per_second and
-        first_step_seconds."""
+        """What a backend's FitResult takes from this clock: train_seconds, steady_images_per_second,
+        first_step_seconds and training_started."""
         return {
             "train_seconds": self.seconds,
             "steady_images_per_second": self.steady_images_per_second,
             "first_step_seconds": self.first_step_seconds,
+            "training_started": self.started,
         }

@@ -20,6 +20,7 @@ FILES_OF_SHARED_RUNS = frozenset(
         "tests/test_detection_training.py",
         "tests/test_hints.py",
         "tests/test_leftovers.py",
+        "tests/test_overhead.py",
     }
 )
 
