@@ -154,3 +154,18 @@ def test_validation_resizes_an_image_of_other_sides_to_image_size(make_cfg, phot
     Image.fromarray(np.zeros((48, 40, 3), np.uint8)).save(root / "train" / "c0" / "image.jpg")
     cfg = make_cfg("pipeline=small_images")
     assert _run(cfg, root, False)[0].shape == (IMAGES, SIDE, SIDE, 3)
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        ("pipeline.options.pad=32", "pipeline.options.pad=32: pass 0..31 for data.image_size=32 and pad_mode=reflect"),
+        ("pipeline.options.cutout=33", r"pipeline.options.cutout=33: pass 0 \(off\) .. 32"),
+    ],
+)
+def test_a_pad_or_cutout_larger_than_the_image_is_one_line_naming_it(make_cfg, photos, option, message):
+    from hydrali.core.errors import HydraliError
+
+    root, _ = photos
+    with pytest.raises(HydraliError, match=message):
+        _run(make_cfg("pipeline=small_images", option), root, True)

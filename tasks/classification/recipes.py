@@ -21,6 +21,7 @@ from nvidia.dali.auto_aug import trivial_augment as dali_trivial_augment
 
 from hydrali.core.data.pipelines import Source, decoder_args
 from hydrali.core.data.webdataset import ShardSource
+from hydrali.core.errors import HydraliError
 from hydrali.tasks.classification import sharded
 from hydrali.tasks.classification.boxes import erase, random_box
 from hydrali.tasks.classification.mixing import Mixing, mix_batch
@@ -222,6 +223,17 @@ def _pad_and_crop(images, side: int, pad: int, pad_mode: PadMode):
     return fn.slice(images, start=start, out_of_bounds_policy="pad", fill_values=0, **window)
 
 
+def _check_small_image_options(side: int, pad: int, pad_mode: PadMode, cutout: int) -> None:
+    """Fail, naming the option, when pad or cutout cannot apply to images of side x side pixels."""
+    largest_pad = side - 1 if pad_mode == "reflect" else side  # a mirror image needs pixels beyond the border one
+    if not 0 <= pad <= largest_pad:
+        raise HydraliError(
+            f"pipeline.options.pad={pad}: pass 0..{largest_pad} for data.image_size={side} and pad_mode={pad_mode}"
+        )
+    if not 0 <= cutout <= side:
+        raise HydraliError(f"pipeline.options.cutout={cutout}: pass 0 (off) .. {side} (data.image_size)")
+
+
 def _cutout(images, side: int, length: int):
     """Images of side x side pixels with a `length` x `length` square at a random place (clipped to the image)
     set to 0; 0 leaves them as they are."""
@@ -254,6 +266,7 @@ def small_images(
     size pass unchanged), pad by `pad` pixels and crop a random image_size x image_size window, random flip,
     normalize, cutout (a square set to 0, the mean colour, after normalization), mixup / cutmix if asked (labels
     then soft targets over num_classes). Validation: decode, resize to image_size x image_size, normalize."""
+    _check_small_image_options(image_size, pad, pad_mode, cutout)
     jpegs, labels = read_files(source, initial_fill)
     images = _decode(jpegs, device, hw_decoder_load)
     images = fn.resize(images, resize_x=image_size, resize_y=image_size)
