@@ -5,7 +5,7 @@
 # the image's cuDNN, found before /tmp/site (whose nvidia/ package would hide the image's nvidia.cudnn)
 C13=$(PYTHONPATH= python3 -c "import nvidia.cudnn; print(list(nvidia.cudnn.__path__)[0])")/lib
 export PYTHONPATH=/tmp/site:/tmp/shim
-mkdir -p /tmp/shim/hydrali && for d in core backends tasks conf; do ln -sfn "$PWD/$d" /tmp/shim/hydrali/$d; done
+mkdir -p /tmp/shim/hydrali && for d in core backends tasks conf bench; do ln -sfn "$PWD/$d" /tmp/shim/hydrali/$d; done
 if [ -d /tmp/site/nvidia/nccl ]; then mv /tmp/site/nvidia/nccl /tmp/nccl-cu12; fi
 if [ -d /tmp/site/tensorflow ]; then
   TF_LIBS=$C13:$(ls -d /tmp/site/nvidia/*/lib | tr '\n' :)/tmp/nccl-cu12/lib
