@@ -62,3 +62,14 @@ def test_spare_pins_dali_s_workers_off_the_main_thread_s_core(make_cfg, tmp_path
     assert all(set(c) <= set(cores[1:]) for c in threads.values()), recorded
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("pipeline.worker_cores")]
     assert lines and f"core {cores[0]} kept for the main thread" in lines[0], lines
+
+
+def test_the_framework_gets_the_cores_dali_s_training_workers_leave_on_a_cpu_run():
+    quiet = {}  # no OMP_NUM_THREADS / TF_NUM_INTRAOP_THREADS set by a caller
+    assert affinity.framework_threads("auto", "cpu", 2, 1, 2, quiet) == 1, "CI's 2 cores, DALI's 2 workers"
+    assert affinity.framework_threads("auto", "cpu", 4, 1, 16, quiet) == 12
+    assert affinity.framework_threads("auto", "cpu", 4, 2, 16, quiet) == 8, "two replicas' pipelines in one process"
+    assert affinity.framework_threads("auto", "cpu", 8, 1, 4, quiet) == 1, "at least one"
+    assert affinity.framework_threads("auto", "gpu", 4, 1, 16, quiet) is None, "a GPU run keeps the default"
+    assert affinity.framework_threads("auto", "cpu", 2, 1, 8, {"OMP_NUM_THREADS": "3"}) is None, "the caller's stays"
+    assert affinity.framework_threads(3, "gpu", 4, 1, 16, quiet) == 3, "a number is every run's"

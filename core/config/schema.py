@@ -230,6 +230,7 @@ class HydraliConfig:
     deterministic: bool = False
     epochs: int = 10
     throughput_warmup_steps: int = 5
+    cpu_threads: str = "auto"  # the framework's intra-op threads: auto | a number (conf/config.yaml)
     ckpt_path: Optional[str] = None
     optimized_metric: str = "val/acc"
 

@@ -8,6 +8,12 @@ process that drives one replica, and `any` (the OS places them, DALI's default) 
 itself wants every core, and the pipelines of several replicas in one process (Keras on several GPUs) would put
 their first threads on the same core.
 
+`cpu_threads`: the training framework's compute threads. On a CPU, torch's intra-op (OpenMP) pool and TensorFlow's
+take a thread per core by default, and DALI's worker threads want cores too: with both, the cores are oversubscribed
+and every step waits (measured on 2 cores with a second process busy: a Lightning epoch of the bundled digits took
+32.8 s, and 12.7 s with one OpenMP thread). `auto` gives the framework this process's cores less its DALI training
+pipelines' worker threads, at least one; a backend applies it (Backend.use_cpu_threads) before it trains.
+
 DALI reads the mask when a pipeline starts its threads, so it is set for the process before any pipeline is built
 (the runner calls `pin_workers` before the autotune probe and the backend), and every pipeline built after it
 (core.data.pipelines.make_pipeline asks `dali_arguments`) is pinned alike.
@@ -52,6 +58,28 @@ def decide(setting: str, device: str, replicas_in_process: int) -> WorkerCores:
     if chosen is WorkerCores.auto:
         return WorkerCores.spare if device == "gpu" and replicas_in_process == 1 else WorkerCores.any
     return chosen
+
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")  # a caller's choice of the frameworks' threads
+AUTO = "auto"
+
+
+def framework_threads(
+    setting, device: str, pipeline_threads: int, replicas_in_process: int, cores: int, env=os.environ
+) -> int | None:
+    """The intra-op threads the training framework of this process gets (`cpu_threads`): a number as given; `auto`
+    on a CPU run, its `cores` less `pipeline_threads` DALI workers per replica it drives, at least 1; None (the
+    framework's default) for `auto` on a GPU run or where the caller set one of THREAD_VARIABLES."""
+    if str(setting) != AUTO:
+        return int(setting)
+    if device != "cpu" or any(variable in env for variable in THREAD_VARIABLES):
+        return None
+    return max(1, cores - pipeline_threads * max(1, replicas_in_process))
+
+
+def process_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0))
 
 
 def pin_workers(pipeline, plan, processes_on_node: int) -> list[int] | None:
