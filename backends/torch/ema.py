@@ -16,13 +16,18 @@ class WeightAverage:
     `module`'s state_dict."""
 
     def __init__(self, module: torch.nn.Module, decay: float):
-        trainable = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
-        self.names = [name for name, _ in trainable]
-        self.parameters = [p for _, p in trainable]
+        self.module = module
+        self.names = [name for name, p in module.named_parameters() if p.requires_grad]
         self.decay = float(decay)
         self.steps = 0  # optimizer steps averaged
         self._kept: list[torch.Tensor] = []  # the average; while swapped in, the live weights
         self.swapped = False
+
+    @property
+    def parameters(self) -> list[torch.Tensor]:
+        """The averaged parameters as the module holds them now (a strategy may have moved or replaced them)."""
+        by_name = dict(self.module.named_parameters())
+        return [by_name[name] for name in self.names]
 
     @torch.no_grad()
     def update(self) -> None:
