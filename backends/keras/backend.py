@@ -22,6 +22,7 @@ from hydrali.backends.keras.strategy import (  # noqa: E402
     placement,
     replica_devices,
     training_device,
+    use_cpu_threads,
     visible_gpus,
 )
 from hydrali.backends.keras.training import (  # noqa: E402
@@ -227,6 +228,10 @@ class KerasBackend:
     def visible_gpus(self) -> int:
         """The number of GPUs TensorFlow sees."""
         return visible_gpus()
+
+    def use_cpu_threads(self, threads: int) -> None:
+        """TensorFlow's intra-op threads (core's cpu_threads)."""
+        use_cpu_threads(threads)
 
     def training_device(self, backend: KerasBackendConfig) -> TrainingDevice:
         """The first GPU TensorFlow sees (the replicas train on its GPUs when it sees any), or the CPU."""

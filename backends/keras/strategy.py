@@ -10,6 +10,7 @@ One replica: TensorFlow's default strategy. Several TF_CONFIG workers: MultiWork
 from __future__ import annotations
 
 import contextlib
+import logging
 
 import tensorflow as tf
 
@@ -17,6 +18,8 @@ from hydrali.backends.keras import workers
 from hydrali.core.contracts.backend import TrainingDevice
 from hydrali.core.errors import HydraliError
 from hydrali.core.run.plan import Plan
+
+log = logging.getLogger("hydrali")
 
 
 def visible_gpus() -> int:
@@ -83,3 +86,14 @@ def placement(devices: list[str]):
     """Where the model is built and fitted: a single replica sits on its device, as its dataset does
     (a DALIDataset on a GPU is iterated there); several replicas, or workers, are placed by the strategy."""
     return tf.device(devices[0]) if len(devices) == 1 and workers.cluster() is None else contextlib.nullcontext()
+
+
+def use_cpu_threads(threads: int) -> None:
+    """TensorFlow's intra-op thread pool: `threads` threads (the pool is made when TensorFlow starts its runtime;
+    once started, it keeps its size and a warning says so)."""
+    if tf.config.threading.get_intra_op_parallelism_threads() == threads:
+        return
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+    except RuntimeError:  # the runtime already started (an earlier run of this process)
+        log.warning("cpu_threads=%d: TensorFlow's runtime already started with its own threads: kept", threads)

@@ -26,7 +26,7 @@ from hydrali.backends.lightning.data import DaliDataModule
 from hydrali.backends.lightning.module import HydraliModule, precision_plugin
 from hydrali.backends.lightning.spec import SPEC, LightningBackendConfig
 from hydrali.backends.torch.collectives import all_gather_bytes
-from hydrali.backends.torch.device import training_device_of
+from hydrali.backends.torch.device import training_device_of, use_cpu_threads
 from hydrali.backends.torch.loaders import LAYOUT, ResumableDaliLoader
 from hydrali.backends.torch.side import build_torch_side, compile_torch_side, start_side_from
 from hydrali.core.contracts.backend import TrainingDevice
@@ -243,6 +243,10 @@ class LightningBackend:
     def visible_gpus(self) -> int:
         """The number of GPUs torch can train on."""
         return torch.cuda.device_count()
+
+    def use_cpu_threads(self, threads: int) -> None:
+        """torch's intra-op threads (core's cpu_threads)."""
+        use_cpu_threads(threads)
 
     def training_device(self, backend: LightningBackendConfig) -> TrainingDevice:
         """The GPU torch trains on (the current CUDA device), or the CPU with backend.accelerator=cpu or no GPU."""

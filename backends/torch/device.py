@@ -18,3 +18,8 @@ def synchronize(device: torch.device) -> None:
     """Wait for the work queued on `device` (nothing to wait for on the CPU)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def use_cpu_threads(threads: int) -> None:
+    """torch's intra-op thread pool of this process: `threads` threads."""
+    torch.set_num_threads(threads)

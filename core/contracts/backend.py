@@ -89,8 +89,8 @@ class TrainingProbe(Protocol):
 
 @runtime_checkable
 class Backend(Protocol):
-    """How a run trains on one framework. Core calls these in this order: visible_gpus, replicas, training_device,
-    (share_from_rank0), newest_checkpoint / checkpoint_epochs, processes_to_start, training_probe (with
+    """How a run trains on one framework. Core calls these in this order: visible_gpus, replicas, use_cpu_threads,
+    training_device, (share_from_rank0), newest_checkpoint / checkpoint_epochs, processes_to_start, training_probe (with
     pipeline.autotune), fit. The commands on a trained run (hydrali eval, predict, export) call newest_checkpoint
     and load_trained."""
 
@@ -108,6 +108,10 @@ class Backend(Protocol):
 
     def processes_to_start(self, backend: Any) -> int:
         """How many processes hydrali itself starts for the job on this node (1: this one trains alone)."""
+
+    def use_cpu_threads(self, threads: int) -> None:
+        """Let the framework's compute (intra-op) thread pool of this process use `threads` threads (cpu_threads,
+        decided by core before any pipeline or network is built)."""
 
     def share_from_rank0(self, values: dict[str, Any], plan: Plan) -> dict[str, Any]:
         """Rank 0's JSON-able `values` on every process of a job that a launcher started."""

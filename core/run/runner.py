@@ -215,12 +215,32 @@ def tune(cfg: DictConfig, backend: Backend, task, dataset, plan: Plan) -> DictCo
     dir is compared with (what this attempt decides by itself, autotune's choice, is its own)."""
     per_node, _, per_process = backend.replicas(backend_settings(cfg.backend, decided=False), plan.device)
     affinity.pin_workers(cfg.pipeline, plan, per_node // max(1, per_process))  # before any pipeline is built
+    use_cpu_threads(cfg, backend, plan, per_node // max(1, per_process))
     asked = copy.deepcopy(cfg)
     if cfg.pipeline.autotune:  # every process probes its own DALI pipeline; the choice goes into cfg (and MLflow)
         autotune.apply(cfg, task, dataset, plan, backend)
     seeding.seed_everything(plan.seed, cfg.deterministic)
     log.info(describe_plan(plan, cfg.optim.ref_batch))
     return asked
+
+
+def use_cpu_threads(cfg: DictConfig, backend: Backend, plan: Plan, processes_on_node: int) -> None:
+    """Give the backend's framework the compute threads core decides (cpu_threads), logged; none when it decides
+    nothing (a GPU run under auto, or the caller's own thread variables)."""
+    share = affinity.process_share(
+        list(os.sched_getaffinity(0)), os.cpu_count() or 1, plan.local_rank, max(1, processes_on_node)
+    )
+    threads = affinity.framework_threads(
+        cfg.cpu_threads, plan.device, int(cfg.pipeline.num_threads), len(plan.shards), len(share)
+    )
+    if threads is not None:
+        backend.use_cpu_threads(threads)
+        log.info(
+            "cpu_threads: %d compute thread(s) for the framework (%d core(s), %d DALI worker(s) per pipeline)",
+            threads,
+            len(share),
+            int(cfg.pipeline.num_threads),
+        )
 
 
 def describe_plan(plan: Plan, ref_batch: int) -> str:

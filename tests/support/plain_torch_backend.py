@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from hydrali.backends.torch.device import training_device_of
+from hydrali.backends.torch.device import training_device_of, use_cpu_threads
 from hydrali.backends.torch.ema import WeightAverage
 from hydrali.backends.torch.loaders import LAYOUT, DaliLoader, dali_loader
 from hydrali.backends.torch.optim import make_optimizer, make_schedule
@@ -156,6 +156,10 @@ class PlainBackend:
         if backend.devices != 1:
             raise HydraliError(f"backend.devices={backend.devices}: backend=plain trains in one process: pass 1")
         return 1, 1, 1
+
+    def use_cpu_threads(self, threads: int) -> None:
+        """torch's intra-op threads (core's cpu_threads)."""
+        use_cpu_threads(threads)
 
     def training_device(self, backend: PlainBackendConfig) -> TrainingDevice:
         """The CPU."""

@@ -409,3 +409,35 @@ class KerasSignalAtStep:
                     os.kill(os.getpid(), signal.SIGUSR1)
 
         return _Signal()
+
+
+class RecordComputeThreads:
+    """Write, as JSON to `path`, the compute (intra-op) threads the framework reports after the first training step:
+    torch.get_num_threads() on Lightning, TensorFlow's intra-op parallelism on Keras (0: its default, one per core);
+    `framework`: lightning or keras, the backend whose callback this is."""
+
+    def __new__(cls, path: str, framework: str):
+        import json
+        from pathlib import Path
+
+        def record(threads: int) -> None:
+            if not Path(path).exists():
+                Path(path).write_text(json.dumps({"threads": threads}))
+
+        if framework == "keras":
+            import keras
+            import tensorflow as tf
+
+            class _KerasRecord(keras.callbacks.Callback):
+                def on_train_batch_end(self, batch, logs=None) -> None:
+                    record(tf.config.threading.get_intra_op_parallelism_threads())
+
+            return _KerasRecord()
+        import lightning as L
+        import torch
+
+        class _Record(L.Callback):
+            def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+                record(torch.get_num_threads())
+
+        return _Record()
