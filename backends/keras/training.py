@@ -274,10 +274,13 @@ class ContractModel(keras.Model):
     sample i of validation batch `val_step` on replica r counts iff val_step * batch + i < the shard's size.
     (A replica's id in sync, counted over every worker of the job, is its shard id.)"""
 
-    def __init__(self, network: keras.Model, val_shard_sizes, batch: int, on_val_batch=None, **kwargs):
+    def __init__(
+        self, network: keras.Model, val_shard_sizes, batch: int, on_val_batch=None, evaluation_forward=None, **kwargs
+    ):
         super().__init__(**kwargs)
         self.network = network
         self.on_val_batch = on_val_batch  # the task's look at each validation batch: (data, y_pred, weights)
+        self.evaluation_forward = evaluation_forward  # the task's validation output (network, x), else the network's
         self.val_shard_sizes = [int(s) for s in val_shard_sizes]  # one per shard of the job
         self.batch = int(batch)
         self.val_step = keras.Variable(0, dtype="int32", trainable=False, name="val_step")
@@ -351,6 +354,8 @@ class ContractModel(keras.Model):
             self.jit_compile = True
 
     def _forward(self, x):
+        if self.evaluation_forward is not None:
+            return self.evaluation_forward(self.network, x)
         return self(x, training=False)
 
     def _reducible(self, logs: dict) -> dict:
@@ -411,9 +416,11 @@ def compile_model(
     jit_compile: bool = False,
     on_val_batch=None,
     backbone_of=None,
+    evaluation_forward=None,
 ) -> ContractModel:
     """Build the network and its optimizer inside strategy.scope() and compile them under core's contracts; with
-    optim.backbone_lr_mult, `backbone_of(network)` names the variables that take it."""
+    optim.backbone_lr_mult, `backbone_of(network)` names the variables that take it; validation scores
+    `evaluation_forward(network, x)` when given (e.g. flip averaging), else the network's output."""
     with strategy.scope(), dtype_policy(precision):
         network = build_network()
         model = ContractModel(
@@ -421,6 +428,7 @@ def compile_model(
             [contract.val_shard_size(shard) for shard in range(plan.num_shards)],
             plan.per_replica_batch,
             on_val_batch,
+            evaluation_forward,
         )
         model(keras.ops.zeros((1, *network.input_shape[1:])))  # build the wrapper's variables
         optimizer = make_optimizer(optim, plan_schedule(plan, optim, contract), contract.accumulate)
@@ -511,6 +519,7 @@ def compile_task_model(
             jit_compile=contract.compile,
             on_val_batch=side.on_val_batch,
             backbone_of=getattr(side, "backbone_variables", None),
+            evaluation_forward=getattr(side, "evaluation_forward", None),
         )
     except (InstantiationException, TypeError, ValueError) as err:
         raise HydraliError(

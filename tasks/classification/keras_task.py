@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import keras
 from keras import ops
 from omegaconf import DictConfig
@@ -24,6 +26,12 @@ def targets(y_true, y_pred):
         return ops.cast(y_true, y_pred.dtype)
     labels = ops.reshape(ops.cast(y_true, "int32"), (-1,))
     return ops.one_hot(labels, ops.shape(y_pred)[-1], dtype=y_pred.dtype)
+
+
+def mean_of_probabilities(first, second):
+    """log((softmax(first) + softmax(second)) / 2) in float32: logits whose softmax is the mean of the two."""
+    log_probabilities = [ops.log_softmax(ops.cast(logits, "float32"), axis=-1) for logits in (first, second)]
+    return ops.logsumexp(ops.stack(log_probabilities), axis=0) - math.log(2.0)
 
 
 @keras.saving.register_keras_serializable(package="hydrali")
@@ -105,11 +113,25 @@ class KerasClassification:
         """Top-1 accuracy, logged as `acc` (val/acc once mapped)."""
         return [TopOneAccuracy(name="acc")]
 
-    prediction_names = ("logits",)  # what `predict` returns, in this order (hydrali eval, predict, export)
+    def evaluation_forward(self, network: keras.Model, images):
+        """The class logits that validation (the Keras backend's test step) and predict score: the network's, or
+        with task.flip_averaging the log of the mean of its class probabilities on the images (NHWC) and on them
+        mirrored left-right."""
+        logits = network(images, training=False)
+        if not self.task.flip_averaging:
+            return logits
+        return mean_of_probabilities(logits, network(ops.flip(images, axis=2), training=False))
+
+    prediction_names = ("logits",)  # what `predict` and `serving` return, in this order (hydrali eval, predict)
+
+    def predict(self, network: keras.Model, batch: dict) -> dict:
+        """The class logits for a batch's images, flip-averaged with task.flip_averaging (scored by
+        tasks/classification/scoring.py)."""
+        return {"logits": self.evaluation_forward(network, batch["images"])}
 
     @staticmethod
-    def predict(network: keras.Model, batch: dict) -> dict:
-        """The network's class logits for a batch's images (scored by tasks/classification/scoring.py)."""
+    def serving(network: keras.Model, batch: dict) -> dict:
+        """What hydrali export writes: the network's own class logits (never flip-averaged)."""
         return {"logits": network(batch["images"], training=False)}
 
     on_val_batch = None  # Keras' metrics see every validation batch: nothing more to look at

@@ -18,6 +18,7 @@ class ClassificationTaskConfig(TaskConfig):
 
     label_smoothing: float = 0.0
     class_weights: Any = None  # null | auto | [one weight per class] (hydrali.core.optim.class_weights)
+    flip_averaging: bool = False  # validation, eval and predict score the mean softmax of the images and their mirror
 
 
 @dataclass

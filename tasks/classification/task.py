@@ -35,6 +35,7 @@ class ClassificationTask(DaliTask):
 
     label_smoothing: float
     class_weights: Any = None  # null | auto | a list (hydrali.core.optim.class_weights)
+    flip_averaging: bool = False  # validation, eval and predict average the network's softmax with the mirror's
     # Learnt from the pipelines built (build_pipeline), for the recipes and output_specs, which the config does not
     # tell: the dataset's number of classes, and whether the training pipeline mixes (its labels soft targets).
     num_classes: int | None = field(default=None, init=False)

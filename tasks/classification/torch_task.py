@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from omegaconf import DictConfig
 from torch import nn
@@ -17,11 +19,17 @@ class TorchClassification(nn.Module):
     """Holds the network, the cross-entropy loss and the validation metrics of one run."""
 
     def __init__(
-        self, model: nn.Module, num_classes: int, label_smoothing: float = 0.0, class_weights: tuple | None = None
+        self,
+        model: nn.Module,
+        num_classes: int,
+        label_smoothing: float = 0.0,
+        class_weights: tuple | None = None,
+        flip_averaging: bool = False,
     ):
         super().__init__()
         self.model = model
         self.label_smoothing = label_smoothing
+        self.flip_averaging = flip_averaging  # task.flip_averaging: validation and predict average with the mirror
         # task.class_weights: not in the state_dict (a checkpoint holds the network, not the data's counts)
         weights = torch.tensor(class_weights, dtype=torch.float32) if class_weights else None
         self.register_buffer("class_weights", weights, persistent=False)
@@ -80,14 +88,27 @@ class TorchClassification(nn.Module):
     def validation_step(self, batch: dict) -> tuple[torch.Tensor, int]:
         """Update the validation metrics with one batch; return its loss and size."""
         images, labels = self.unpack(batch)
-        logits = self.model(images)
+        logits = self.evaluation_logits(images)
         self.val_metrics.update(logits, labels)
         return self.loss_fn(logits, labels), labels.numel()
 
-    prediction_names = ("logits",)  # what `predict` returns, in this order (hydrali eval, predict, export)
+    def evaluation_logits(self, images: torch.Tensor) -> torch.Tensor:
+        """The class logits that validation and predict score: the network's, or with task.flip_averaging the log
+        of the mean of its class probabilities on the images (NCHW) and on them mirrored left-right."""
+        logits = self.model(images)
+        if not self.flip_averaging:
+            return logits
+        return mean_of_probabilities(logits, self.model(torch.flip(images, dims=(-1,))))
+
+    prediction_names = ("logits",)  # what `predict` and `serving` return, in this order (hydrali eval, predict)
 
     def predict(self, batch: dict) -> dict[str, torch.Tensor]:
-        """The network's class logits for a batch's images (scored by tasks/classification/scoring.py)."""
+        """The class logits for a batch's images, flip-averaged with task.flip_averaging (scored by
+        tasks/classification/scoring.py)."""
+        return {"logits": self.evaluation_logits(batch["images"])}
+
+    def serving(self, batch: dict) -> dict[str, torch.Tensor]:
+        """What hydrali export writes: the network's own class logits (never flip-averaged)."""
         return {"logits": self.model(batch["images"])}
 
     def val_metrics_compute(self, epoch: int) -> dict[str, torch.Tensor]:
@@ -101,6 +122,12 @@ class TorchClassification(nn.Module):
         self.val_metrics.reset()
 
 
+def mean_of_probabilities(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+    """log((softmax(first) + softmax(second)) / 2) in float32: logits whose softmax is the mean of the two."""
+    log_probabilities = torch.stack([F.log_softmax(first.float(), -1), F.log_softmax(second.float(), -1)])
+    return torch.logsumexp(log_probabilities, dim=0) - math.log(2.0)
+
+
 def build(task, model_cfg: DictConfig, dataset, image_size: int) -> TorchClassification:
     """The torch side of `task` with the network described by `model_cfg` (any _target_ returning an nn.Module)
     for `dataset`'s classes."""
@@ -108,6 +135,8 @@ def build(task, model_cfg: DictConfig, dataset, image_size: int) -> TorchClassif
     model = instantiate_network(network_spec(model_cfg, "torch"), num_classes=num_classes)
     if not isinstance(model, nn.Module):
         raise TypeError(f"model._target_={model_cfg._target_} returned {type(model).__name__}, not an nn.Module")
-    side = TorchClassification(model, num_classes, task.label_smoothing, getattr(dataset, "class_weights", None))
+    side = TorchClassification(
+        model, num_classes, task.label_smoothing, getattr(dataset, "class_weights", None), task.flip_averaging
+    )
     side.frozen = freeze(model, model_cfg.get("freeze"))
     return side

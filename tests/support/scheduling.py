@@ -18,6 +18,7 @@ FILES_OF_SHARED_RUNS = frozenset(
         "tests/test_auto_settings.py",
         "tests/test_backends_agree.py",
         "tests/test_detection_training.py",
+        "tests/test_flip_averaging.py",
         "tests/test_hints.py",
         "tests/test_leftovers.py",
         "tests/test_overhead.py",
