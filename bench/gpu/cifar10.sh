@@ -9,6 +9,7 @@ source bench/gpu/env.sh
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 [ -d /tmp/cifar/cifar ] || { mkdir -p /tmp/cifar && tar -xzf .devdata/cifar10.tgz -C /tmp/cifar; }
 export HYDRALI_ROOT=/tmp/hydrali-runs
+mkdir -p "$HYDRALI_ROOT"
 status=0
 for spec in "$@"; do
   name=${spec%%=*}; overrides=${spec#*=}
