@@ -253,5 +253,28 @@ def test_a_lightning_checkpoint_holds_the_average_and_a_resume_continues_it():
         _assert_close([w.detach() for w in trained.weight_average.average()], weight_average(steps, DECAY), "average")
 
 
+def test_an_average_loaded_before_the_network_moves_follows_it():
+    """Lightning loads a checkpoint before its strategy moves the network to the GPU: the average loaded with it must
+    follow the network (here: to float64, the move a CPU can show) at the next update, not fail beside it."""
+    import torch
+
+    from hydrali.backends.lightning.module import HydraliModule
+
+    def module():
+        return HydraliModule(torch.nn.Sequential(torch.nn.Linear(FEATURES, HIDDEN)), OPTIM, None, STEPS)
+
+    first = module()
+    first.weight_average.update()
+    checkpoint = {"state_dict": first.state_dict()}
+    first.on_save_checkpoint(checkpoint)
+    resumed = module()
+    resumed.on_load_checkpoint(checkpoint)
+    resumed.load_state_dict(checkpoint["state_dict"])
+    resumed.double()  # the network moves after the checkpoint was loaded
+    resumed.weight_average.update()
+    resumed.weight_average.swap_in()
+    assert all(w.dtype == torch.float64 for w in resumed.weight_average.average())
+
+
 def test_a_decay_outside_0_to_1_is_one_line(tmp_path):
     fails_with(run_cli("optim.ema_decay=1.5", cwd=tmp_path), "optim.ema_decay=1.5", "between 0 and 1")

@@ -29,12 +29,21 @@ class WeightAverage:
         by_name = dict(self.module.named_parameters())
         return [by_name[name] for name in self.names]
 
+    def _kept_beside_parameters(self) -> None:
+        """Move the kept weights to their parameters' device and dtype (a checkpoint is loaded before the strategy
+        moves the network to its GPU)."""
+        self._kept = [
+            kept if kept.device == p.device and kept.dtype == p.dtype else kept.to(p.device, p.dtype)
+            for kept, p in zip(self._kept, self.parameters)
+        ]
+
     @torch.no_grad()
     def update(self) -> None:
         """Average in the weights after an optimizer step: the first step's weights, then decay x average +
         (1 - decay) x weights."""
         if self.swapped:
             raise RuntimeError("the average is swapped in: a step would train it")
+        self._kept_beside_parameters()
         if self.steps == 0:
             self._kept = [p.detach().clone() for p in self.parameters]
         else:
@@ -47,6 +56,7 @@ class WeightAverage:
         before the first step."""
         if self.steps == 0:
             return
+        self._kept_beside_parameters()
         for parameter, kept in zip(self.parameters, self._kept):
             held = parameter.detach().clone()
             parameter.copy_(kept)
