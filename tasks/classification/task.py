@@ -6,6 +6,7 @@ imported only by the backend that uses it, so that choosing a backend decides wh
 
 from __future__ import annotations
 
+import inspect
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -15,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hydrali.core.data import webdataset
 from hydrali.core.data.image_files import Verify
+from hydrali.core.data.pipelines import load_recipe
 from hydrali.core.errors import HydraliError
 from hydrali.core.optim.class_weights import describe, resolve_class_weights
 from hydrali.core.run.plan import Plan, Shard
@@ -59,13 +61,15 @@ class ClassificationTask(DaliTask):
         """The DALI pipeline (not yet built) of one replica's shard of one split (tasks/base.py), its recipe given
         the dataset's number of classes; a training one also tells output_specs whether its labels are soft."""
         self.num_classes = dataset.num_classes
+        # a user's own recipe (pipeline.recipe) need not take the number of classes: given only where declared
+        self.recipe_takes_classes = "num_classes" in inspect.signature(load_recipe(pipeline.recipe)).parameters
         if is_training:
             self.soft_training_labels = mixes(OmegaConf.to_container(pipeline.options, resolve=True))
         return super().build_pipeline(pipeline=pipeline, dataset=dataset, is_training=is_training, **settings)
 
     def recipe_arguments(self, model: DictConfig, data: DictConfig) -> dict[str, Any]:
-        """The number of classes (the soft labels of mixup and cutmix)."""
-        return {"num_classes": self.num_classes}
+        """The number of classes (the soft labels of mixup and cutmix), to a recipe that declares it."""
+        return {"num_classes": self.num_classes} if getattr(self, "recipe_takes_classes", True) else {}
 
     def prepare_data(self, data: DictConfig, verify: Verify) -> ImageFolderInfo:
         """Make sure the dataset is on disk (writing the bundled one if needed) and scan it; then check its
