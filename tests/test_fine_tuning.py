@@ -70,7 +70,7 @@ def test_freeze_takes_its_choices_only(tmp_path, data_dir):
     )
 
 
-def test_resuming_with_another_backbone_lr_mult_is_refused_naming_it(tmp_path, data_dir):
+def test_resuming_with_another_backbone_lr_mult_or_a_weight_average_is_refused_naming_it(tmp_path, data_dir):
     # the optimizer's parameter groups, and the lrs a checkpoint restores, follow it
     run_dir = tmp_path / "run"
     args = [*TINY, *LIGHTNING_QUIET, "tracking=none", f"paths.data_dir={data_dir}", f"hydra.run.dir={run_dir}"]
@@ -80,3 +80,5 @@ def test_resuming_with_another_backbone_lr_mult_is_refused_naming_it(tmp_path, d
         run_cli("epochs=2", "ckpt_path=last", "optim.backbone_lr_mult=0.1", *args, cwd=tmp_path),
         "backbone_lr_mult",
     )
+    # a weight average switched on adds to the checkpoint's state: refused the same way (issue 35)
+    fails_with(run_cli("epochs=2", "ckpt_path=last", "optim.ema_decay=0.9", *args, cwd=tmp_path), "ema")

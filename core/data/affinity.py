@@ -68,18 +68,14 @@ def framework_threads(
     setting, device: str, pipeline_threads: int, replicas_in_process: int, cores: int, env=os.environ
 ) -> int | None:
     """The intra-op threads the training framework of this process gets (`cpu_threads`): a number as given; `auto`
-    on a CPU run, its `cores` less `pipeline_threads` DALI workers per replica it drives, at least 1; None (the
-    framework's default) for `auto` on a GPU run or where the caller set one of THREAD_VARIABLES."""
+    where DALI runs on the CPU (`device`: DALI's, whose workers then want the cores whichever device trains), its
+    `cores` less `pipeline_threads` DALI workers per replica it drives, at least 1; None (the framework's default)
+    for `auto` where DALI runs on a GPU or where the caller set one of THREAD_VARIABLES."""
     if str(setting) != AUTO:
         return int(setting)
     if device != "cpu" or any(variable in env for variable in THREAD_VARIABLES):
         return None
     return max(1, cores - pipeline_threads * max(1, replicas_in_process))
-
-
-def process_cores() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0))
 
 
 def pin_workers(pipeline, plan, processes_on_node: int) -> list[int] | None:

@@ -215,10 +215,10 @@ def tune(cfg: DictConfig, backend: Backend, task, dataset, plan: Plan) -> DictCo
     dir is compared with (what this attempt decides by itself, autotune's choice, is its own)."""
     per_node, _, per_process = backend.replicas(backend_settings(cfg.backend, decided=False), plan.device)
     affinity.pin_workers(cfg.pipeline, plan, per_node // max(1, per_process))  # before any pipeline is built
-    use_cpu_threads(cfg, backend, plan, per_node // max(1, per_process))
     asked = copy.deepcopy(cfg)
     if cfg.pipeline.autotune:  # every process probes its own DALI pipeline; the choice goes into cfg (and MLflow)
         autotune.apply(cfg, task, dataset, plan, backend)
+    use_cpu_threads(cfg, backend, plan, per_node // max(1, per_process))  # DALI's workers as autotune chose them
     seeding.seed_everything(plan.seed, cfg.deterministic)
     log.info(describe_plan(plan, cfg.optim.ref_batch))
     return asked
@@ -398,6 +398,8 @@ def _trained_with(cfg: DictConfig, dataset) -> dict:
         # the optimizer's parameter groups (and their lrs, which a checkpoint restores) follow it: kept only when
         # it is not 1, so that records written before it existed still compare equal
         **({"backbone_lr_mult": mult} if (mult := float(cfg.optim.get("backbone_lr_mult", 1.0))) != 1.0 else {}),
+        # a weight average adds to the optimizer's state (Keras) and the checkpoint's (torch): kept only when on
+        **({"ema": True} if cfg.optim.get("ema_decay") is not None else {}),
     }
 
 
