@@ -117,8 +117,11 @@ def test_keras_validates_checkpoints_resumes_and_ends_with_the_average_of_its_op
     _assert_close(resumed["final"], average, "the weights after fit")
     with h5py.File(tmp_path / "keras" / "checkpoints" / f"epoch{EPOCHS:03d}.weights.h5", "r") as saved:
         network = _h5_arrays(saved, "layers")  # the model's weights, not its optimizer's
+        optimizer = _h5_arrays(saved, "optimizer")
     for expected in average:  # each averaged weight is one of the network's in the checkpoint
         assert any(a.shape == expected.shape and np.allclose(a, expected, atol=TOLERANCE, rtol=0) for a in network)
+    for live in resumed["steps"][-1]:  # the last step's live weights stay in its optimizer state (a later resume's)
+        assert any(a.shape == live.shape and np.allclose(a, live, atol=TOLERANCE, rtol=0) for a in optimizer)
 
 
 def _h5_arrays(group, under: str) -> list[np.ndarray]:

@@ -15,7 +15,12 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from hydrali.backends.keras import checkpoints, workers  # noqa: E402
-from hydrali.backends.keras.callbacks import AverageInCheckpoints, Observe, StopOnSignal  # noqa: E402
+from hydrali.backends.keras.callbacks import (  # noqa: E402
+    AverageInCheckpoints,
+    KeepAverageAfterFit,
+    Observe,
+    StopOnSignal,
+)
 from hydrali.backends.keras.data import LAYOUT, dali_dataset, distribute  # noqa: E402
 from hydrali.backends.keras.strategy import (  # noqa: E402
     make_strategy,
@@ -132,6 +137,7 @@ def _fit(
             keras.callbacks.ModelCheckpoint(str(checkpoint_dir / checkpoints.PATTERN), save_weights_only=True)
             if chief
             else workers.ThrowawayCheckpoint(),  # every worker saves, at the same point
+            *([KeepAverageAfterFit()] if average else []),  # after it: the last checkpoint keeps the live weights
             Observe(observer),  # before the pruning, which keeps the best epoch of the record
             *(
                 [

@@ -87,3 +87,37 @@ class AverageInCheckpoints(keras.callbacks.SwapEMAWeights):
     def __init__(self, resumed: bool):
         super().__init__(swap_on_epoch=True)
         self._ema_weights_in_model = resumed
+
+    def on_epoch_end(self, epoch, logs=None):
+        """Put the average into the model for the epoch's checkpoint, the live weights into the optimizer's slots;
+        also after the last epoch (Keras' own callback then copies the average into the slots before the checkpoint
+        is written, which would lose the live weights a later `ckpt_path=last epochs=<more>` trains on:
+        KeepAverageAfterFit does that once the checkpoint is written)."""
+        if not self._ema_weights_in_model:
+            self._swap_variables()
+            self._ema_weights_in_model = True
+
+
+class KeepAverageAfterFit(keras.callbacks.SwapEMAWeights):
+    """After the last epoch's checkpoint (placed after it): the optimizer's slots take the average the model holds,
+    so that fit, which ends by copying the slots into the model, leaves the model with the average."""
+
+    def __init__(self):
+        super().__init__(swap_on_epoch=False)
+
+    def on_epoch_end(self, epoch, logs=None):
+        """At the last epoch's end, the model's weights (the average) into the optimizer's average slots."""
+        if epoch == self.params["epochs"] - 1:
+            self._finalize_ema_values()
+
+    def on_test_begin(self, logs=None):  # validation is AverageInCheckpoints' to swap
+        pass
+
+    def on_test_end(self, logs=None):
+        pass
+
+    def on_predict_begin(self, logs=None):
+        pass
+
+    def on_predict_end(self, logs=None):
+        pass
