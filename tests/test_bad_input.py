@@ -21,7 +21,8 @@ def test_an_unknown_key_names_the_closest(tmp_path):
 def test_an_option_a_group_does_not_have_lists_the_options(tmp_path):
     _fails_at_composition_with(
         run_cli("pipeline=standrad", cwd=tmp_path),
-        "pipeline=standrad is not an option of pipeline: choose one of light, scale_jitter, ssd, standard",
+        "pipeline=standrad is not an option of pipeline: choose one of light, scale_jitter, small_images, ssd, "
+        "standard",
     )
 
 
@@ -112,7 +113,7 @@ def test_a_pipeline_that_does_not_fit_the_task_names_the_choices(tmp_path):
         standard.replace("name: standard", "name: ssd").replace("task: classification", "task: detection")
     )
     out = run_cli(f"hydra.searchpath=[file://{tmp_path / 'myconf'}]", "pipeline=ssd", cwd=tmp_path)
-    fails_with(out, "pipeline=ssd is a detection recipe", "task=classification", "light, standard")
+    fails_with(out, "pipeline=ssd is a detection recipe", "task=classification", "light, small_images, standard")
 
 
 def test_a_corrupt_jpeg_is_named_before_training(tmp_path, digits_copy):

@@ -44,7 +44,8 @@ def test_help_lists_the_groups_and_their_options(tmp_path):
     out = run_cli("--help", cwd=tmp_path)
     assert out.returncode == 0
     for line in (
-        "pipeline: light, scale_jitter, ssd, standard",
+        "pipeline: light, scale_jitter, small_images, ssd, standard",
+        "experiment: cifar10",
         "data: coco, digits, digits_detection, imagefolder",
         "backend: keras, lightning",
         "model: resnet18, resnet50, small_resnet, ssd_resnet50, ssd_small",
@@ -148,7 +149,7 @@ def test_an_installed_hydrali_is_one_namespace_that_runs_from_anywhere(tmp_path,
     helped = subprocess.run(
         [sys.executable, "-m", "hydrali.core", "--help"], env=env, cwd=tmp_path, capture_output=True, text=True
     )
-    assert helped.returncode == 0 and "pipeline: light, scale_jitter, ssd, standard" in helped.stdout
+    assert helped.returncode == 0 and "pipeline: light, scale_jitter, small_images, ssd, standard" in helped.stdout
     trained = subprocess.run(
         [
             sys.executable,

@@ -144,7 +144,7 @@ def test_a_classification_recipe_with_detection_and_the_reverse_are_refused(tmp_
     fails_with(
         run_cli("pipeline=ssd", cwd=tmp_path),
         "pipeline=ssd is a detection recipe and cannot feed task=classification",
-        "light, standard",
+        "light, small_images, standard",
     )
 
 
