@@ -19,8 +19,9 @@ The parts (`WallParts`), each in seconds:
   it (on Keras that end comes after the epoch's checkpoint is saved);
 - tracking: the tracking server's check (tracking.uri), the run's MLflow run opened (and run.json written), its
   params, config and artifacts logged, and the run ended (the metrics of each epoch, logged as it ends, are not);
-- other: what remains: the plan, the resume point, the run's `auto` settings, checkpoints between epochs (Lightning),
-  each epoch's record, the end of backend.fit, the summary.
+- other: what remains: the plan, the resume point, the run's `auto` settings, the checkpoints a framework saves after
+  the epoch's end as its backend reports it (a checkpoint saved before that end counts in validation), each epoch's
+  record, the end of backend.fit, the summary.
 
 With hydrali's own launcher (several processes on one node), the summary is rank 0's: its parts are rank 0's
 process's, started by the job's process after that one's own start-up and data check, which are not counted.
