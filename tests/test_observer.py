@@ -5,25 +5,11 @@ from __future__ import annotations
 
 import json
 
-from hydrali.core.run.observer import TrainingObserver
-from hydrali.core.run.record import RunRecord
-from hydrali.core.tracking.mlflow_runs import start_tracking
+from tests.support.observers import untracked_observer
 
 
 def _observer(tmp_path, steps_per_epoch=4, images_per_batch=16):
-    tracker = start_tracking(
-        enabled=False,
-        is_global_zero=True,
-        uri=None,
-        experiment="x",
-        artifact_location=None,
-        output_dir=tmp_path,
-        run_name="x",
-        sweep_dir=None,
-        tags={},
-    )
-    record = RunRecord.open(tmp_path, tracker, resume=False, writer=True, epochs=3)
-    return TrainingObserver(record, images_per_batch=images_per_batch, steps_per_epoch=steps_per_epoch, warmup_steps=1)
+    return untracked_observer(tmp_path, steps_per_epoch=steps_per_epoch, images_per_batch=images_per_batch)
 
 
 def _epoch(observer, epoch, lrs, metrics, validated):

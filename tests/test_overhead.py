@@ -11,12 +11,11 @@ import pytest
 
 from hydrali.core.run import wall_time
 from hydrali.core.run.observer import TrainingObserver
-from hydrali.core.run.record import RunRecord
 from hydrali.core.run.summary import WALL_PART_LABELS
-from hydrali.core.tracking.mlflow_runs import start_tracking
 from tests.support.checks import read_summary
 from tests.support.cli import start_cli
 from tests.support.configs import KERAS_QUIET, TINY
+from tests.support.observers import untracked_observer
 
 pytestmark = pytest.mark.slow
 
@@ -111,16 +110,4 @@ def test_only_a_process_that_exists_to_run_hydrali_counts_from_its_start():
 
 def _observer(tmp_path) -> TrainingObserver:
     """An observer of 4 steps an epoch recording into a run record in tmp_path, tracking off."""
-    tracker = start_tracking(
-        enabled=False,
-        is_global_zero=True,
-        uri=None,
-        experiment="x",
-        artifact_location=None,
-        output_dir=tmp_path,
-        run_name="x",
-        sweep_dir=None,
-        tags={},
-    )
-    record = RunRecord.open(tmp_path, tracker, resume=False, writer=True, epochs=1)
-    return TrainingObserver(record, images_per_batch=16, steps_per_epoch=4, warmup_steps=1)
+    return untracked_observer(tmp_path, epochs=1)
