@@ -5,7 +5,7 @@ files are read from (`source`), which files it holds (`image_files`) and what el
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -128,15 +128,21 @@ class DaliTask:
     ):
         """The DALI pipeline (not yet built) of one replica's shard of one split; with `checkpointing`, one whose
         reader and random state DALI can save (`restore`: a state it saved, to continue from)."""
+        options = OmegaConf.to_container(pipeline.options, resolve=True)
+        source = self.source(dataset, shard, plan, is_training)
+        if options.get("decode_once"):
+            source = replace(
+                source, decoded=self.decoded_batches(source, pipeline=pipeline, data=data, plan=plan, shard=shard)
+            )
         return make_pipeline(
             pipeline.recipe,
-            OmegaConf.to_container(pipeline.options, resolve=True),
+            options,
             batch_size=plan.per_replica_batch,
             num_threads=pipeline.num_threads,
             device_id=shard.device_id,
             seed=shard.pipeline_seed,
             prefetch_queue_depth=pipeline.prefetch_queue_depth,
-            source=self.source(dataset, shard, plan, is_training),
+            source=source,
             device=plan.device,
             layout=layout,
             image_size=data.image_size,
@@ -146,6 +152,11 @@ class DaliTask:
             restore=restore,
             **self.recipe_arguments(model, data),
         )
+
+    def decoded_batches(self, source: Any, *, pipeline: DictConfig, data: DictConfig, plan: Plan, shard: Shard) -> Any:
+        """For a recipe whose `decode_once` option is on: the batch source (hydrali.core.data.decoded.DecodedBatches)
+        over `source`'s shard decoded once, which the recipe reads in place of the files."""
+        raise HydraliError(f"pipeline.options.decode_once=true: task={self.name} cannot decode its images once")
 
     def explain_decode_error(self, dataset: Dataset) -> str | None:
         """After a decoder failed: one line naming the dataset's image files that cannot be decoded, if any."""

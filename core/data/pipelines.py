@@ -3,7 +3,9 @@
 A recipe is a `@pipeline_def` function. It receives from core the `Source` it reads (files, shard,
 and how the split is read), the device, the layout its backend wants, the image size and output
 type, and, as keyword-only parameters, its own options: the keys of `pipeline.options`. An option
-the recipe does not declare, or a declared one left unset, is an error naming it.
+the recipe does not declare, or a declared one left unset, is an error naming it. A recipe that declares the
+option `decode_once` gets, when it is true, its shard decoded once in `Source.decoded`
+(hydrali.core.data.decoded) and reads its batches from there.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ class Source:
     shard_id: int
     num_shards: int
     is_training: bool
+    # the shard decoded once (a recipe's `decode_once` option): fn.external_source's batch source
+    # (hydrali.core.data.decoded.DecodedBatches) the recipe reads in place of the files; None: read the files
+    decoded: Any = None
 
     def reader_args(self) -> dict:
         """The sharding arguments every DALI reader of a recipe takes (fn.readers.file, fn.readers.coco, ...)."""

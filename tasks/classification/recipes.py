@@ -240,6 +240,26 @@ def _cutout(images, side: int, length: int):
     return erase(images, random_box(side, length)) if length else images
 
 
+def _square_images(source, device, image_size, hw_decoder_load, initial_fill):
+    """(uint8 HWC images of image_size x image_size, labels) of `source`: read from its files, decoded and resized,
+    or taken from memory when the source holds its images decoded once (Source.decoded)."""
+    if source.decoded is None:
+        jpegs, labels = read_files(source, initial_fill)
+        images = _decode(jpegs, device, hw_decoder_load)
+        return fn.resize(images, resize_x=image_size, resize_y=image_size), labels
+    batches = source.decoded
+    images = fn.external_source(source=batches.images, batch=True, batch_info=True, layout="HWC", dtype=types.UINT8)
+    labels = fn.external_source(source=batches.labels, batch=True, batch_info=True, dtype=types.INT32)
+    return (images.gpu() if device == "gpu" else images), labels
+
+
+@pipeline_def
+def square_images(source, device, image_size, hw_decoder_load, initial_fill=1):
+    """The files of `source` decoded and resized to image_size x image_size, uint8 HWC, with their labels: what a
+    recipe with `decode_once` keeps in memory (hydrali.core.data.decoded.decode_shard)."""
+    return _square_images(source, device, image_size, hw_decoder_load, initial_fill)
+
+
 @pipeline_def
 def small_images(
     source,
@@ -261,15 +281,21 @@ def small_images(
     cutmix_alpha,
     mix_probability,
     switch_probability,
+    decode_once: bool = False,  # default: for runs recorded before this option existed (hydrali eval reads them)
 ):
     """CIFAR-style training on small photos. Training: decode, resize to image_size x image_size (images of that
     size pass unchanged), pad by `pad` pixels and crop a random image_size x image_size window, random flip,
     normalize, cutout (a square set to 0, the mean colour, after normalization), mixup / cutmix if asked (labels
-    then soft targets over num_classes). Validation: decode, resize to image_size x image_size, normalize."""
+    then soft targets over num_classes). Validation: decode, resize to image_size x image_size, normalize. With
+    `decode_once`, the first two steps happened once before training (the task keeps the result in memory:
+    Source.decoded) and every batch starts from there."""
     _check_small_image_options(image_size, pad, pad_mode, cutout)
-    jpegs, labels = read_files(source, initial_fill)
-    images = _decode(jpegs, device, hw_decoder_load)
-    images = fn.resize(images, resize_x=image_size, resize_y=image_size)
+    if decode_once and source.decoded is None:
+        raise HydraliError(
+            "pipeline.options.decode_once=true: the source holds no decoded images (the task decodes them: "
+            "build the pipeline through the task, or pass decode_once=false)"
+        )
+    images, labels = _square_images(source, device, image_size, hw_decoder_load, initial_fill)
     if not source.is_training:
         return _normalize(images, image_size, layout, mean, std, dtype), _labels(labels, device)
     images = _pad_and_crop(images, image_size, pad, pad_mode)

@@ -14,7 +14,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from hydrali.core.data import webdataset
+from hydrali.core.data import affinity, webdataset
+from hydrali.core.data.decoded import DecodedBatches, decode_shard
 from hydrali.core.data.image_files import Verify
 from hydrali.core.data.pipelines import load_recipe
 from hydrali.core.errors import HydraliError
@@ -24,7 +25,7 @@ from hydrali.tasks.base import DaliTask
 from hydrali.tasks.classification import sharded
 from hydrali.tasks.classification.datasets import ImageFolderInfo, image_files, scan_image_folder, write_digits
 from hydrali.tasks.classification.mixing import SOFT_LABEL_DTYPE, mixes
-from hydrali.tasks.classification.recipes import FolderSource
+from hydrali.tasks.classification.recipes import FolderSource, square_images
 from hydrali.tasks.classification.scoring import ClassificationPredictions, ClassificationScores
 
 log = logging.getLogger("hydrali")
@@ -42,6 +43,9 @@ class ClassificationTask(DaliTask):
     # tell: the dataset's number of classes, and whether the training pipeline mixes (its labels soft targets).
     num_classes: int | None = field(default=None, init=False)
     soft_training_labels: bool = field(default=False, init=False)
+    # the shards decoded once (pipeline.options.decode_once), by (is_training, shard id): decoded at the first pipeline
+    # of each, kept for the later ones (a resume's, validation's)
+    _decoded: dict = field(default_factory=dict, init=False, repr=False)
 
     def output_names(self, is_training: bool) -> tuple[str, ...]:
         """What the recipes return, in order (the same for both splits)."""
@@ -66,6 +70,39 @@ class ClassificationTask(DaliTask):
         if is_training:
             self.soft_training_labels = mixes(OmegaConf.to_container(pipeline.options, resolve=True))
         return super().build_pipeline(pipeline=pipeline, dataset=dataset, is_training=is_training, **settings)
+
+    def decoded_batches(
+        self, source: Any, *, pipeline: DictConfig, data: DictConfig, plan: Plan, shard: Shard
+    ) -> DecodedBatches:
+        """The batch source over `source`'s shard decoded once (by recipes.square_images: the recipe's own reader,
+        decoder and resize, in file order), decoded at the first call for that split and shard."""
+        key = (source.is_training, shard.shard_id)
+        if key not in self._decoded:
+            in_order = replace(source, is_training=False)  # read once, in file order, no shuffle
+            decoder = square_images(
+                source=in_order,
+                device=plan.device,
+                image_size=data.image_size,
+                hw_decoder_load=pipeline.hw_decoder_load,
+                batch_size=plan.per_replica_batch,
+                num_threads=pipeline.num_threads,
+                device_id=shard.device_id,
+                seed=shard.pipeline_seed,
+                prefetch_queue_depth=pipeline.prefetch_queue_depth,
+                **affinity.dali_arguments(),
+            )
+            self._decoded[key] = decode_shard(
+                decoder,
+                shard_id=shard.shard_id,
+                num_shards=plan.num_shards,
+                image_size=data.image_size,
+                split="training" if source.is_training else "validation",
+            )
+            del decoder
+        decoded = self._decoded[key]
+        return DecodedBatches(
+            decoded, batch=plan.per_replica_batch, seed=shard.pipeline_seed, is_training=source.is_training
+        )
 
     def recipe_arguments(self, model: DictConfig, data: DictConfig) -> dict[str, Any]:
         """The number of classes (the soft labels of mixup and cutmix), to a recipe that declares it."""

@@ -1,0 +1,133 @@
+"""pipeline.options.decode_once (core/data/decoded.py, the small_images recipe), on the CPU through the task's own
+pipelines: validation gives exactly the batches the files give, each training pass reads every image of the shard
+once in a fresh order, DALI's checkpoint resumes the stream mid-epoch, and what cannot work is refused by name.
+Both backends' training runs read through it in tests/test_cifar10_recipe.py (experiment=cifar10 turns it on).
+
+Every image is its own class, so a label names the file it came from whatever the order."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from hydrali.core.errors import HydraliError
+from tests.support.datasets import write_one_image_per_class
+
+SIDE, IMAGES, BATCH, SHARDS = 32, 7, 3, 2  # shards of 3 and 4 images: validation pads both to 2 batches
+PLAIN = ("pipeline.options.pad=0", "pipeline.options.flip_probability=0", "pipeline.options.cutout=0")
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("one-per-class")
+    write_one_image_per_class(root, IMAGES, size=SIDE)
+    return root
+
+
+def _task():
+    from hydrali.tasks.classification.task import ClassificationTask
+
+    return ClassificationTask(name="classification", monitor="val/acc", mode="max", sides={}, label_smoothing=0.0)
+
+
+def _pipeline(
+    make_cfg, root, *, task=None, shard_id=1, is_training=True, seed=1, overrides=(), val_split="val", **settings
+):
+    """The task's small_images pipeline (built) of shard `shard_id` of SHARDS of one split (validation reads the
+    folder `val_split`)."""
+    from hydrali.tasks.classification.datasets import scan_image_folder
+
+    cfg = make_cfg("pipeline=small_images", *overrides)
+    pipe = (task or _task()).build_pipeline(
+        pipeline=cfg.pipeline,
+        data=OmegaConf.create({"image_size": SIDE}),
+        model=cfg.model,
+        dataset=scan_image_folder(root, val_split=val_split),
+        plan=SimpleNamespace(per_replica_batch=BATCH, num_shards=SHARDS, device="cpu"),
+        shard=SimpleNamespace(shard_id=shard_id, device_id=None, pipeline_seed=seed),
+        layout="HWC",
+        is_training=is_training,
+        **settings,
+    )
+    pipe.build()
+    return pipe
+
+
+def _batches(pipe, count: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`count` batches of (images, labels) as NumPy."""
+    out = []
+    for _ in range(count):
+        images, labels = pipe.run()
+        out.append((np.asarray(images.as_array()), np.asarray(labels.as_array()).reshape(-1)))
+    return out
+
+
+@pytest.mark.parametrize("shard_id", [0, 1])
+def test_validation_from_memory_gives_the_files_batches_padding_included(make_cfg, folder, shard_id):
+    passes = 2 * 2  # two validations of 2 padded batches each
+    from_files = _batches(_pipeline(make_cfg, folder, shard_id=shard_id, is_training=False), passes)
+    once = ("pipeline.options.decode_once=true",)
+    from_memory = _batches(_pipeline(make_cfg, folder, shard_id=shard_id, is_training=False, overrides=once), passes)
+    for (files_images, files_labels), (memory_images, memory_labels) in zip(from_files, from_memory):
+        np.testing.assert_array_equal(memory_labels, files_labels)
+        np.testing.assert_array_equal(memory_images, files_images)
+    assert len({int(label) for _, labels in from_memory for label in labels}) == 3 + shard_id  # the shard's own
+
+
+def test_each_training_pass_reads_every_image_of_the_shard_once_in_a_fresh_order(make_cfg, folder):
+    reference = {  # the shard's training images as the files' validation pipeline normalizes them, by label
+        int(label): image
+        for images, labels in _batches(_pipeline(make_cfg, folder, is_training=False, val_split="train"), 2)
+        for image, label in zip(images, labels)
+    }
+    shard = sorted(reference)  # shard 1 of 2: images 3..6
+    once = (*PLAIN, "pipeline.options.decode_once=true")
+    stream = _batches(_pipeline(make_cfg, folder, overrides=once), 8)  # 24 samples: 6 passes of 4
+    images = np.concatenate([batch for batch, _ in stream])
+    labels = np.concatenate([batch for _, batch in stream])
+    orders = [tuple(labels[p * len(shard) : (p + 1) * len(shard)]) for p in range(6)]
+    for order in orders:
+        assert sorted(order) == shard
+    assert len(set(orders)) > 1, orders  # 6 passes in one order: 1 in 24^5
+    for image, label in zip(images, labels):
+        np.testing.assert_array_equal(image, reference[int(label)])
+    other_seed = _batches(_pipeline(make_cfg, folder, overrides=once, seed=2), 8)
+    assert not np.array_equal(np.concatenate([batch for _, batch in other_seed]), labels)
+
+
+def test_a_pipeline_restored_from_dalis_checkpoint_continues_the_same_stream(make_cfg, folder):
+    once = ("pipeline.options.decode_once=true", "pipeline.options.cutout=8")  # pad, flip, cutout: random too
+    pipe = _pipeline(make_cfg, folder, overrides=once, checkpointing=True)
+    _batches(pipe, 5)  # into the fourth pass
+    state = pipe.checkpoint()
+    uninterrupted = _batches(pipe, 4)
+    resumed = _batches(_pipeline(make_cfg, folder, overrides=once, checkpointing=True, restore=state), 4)
+    for (images, labels), (again_images, again_labels) in zip(uninterrupted, resumed):
+        np.testing.assert_array_equal(again_labels, labels)
+        np.testing.assert_array_equal(again_images, images)
+
+
+def test_the_task_decodes_each_split_of_a_shard_once_for_all_its_pipelines(make_cfg, folder, caplog):
+    task = _task()
+    once = ("pipeline.options.decode_once=true",)
+    with caplog.at_level("INFO", logger="hydrali"):
+        for is_training in (True, False, True, False):
+            _pipeline(make_cfg, folder, task=task, overrides=once, is_training=is_training)
+    decoded = [r.getMessage() for r in caplog.records if r.getMessage().startswith("decoded")]
+    assert len(decoded) == 2, decoded
+    assert "the training split's 4 images" in decoded[0] and "the validation split's 4 images" in decoded[1]
+
+
+def test_a_recipe_without_the_option_or_a_set_too_large_for_memory_is_one_line_naming_it(make_cfg, folder):
+    with pytest.raises(HydraliError, match="pipeline.options.decode_once is not an option of recipe standard"):
+        cfg = make_cfg("pipeline=standard", "+pipeline.options.decode_once=true")
+        from hydrali.core.data.pipelines import check_options
+
+        check_options(cfg.pipeline.recipe, OmegaConf.to_container(cfg.pipeline.options))
+    from hydrali.core.data.decoded import check_fits
+
+    with pytest.raises(HydraliError, match=r"need 2861\.0 GiB decoded .* pass pipeline.options.decode_once=false"):
+        check_fits(10**9, 32, "training")
