@@ -54,28 +54,28 @@ def available_memory_bytes() -> int:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def check_fits(count: int, image_size: int, split: str) -> None:
-    """Fail, naming the option, when `count` decoded images of image_size x image_size (RGB, one byte a channel)
-    would not fit in the memory free now."""
-    needed, free = count * image_size * image_size * 3, available_memory_bytes()
+def check_fits(count: int, side: int, split: str) -> None:
+    """Fail, naming the option, when `count` decoded images of side x side pixels (RGB, one byte a channel) would
+    not fit in the memory free now."""
+    needed, free = count * side * side * 3, available_memory_bytes()
     if needed > free:
         raise HydraliError(
-            f"pipeline.options.decode_once=true: the {split} split's {count} images of {image_size} x {image_size} "
+            f"pipeline.options.decode_once=true: the {split} split's {count} images of {side} x {side} "
             f"need {needed / 2**30:.1f} GiB decoded and this machine has {free / 2**30:.1f} GiB free: pass "
             f"pipeline.options.decode_once=false (read and decode the files every epoch) or a smaller data.image_size"
         )
 
 
-def decode_shard(pipe, *, shard_id: int, num_shards: int, image_size: int, split: str) -> DecodedImages:
+def decode_shard(pipe, *, shard_id: int, num_shards: int, side: int, split: str) -> DecodedImages:
     """Run `pipe` (not built: a pipeline reading one replica's shard in order, padded, and giving (uint8 HWC images
-    of image_size sides, labels), its reader named as every recipe's) over its shard once; the shard decoded."""
+    of `side` pixels a side, labels), its reader named as every recipe's) over its shard once; the shard decoded."""
     started = time.monotonic()
     pipe.build()
     total = pipe.reader_meta(READER_NAME)["epoch_size"]
     start, end = shard_bounds(total, shard_id, num_shards)
     count = end - start
-    check_fits(count, image_size, split)
-    images = np.empty((count, image_size, image_size, 3), np.uint8)
+    check_fits(count, side, split)
+    images = np.empty((count, side, side, 3), np.uint8)
     labels = np.empty((count, 1), np.int32)
     batch = pipe.max_batch_size
     for first in range(0, count, batch):

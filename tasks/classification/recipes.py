@@ -23,7 +23,7 @@ from hydrali.core.data.pipelines import Source, decoder_args
 from hydrali.core.data.webdataset import ShardSource
 from hydrali.core.errors import HydraliError
 from hydrali.tasks.classification import sharded
-from hydrali.tasks.classification.boxes import erase, random_box
+from hydrali.tasks.classification.boxes import ERASE_AXES
 from hydrali.tasks.classification.mixing import Mixing, mix_batch
 
 _DTYPES = {"float": types.FLOAT, "float16": types.FLOAT16}
@@ -69,8 +69,11 @@ def _decode(jpegs, device, hw_decoder_load, random_area=None, random_aspect_rati
     )
 
 
-def _normalize(images, image_size, layout, mean, std, dtype, mirror=None):
+def _normalize(images, image_size, layout, mean, std, dtype, mirror=None, crop_pos=None):
+    """The image_size x image_size window (centred, or at crop_pos: (y, x) in [0, 1] of the room left) of
+    `images`, mirrored where `mirror` says, normalized, in `layout`."""
     flip = {} if mirror is None else {"mirror": mirror}
+    window = {} if crop_pos is None else {"crop_pos_y": crop_pos[0], "crop_pos_x": crop_pos[1]}
     return fn.crop_mirror_normalize(
         images,
         dtype=_DTYPES[dtype],
@@ -79,6 +82,7 @@ def _normalize(images, image_size, layout, mean, std, dtype, mirror=None):
         mean=[m * 255 for m in mean],
         std=[s * 255 for s in std],
         **flip,
+        **window,
     )
 
 
@@ -210,17 +214,23 @@ def _reflect_pad(images, pad: int, side: int):
     return images
 
 
-def _pad_and_crop(images, side: int, pad: int, pad_mode: PadMode):
-    """A random side x side window (an integer offset of 0..2 * pad per axis) of HWC images of side x side pixels
-    padded by `pad` pixels, with zeros or their mirror image."""
+def _pad(images, side: int, pad: int, pad_mode: PadMode):
+    """HWC images of side x side pixels padded by `pad` pixels on each side, with zeros or their mirror image."""
     if pad == 0:
         return images
-    offsets = [fn.random.uniform(values=list(range(2 * pad + 1)), dtype=types.INT32) for _ in "HW"]
-    window = {"shape": [side, side], "axis_names": "HW"}
     if pad_mode == "reflect":
-        return fn.slice(_reflect_pad(images, pad, side), start=fn.stack(*offsets), **window)
-    start = fn.stack(*offsets) - pad  # into the unpadded image: what lies outside it is filled with zeros
-    return fn.slice(images, start=start, out_of_bounds_policy="pad", fill_values=0, **window)
+        return _reflect_pad(images, pad, side)
+    grown = {"start": [-pad, -pad], "shape": [side + 2 * pad] * 2, "axis_names": "HW"}
+    return fn.slice(images, **grown, out_of_bounds_policy="pad", fill_values=0)
+
+
+def _random_window(pad: int):
+    """(y, x) of a random window in images padded by `pad` pixels, as crop_mirror_normalize's crop_pos: an integer
+    offset of 0..2 * pad pixels per axis, each equally likely (k / (2 * pad) of the room left: exact in binary
+    floating point for the pads a 32 px image takes); None without padding."""
+    if pad == 0:
+        return None
+    return [fn.random.uniform(values=[k / (2 * pad) for k in range(2 * pad + 1)]) for _ in "yx"]
 
 
 def _check_small_image_options(side: int, pad: int, pad_mode: PadMode, cutout: int) -> None:
@@ -235,18 +245,24 @@ def _check_small_image_options(side: int, pad: int, pad_mode: PadMode, cutout: i
 
 
 def _cutout(images, side: int, length: int):
-    """Images of side x side pixels with a `length` x `length` square at a random place (clipped to the image)
-    set to 0; 0 leaves them as they are."""
-    return erase(images, random_box(side, length)) if length else images
+    """Images of side x side pixels with a `length` x `length` square centred at a random pixel (its top-left corner
+    `length // 2` above and left of it, as boxes.random_box places a box) set to 0, clipped to the image (fn.erase
+    trims what lies outside); 0 leaves them as they are. Two operators, not random_box's dozen: cutout needs no
+    clipped box area."""
+    if not length:
+        return images
+    top_left = fn.random.uniform(values=[float(centre - length // 2) for centre in range(side)], shape=[2])
+    return fn.erase(images, anchor=top_left, shape=[float(length)] * 2, axis_names=ERASE_AXES, fill_value=0.0)
 
 
-def _square_images(source, device, image_size, hw_decoder_load, initial_fill):
-    """(uint8 HWC images of image_size x image_size, labels) of `source`: read from its files, decoded and resized,
-    or taken from memory when the source holds its images decoded once (Source.decoded)."""
+def _square_images(source, device, image_size, hw_decoder_load, initial_fill, pad=0, pad_mode="reflect"):
+    """(uint8 HWC images of image_size x image_size padded by `pad` pixels, labels) of `source`: read from its files,
+    decoded, resized and padded, or taken from memory when the source holds them so (Source.decoded)."""
     if source.decoded is None:
         jpegs, labels = read_files(source, initial_fill)
         images = _decode(jpegs, device, hw_decoder_load)
-        return fn.resize(images, resize_x=image_size, resize_y=image_size), labels
+        images = fn.resize(images, resize_x=image_size, resize_y=image_size)
+        return _pad(images, image_size, pad, pad_mode), labels
     batches = source.decoded
     images = fn.external_source(source=batches.images, batch=True, batch_info=True, layout="HWC", dtype=types.UINT8)
     labels = fn.external_source(source=batches.labels, batch=True, batch_info=True, dtype=types.INT32)
@@ -254,10 +270,11 @@ def _square_images(source, device, image_size, hw_decoder_load, initial_fill):
 
 
 @pipeline_def
-def square_images(source, device, image_size, hw_decoder_load, initial_fill=1):
-    """The files of `source` decoded and resized to image_size x image_size, uint8 HWC, with their labels: what a
-    recipe with `decode_once` keeps in memory (hydrali.core.data.decoded.decode_shard)."""
-    return _square_images(source, device, image_size, hw_decoder_load, initial_fill)
+def square_images(source, device, image_size, hw_decoder_load, initial_fill=1, pad=0, pad_mode="reflect"):
+    """The files of `source` decoded, resized to image_size x image_size and padded by `pad` pixels (small_images'
+    pad_mode), uint8 HWC, with their labels: what small_images with `decode_once` keeps in memory
+    (hydrali.core.data.decoded.decode_shard)."""
+    return _square_images(source, device, image_size, hw_decoder_load, initial_fill, pad, pad_mode)
 
 
 @pipeline_def
@@ -287,20 +304,21 @@ def small_images(
     size pass unchanged), pad by `pad` pixels and crop a random image_size x image_size window, random flip,
     normalize, cutout (a square set to 0, the mean colour, after normalization), mixup / cutmix if asked (labels
     then soft targets over num_classes). Validation: decode, resize to image_size x image_size, normalize. With
-    `decode_once`, the first two steps happened once before training (the task keeps the result in memory:
-    Source.decoded) and every batch starts from there."""
+    `decode_once`, decoding, resizing and padding happened once before training (the task keeps the result in
+    memory: Source.decoded) and every batch starts from there."""
     _check_small_image_options(image_size, pad, pad_mode, cutout)
     if decode_once and source.decoded is None:
         raise HydraliError(
             "pipeline.options.decode_once=true: the source holds no decoded images (the task decodes them: "
             "build the pipeline through the task, or pass decode_once=false)"
         )
-    images, labels = _square_images(source, device, image_size, hw_decoder_load, initial_fill)
     if not source.is_training:
+        images, labels = _square_images(source, device, image_size, hw_decoder_load, initial_fill)
         return _normalize(images, image_size, layout, mean, std, dtype), _labels(labels, device)
-    images = _pad_and_crop(images, image_size, pad, pad_mode)
+    images, labels = _square_images(source, device, image_size, hw_decoder_load, initial_fill, pad, pad_mode)
     mirror = fn.random.coin_flip(probability=flip_probability)
-    images = _cutout(_normalize(images, image_size, layout, mean, std, dtype, mirror), image_size, cutout)
+    window = _random_window(pad)  # one operator crops the window, mirrors and normalizes it
+    images = _cutout(_normalize(images, image_size, layout, mean, std, dtype, mirror, window), image_size, cutout)
     return _training_outputs(
         images,
         labels,

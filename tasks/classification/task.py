@@ -43,8 +43,8 @@ class ClassificationTask(DaliTask):
     # tell: the dataset's number of classes, and whether the training pipeline mixes (its labels soft targets).
     num_classes: int | None = field(default=None, init=False)
     soft_training_labels: bool = field(default=False, init=False)
-    # the shards decoded once (pipeline.options.decode_once), by (is_training, shard id): decoded at the first pipeline
-    # of each, kept for the later ones (a resume's, validation's)
+    # the shards decoded once (pipeline.options.decode_once), by split, shard and what shaped them: decoded at the
+    # first pipeline of each, kept for the later ones (a resume's)
     _decoded: dict = field(default_factory=dict, init=False, repr=False)
 
     def output_names(self, is_training: bool) -> tuple[str, ...]:
@@ -74,9 +74,12 @@ class ClassificationTask(DaliTask):
     def decoded_batches(
         self, source: Any, *, pipeline: DictConfig, data: DictConfig, plan: Plan, shard: Shard
     ) -> DecodedBatches:
-        """The batch source over `source`'s shard decoded once (by recipes.square_images: the recipe's own reader,
-        decoder and resize, in file order), decoded at the first call for that split and shard."""
-        key = (source.is_training, shard.shard_id)
+        """The batch source over `source`'s shard decoded once (by recipes.square_images: small_images' own reader,
+        decoder, resize and, for training, its padding, in file order), decoded at the first call for that split and
+        shard."""
+        options = pipeline.options
+        padding = {"pad": options.pad, "pad_mode": options.pad_mode} if source.is_training else {}
+        key = (source.is_training, shard.shard_id, data.image_size, tuple(padding.items()))
         if key not in self._decoded:
             in_order = replace(source, is_training=False)  # read once, in file order, no shuffle
             decoder = square_images(
@@ -84,6 +87,7 @@ class ClassificationTask(DaliTask):
                 device=plan.device,
                 image_size=data.image_size,
                 hw_decoder_load=pipeline.hw_decoder_load,
+                **padding,
                 batch_size=plan.per_replica_batch,
                 num_threads=pipeline.num_threads,
                 device_id=shard.device_id,
@@ -95,7 +99,7 @@ class ClassificationTask(DaliTask):
                 decoder,
                 shard_id=shard.shard_id,
                 num_shards=plan.num_shards,
-                image_size=data.image_size,
+                side=data.image_size + 2 * padding.get("pad", 0),
                 split="training" if source.is_training else "validation",
             )
             del decoder
