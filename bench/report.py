@@ -21,6 +21,7 @@ SECTION_TITLES = {
     "keras": "3 keras",
     "detection": "5 detection",
     "scaling": "6 scaling",
+    "small": "7 small images",
 }
 COLUMNS = ("section", "measurement", "device", "images/s (median)", "at the median step", "ratio vs baselines")
 

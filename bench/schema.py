@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
 
 from hydrali.core.config.schema import Choice, HydraliConfig
 
@@ -25,6 +26,7 @@ class Section(Choice):
     keras = "keras"  # 3: the same network through the Keras backend against Keras' own upper bound
     detection = "detection"  # 5: the ssd recipe's images/s and the detector's training images/s on each backend
     scaling = "scaling"  # 6: whole hydrali runs on 1 GPU and on several, per backend (the ratio is the scaling)
+    small = "small"  # 7: experiment=cifar10 (32 px) through Lightning, from the files and decoded once, its bound
 
 
 class Layer(Choice):
@@ -73,6 +75,18 @@ class ScalingBenchConfig:
 
 
 @dataclass
+class SmallBenchConfig:
+    """bench.small: section 7 (32 x 32 photos, experiment=cifar10). Its values are conf/bench.yaml's (the one
+    place they are set, with their comments): a key left out of it is an error, not a silent default."""
+
+    overrides: List[str] = MISSING
+    root: Optional[str] = MISSING
+    warmup: int = MISSING
+    steps: int = MISSING
+    synthetic: SyntheticConfig = MISSING
+
+
+@dataclass
 class BenchConfig:
     """bench: what `hydrali-bench` measures and how much (documented in conf/bench.yaml)."""
 
@@ -88,6 +102,7 @@ class BenchConfig:
     train: TrainBenchConfig = field(default_factory=TrainBenchConfig)
     detection: DetectionBenchConfig = field(default_factory=DetectionBenchConfig)
     scaling: ScalingBenchConfig = field(default_factory=ScalingBenchConfig)
+    small: SmallBenchConfig = field(default_factory=SmallBenchConfig)
     keras_library_path: Optional[str] = None
     json: str = "bench.json"
 

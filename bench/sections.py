@@ -21,7 +21,8 @@ from hydrali.core.contracts.backend import TrainingDevice
 from hydrali.core.errors import HydraliError
 from hydrali.core.run import auto_settings
 
-# the command line's keys that section 5 (task=detection) takes too; its classification keys it does not
+# the command line's keys that sections 5 (task=detection) and 7 (small: experiment=cifar10) take too; its
+# classification keys (data, model, batch) they do not
 DETECTION_KEEPS = (
     "pipeline.num_threads",
     "pipeline.hw_decoder_load",
@@ -130,15 +131,17 @@ class Bench:
     def run(self) -> Report:
         """Measure every configured section, in order (1 and 4 together: they share their baselines)."""
         sections = [str(s) for s in self.bench.sections]
-        if self.bench.train.warmup < 1:
-            raise HydraliError(
-                f"bench.train.warmup={self.bench.train.warmup}: a training run's timer starts after a "
-                f"warm-up step, so it needs at least 1"
-            )
+        for key in ("train", "small"):
+            warmup = self.bench[key].warmup
+            if warmup < 1:
+                raise HydraliError(
+                    f"bench.{key}.warmup={warmup}: a training run's timer starts after a warm-up step, so it "
+                    f"needs at least 1"
+                )
         try:
             if "loaders" in sections or "cpu" in sections:
                 self.loaders(sections)
-            for name in ("lightning", "keras", "detection", "scaling"):
+            for name in ("lightning", "keras", "detection", "scaling", "small"):
                 if name in sections:
                     getattr(self, name)()
         finally:
@@ -276,16 +279,20 @@ class Bench:
         self.report.skip(section, label, f"needs a GPU ({self.machine.no_gpu})")
         return True
 
-    def _check_steps(self, cfg: DictConfig, dataset) -> None:
+    def _check_steps(
+        self, cfg: DictConfig, dataset, where: str = "train", more: str = "bench.synthetic.train_per_class"
+    ) -> None:
+        """Fail, naming the settings, when an epoch of `dataset` holds fewer steps than bench.<where>'s warm-up and
+        timed steps (`more`: where more images come from)."""
         from hydrali.bench.loaders import one_replica_plan
 
-        t = self.bench.train
+        t = self.bench[where]
         steps = one_replica_plan(cfg, dataset, "cpu").epoch.train_steps
         if steps < t.warmup + t.steps:
             raise HydraliError(
                 f"an epoch of {dataset.num_train} images at batch {cfg.data.batch_size} has {steps} "
-                f"steps, fewer than bench.train.warmup + bench.train.steps = {t.warmup + t.steps}: "
-                f"give it more images (bench.synthetic.train_per_class) or lower those"
+                f"steps, fewer than bench.{where}.warmup + bench.{where}.steps = {t.warmup + t.steps}: "
+                f"give it more images ({more}) or lower those"
             )
 
     @staticmethod
@@ -576,4 +583,78 @@ class Bench:
                     ),
                 )
                 base = base or row
+        interleave(pairs, self.bench.repeats)
+
+    def small(self) -> None:
+        """7: 32 x 32 photos through the Lightning backend (bench.small.overrides: experiment=cifar10, its network,
+        recipe and batch), read from the files every epoch and decoded once into memory (pipeline.options.decode_once),
+        against the network's upper bound (its steps on one batch already on the GPU). The photos: bench.small.root,
+        or a synthetic CIFAR-like folder written once under paths.data_dir.
+
+        On the GPU machine (bench/gpu/env.sh after ../shared/device/stage-wheels), from the repository root:
+
+            source bench/gpu/env.sh
+            python3 -m hydrali.bench.cli bench.sections=[small] paths.data_dir=/tmp/data
+            python3 -m hydrali.bench.cli bench.sections=[small] bench.small.root=/tmp/cifar/cifar   # CIFAR-10's JPEGs
+
+        (/tmp/cifar/cifar: .devdata/cifar10.tgz unpacked as bench/gpu/cifar10.sh unpacks it.)"""
+        if self._needs_gpu("small", "32 px training (experiment=cifar10): upper bound, files, decode_once"):
+            return
+        from hydra import compose
+
+        from hydrali.bench.loaders import one_replica_plan
+        from hydrali.bench.synthetic import write_small_synthetic
+        from hydrali.bench.torch_loops import TorchLoop
+        from hydrali.bench.training import HydraliTraining
+
+        small, pairs = self.bench.small, []
+        keep = [o for o in self.overrides if override_key(o).startswith(DETECTION_KEEPS)]
+        base = [*small.overrides, *keep]
+        # the experiment's batch and image size: conf/bench.yaml's own data.* (ImageNet-like) would win over it
+        own = compose("config", overrides=base)
+        base = [*base, f"data.batch_size={own.data.batch_size}", f"data.image_size={own.data.image_size}"]
+        root, more = small.root, "bench.small.synthetic.train_per_class"
+        if root is None:
+            size = small.synthetic
+            name = f"synthetic-small-{size.classes}x{size.train_per_class}x{size.val_per_class}"
+            root = str(Path(own.paths.data_dir) / name)
+            write_small_synthetic(Path(root), size.classes, size.train_per_class, size.val_per_class)
+        else:
+            more = f"a larger set than bench.small.root={root}"
+        base = [*base, "data=imagefolder", f"data.root={root}", "backend=lightning"]
+        steps = dict(warmup=small.warmup, steps=small.steps)
+        configs = {once: self.compose([*base, f"pipeline.options.decode_once={once}"]) for once in ("false", "true")}
+        cfg = configs["false"]
+        task, dataset = self.task_and_data(cfg)
+        self._check_steps(cfg, dataset, "small", more)
+        what = f"{self.training_label(cfg, ' '.join(small.overrides))}, {cfg.data.image_size} px"
+        bound = self._add(
+            pairs,
+            Row("small", "small/bound", f"{what}: plain loop on GPU tensors (upper bound)", "gpu", short="upper bound"),
+            TorchLoop(task, cfg, dataset, one_replica_plan(cfg, dataset, "gpu"), "tensors", **steps),
+        )
+        files = self._add(
+            pairs,
+            Row(
+                "small",
+                "small/lightning/files",
+                f"{what}: hydrali, Lightning, files read every epoch (decode_once=false)",
+                "gpu",
+                (bound.key,),
+                short="files",
+            ),
+            HydraliTraining(plain(cfg), "small-files", str(self.run_dir / "runs"), **steps),
+        )
+        self._add(
+            pairs,
+            Row(
+                "small",
+                "small/lightning/decode_once",
+                f"{what}: hydrali, Lightning, decoded once into memory (decode_once=true)",
+                "gpu",
+                (bound.key, files.key),
+                short="decode_once",
+            ),
+            HydraliTraining(plain(configs["true"]), "small-decode-once", str(self.run_dir / "runs"), **steps),
+        )
         interleave(pairs, self.bench.repeats)

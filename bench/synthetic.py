@@ -1,5 +1,6 @@
 """What hydrali-bench's classification sections read (bench/sections.py, loaders.py): a synthetic
-ImageNet-like JPEG folder written once, and the PIL baseline's dataset doing a recipe's work with PIL.
+ImageNet-like JPEG folder written once, a synthetic CIFAR-like folder of 32 x 32 photos written once (section 7,
+small), and the PIL baseline's dataset doing a recipe's work with PIL.
 """
 
 from __future__ import annotations
@@ -13,6 +14,25 @@ import numpy as np
 def write_synthetic(root: Path, classes: int, train_per_class: int, val_per_class: int) -> Path:
     """ImageNet-like JPEG files in train/ and val/ (written once, one process per core): smooth random colour
     fields of 400-640 x 300-480 pixels, quality 90, `classes` class folders of each split."""
+    return _write_splits(root, classes, train_per_class, val_per_class, _write_class)
+
+
+SMALL_SIDE = 32  # the small photos' side, in pixels (CIFAR's)
+SMALL_QUALITY = 75  # their JPEG quality (that of ../shared/data/cifar10.tgz: about 0.9 KB a photo)
+
+
+def write_small_synthetic(root: Path, classes: int, train_per_class: int, val_per_class: int) -> Path:
+    """CIFAR-like JPEG files in train/<class>/ and val/<class>/ (written once, one process per core): 32 x 32 RGB
+    photos, quality 75, smooth random colour fields with pixel noise (about 0.9 KB a file, as CIFAR-10's photos
+    at that quality), `classes` class folders of each split. What section 7 (small) reads when no real set is
+    given (bench.small.root)."""
+    return _write_splits(root, classes, train_per_class, val_per_class, _write_small_class)
+
+
+def _write_splits(root: Path, classes: int, train_per_class: int, val_per_class: int, write_class) -> Path:
+    """train/ and val/ of `classes` class folders under `root`, each written by `write_class(folder, count, seed)`
+    in a pool of one process per core, into a temporary folder renamed to `root` at the end (so that an interrupted
+    write leaves no half folder); nothing is written when `root` has a train/ folder already."""
     from concurrent.futures import ProcessPoolExecutor
 
     if (root / "train").is_dir():
@@ -25,7 +45,7 @@ def write_synthetic(root: Path, classes: int, train_per_class: int, val_per_clas
         for c in range(classes)
     ]
     with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
-        list(pool.map(_write_class, *zip(*jobs)))
+        list(pool.map(write_class, *zip(*jobs)))
     tmp.rename(root)
     return root
 
@@ -39,6 +59,19 @@ def _write_class(folder: Path, count: int, seed: tuple[int, int]) -> None:
         w, h = int(rng.integers(400, 641)), int(rng.integers(300, 481))
         small = rng.integers(0, 256, size=(h // 16 + 1, w // 16 + 1, 3), dtype=np.uint8)
         Image.fromarray(small).resize((w, h), Image.Resampling.BILINEAR).save(folder / f"{i}.jpg", quality=90)
+
+
+def _write_small_class(folder: Path, count: int, seed: tuple[int, int]) -> None:
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True)
+    side = SMALL_SIDE
+    for i in range(count):
+        field = rng.integers(0, 256, size=(5, 5, 3), dtype=np.uint8)
+        smooth = np.asarray(Image.fromarray(field).resize((side, side), Image.Resampling.BICUBIC), dtype=np.float32)
+        noisy = np.clip(smooth + rng.normal(0.0, 10.0, size=(side, side, 3)), 0, 255).astype(np.uint8)
+        Image.fromarray(noisy).save(folder / f"{i}.jpg", quality=SMALL_QUALITY)
 
 
 class PilTrainingSet:
