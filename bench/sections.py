@@ -585,48 +585,58 @@ class Bench:
                 base = base or row
         interleave(pairs, self.bench.repeats)
 
+    def small_configs(self) -> dict[str, DictConfig]:
+        """Section 7's two hydrali configs, by decode_once ("false", "true"): bench.small.overrides (experiment=cifar10)
+        with the experiment's own batch and image size, then the command line's pipeline.*, seed and paths.*
+        overrides, the Lightning backend, and the photos of bench.small.root or the synthetic folder (written here
+        once, under paths.data_dir)."""
+        from hydra import compose
+
+        from hydrali.bench.synthetic import write_small_synthetic
+
+        small = self.bench.small
+        keep = [o for o in self.overrides if override_key(o).startswith(DETECTION_KEEPS)]
+        base = [*small.overrides, *keep]
+        # the experiment's batch and image size: conf/bench.yaml's own data.* (ImageNet-like) would win over it
+        own = compose("config", overrides=base)
+        base = [*base, f"data.batch_size={own.data.batch_size}", f"data.image_size={own.data.image_size}"]
+        root = small.root
+        if root is None:
+            size = small.synthetic
+            name = f"synthetic-small-{size.classes}x{size.train_per_class}x{size.val_per_class}"
+            root = str(write_small_synthetic(Path(own.paths.data_dir) / name, **size))
+        base = [*base, "data=imagefolder", f"data.root={root}", "backend=lightning"]
+        return {once: self.compose([*base, f"pipeline.options.decode_once={once}"]) for once in ("false", "true")}
+
     def small(self) -> None:
         """7: 32 x 32 photos through the Lightning backend (bench.small.overrides: experiment=cifar10, its network,
         recipe and batch), read from the files every epoch and decoded once into memory (pipeline.options.decode_once),
         against the network's upper bound (its steps on one batch already on the GPU). The photos: bench.small.root,
         or a synthetic CIFAR-like folder written once under paths.data_dir.
 
-        On the GPU machine (bench/gpu/env.sh after ../shared/device/stage-wheels), from the repository root:
+        On the GPU machine, after ../shared/device/stage-wheels, from the repository root (bench/gpu/small.sh sources
+        bench/gpu/env.sh, runs this section alone with the given overrides and prints its table):
 
-            source bench/gpu/env.sh
-            python3 -m hydrali.bench.cli bench.sections=[small] paths.data_dir=/tmp/data
-            python3 -m hydrali.bench.cli bench.sections=[small] bench.small.root=/tmp/cifar/cifar   # CIFAR-10's JPEGs
+            bash bench/gpu/small.sh                                     # the synthetic folder (bench.small.synthetic)
+            bash bench/gpu/small.sh bench.small.root=/tmp/cifar/cifar   # CIFAR-10's JPEG files (.devdata/cifar10.tgz
+                                                                        #   carried in the checkout, unpacked there)
 
-        (/tmp/cifar/cifar: .devdata/cifar10.tgz unpacked as bench/gpu/cifar10.sh unpacks it.)"""
+        which is, after `source bench/gpu/env.sh`:
+
+            python3 -m hydrali.bench.cli bench.sections=[small] paths.data_dir=/tmp/data [bench.small.root=...]"""
         if self._needs_gpu("small", "32 px training (experiment=cifar10): upper bound, files, decode_once"):
             return
-        from hydra import compose
-
         from hydrali.bench.loaders import one_replica_plan
-        from hydrali.bench.synthetic import write_small_synthetic
         from hydrali.bench.torch_loops import TorchLoop
         from hydrali.bench.training import HydraliTraining
 
         small, pairs = self.bench.small, []
-        keep = [o for o in self.overrides if override_key(o).startswith(DETECTION_KEEPS)]
-        base = [*small.overrides, *keep]
-        # the experiment's batch and image size: conf/bench.yaml's own data.* (ImageNet-like) would win over it
-        own = compose("config", overrides=base)
-        base = [*base, f"data.batch_size={own.data.batch_size}", f"data.image_size={own.data.image_size}"]
-        root, more = small.root, "bench.small.synthetic.train_per_class"
-        if root is None:
-            size = small.synthetic
-            name = f"synthetic-small-{size.classes}x{size.train_per_class}x{size.val_per_class}"
-            root = str(Path(own.paths.data_dir) / name)
-            write_small_synthetic(Path(root), size.classes, size.train_per_class, size.val_per_class)
-        else:
-            more = f"a larger set than bench.small.root={root}"
-        base = [*base, "data=imagefolder", f"data.root={root}", "backend=lightning"]
         steps = dict(warmup=small.warmup, steps=small.steps)
-        configs = {once: self.compose([*base, f"pipeline.options.decode_once={once}"]) for once in ("false", "true")}
+        configs = self.small_configs()
         cfg = configs["false"]
         task, dataset = self.task_and_data(cfg)
-        self._check_steps(cfg, dataset, "small", more)
+        more = f"a larger set than bench.small.root={small.root}" if small.root else None
+        self._check_steps(cfg, dataset, "small", more or "bench.small.synthetic.train_per_class")
         what = f"{self.training_label(cfg, ' '.join(small.overrides))}, {cfg.data.image_size} px"
         bound = self._add(
             pairs,
