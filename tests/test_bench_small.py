@@ -102,6 +102,7 @@ def test_the_section_trains_experiment_cifar10_from_the_files_and_decoded_once(b
 
     configs = bench.small_configs()
 
+    assert "small" in [str(s) for s in bench.bench.sections]  # in a plain `hydrali-bench` run's sections
     assert list(configs) == ["false", "true"]
     for once, cfg in configs.items():
         assert cfg.pipeline.options.decode_once is (once == "true")
