@@ -34,10 +34,20 @@ def _task():
 
 
 def _pipeline(
-    make_cfg, root, *, task=None, shard_id=1, is_training=True, seed=1, overrides=(), val_split="val", **settings
+    make_cfg,
+    root,
+    *,
+    task=None,
+    shard_id=1,
+    num_shards=SHARDS,
+    is_training=True,
+    seed=1,
+    overrides=(),
+    val_split="val",
+    **settings,
 ):
-    """The task's small_images pipeline (built) of shard `shard_id` of SHARDS of one split (validation reads the
-    folder `val_split`)."""
+    """The task's small_images pipeline (built) of shard `shard_id` of `num_shards` of one split (validation reads
+    the folder `val_split`)."""
     from hydrali.tasks.classification.datasets import scan_image_folder
 
     cfg = make_cfg("pipeline=small_images", *overrides)
@@ -46,7 +56,7 @@ def _pipeline(
         data=OmegaConf.create({"image_size": SIDE}),
         model=cfg.model,
         dataset=scan_image_folder(root, val_split=val_split),
-        plan=SimpleNamespace(per_replica_batch=BATCH, num_shards=SHARDS, device="cpu"),
+        plan=SimpleNamespace(per_replica_batch=BATCH, num_shards=num_shards, device="cpu"),
         shard=SimpleNamespace(shard_id=shard_id, device_id=None, pipeline_seed=seed),
         layout="HWC",
         is_training=is_training,
@@ -131,3 +141,25 @@ def test_a_recipe_without_the_option_or_a_set_too_large_for_memory_is_one_line_n
 
     with pytest.raises(HydraliError, match=r"need 2861\.0 GiB decoded .* pass pipeline.options.decode_once=false"):
         check_fits(10**9, 32, "training")
+
+
+def test_eval_predict_and_export_read_the_files_and_give_the_batches_validation_scored(make_cfg, folder):
+    """hydrali eval, predict and export build the validation pipeline through core.inference.batches: of a run
+    that trained decoded once it reads the files (DALI serializes it for serving, where no Python feeds it), and its
+    batches are those the run's validation read from memory."""
+    from nvidia.dali import Pipeline
+
+    from hydrali.core.inference.batches import validation_pipeline
+    from hydrali.tasks.classification.datasets import scan_image_folder
+
+    once = ("pipeline.options.decode_once=true",)
+    cfg = make_cfg("pipeline=small_images", *once, f"data.batch_size={BATCH}", f"data.image_size={SIDE}")
+    dataset = scan_image_folder(folder)
+    exported = validation_pipeline(task=_task(), cfg=cfg, dataset=dataset, layout="HWC", device="cpu").serialize()
+    served = Pipeline.deserialize(serialized_pipeline=exported, batch_size=BATCH, num_threads=1, device_id=None)
+    served.build()
+    steps = -(-IMAGES // BATCH)  # the whole split: one shard
+    scored = _batches(_pipeline(make_cfg, folder, overrides=once, is_training=False, shard_id=0, num_shards=1), steps)
+    for (images, labels), (served_images, served_labels) in zip(scored, _batches(served, steps)):
+        np.testing.assert_array_equal(served_labels, labels)
+        np.testing.assert_array_equal(served_images, images)

@@ -16,6 +16,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from omegaconf import DictConfig
+
 from hydrali.core.data import affinity
 from hydrali.core.errors import HydraliError
 
@@ -59,6 +61,15 @@ def decoder_args(device: str, hw_decoder_load: float) -> dict:
     if device == "gpu":
         return {"device": "mixed", "hw_decoder_load": hw_decoder_load}
     return {"device": "cpu"}
+
+
+def reading_files(pipeline: DictConfig) -> DictConfig:
+    """The pipeline config `pipeline` with its recipe reading the files: `decode_once` off where the recipe has it."""
+    if not pipeline.options.get("decode_once", False):
+        return pipeline
+    files = pipeline.copy()
+    files.options.decode_once = False
+    return files
 
 
 def load_recipe(path: str):

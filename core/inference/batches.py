@@ -12,6 +12,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from hydrali.core.data.dali_errors import explain_dali_error
+from hydrali.core.data.pipelines import reading_files
 from hydrali.core.distributed.topology import Topology
 from hydrali.core.run.plan import Plan, plan_of_config
 
@@ -24,10 +25,12 @@ def inference_plan(cfg: DictConfig, device: str) -> Plan:
 
 
 def validation_pipeline(*, task, cfg: DictConfig, dataset, layout: str, device: str):
-    """The task's validation pipeline (not yet built) over `dataset`'s validation split, one shard, on `device`."""
+    """The task's validation pipeline (not yet built) over `dataset`'s validation split, one shard, on `device`: one
+    that reads the files, whatever the run trained from (a recipe's decode_once gains nothing on one pass, and the
+    pipeline hydrali export serializes must read files where it is served)."""
     plan = inference_plan(cfg, device)
     return task.build_pipeline(
-        pipeline=cfg.pipeline,
+        pipeline=reading_files(cfg.pipeline),
         data=cfg.data,
         model=cfg.model,
         dataset=dataset,
