@@ -51,21 +51,13 @@ def test_a_policy_changes_training_images_and_leaves_validation_as_it_was(make_c
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["lightning", "keras"])
-def test_rand_augment_trains_on_both_backends(tmp_path, data_dir, backend):
+@pytest.mark.parametrize("backend", ["lightning", pytest.param("keras", marks=pytest.mark.keras)])  # in this process
+def test_rand_augment_trains_on_both_backends(make_cfg, tmp_path, backend):
+    from hydrali.core.run.runner import run
+
     run_dir = tmp_path / "run"
-    out = run_cli(
-        "pipeline.options.auto_augment=rand_augment",
-        "epochs=1",
-        *SMALL_NET,
-        f"backend={backend}",
-        *QUIET[backend],
-        "tracking=none",
-        f"paths.data_dir={data_dir}",
-        f"hydra.run.dir={run_dir}",
-        cwd=tmp_path,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
+    overrides = ["pipeline.options.auto_augment=rand_augment", "epochs=1", *SMALL_NET, f"backend={backend}"]
+    run(make_cfg(*overrides, *QUIET[backend], "tracking=none", output_dir=run_dir))
     assert read_summary(run_dir)["history"][0]["train/loss"] > 0
 
 
