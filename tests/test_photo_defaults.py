@@ -7,7 +7,6 @@ import h5py
 import pytest
 import torch
 
-from tests.support.cli import run_cli
 from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET, compose_config
 from tests.support.datasets import write_one_image_per_class
 
@@ -32,22 +31,16 @@ def _first_kernels(run_dir, backend: str) -> set[tuple[int, ...]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["lightning", "keras"])
+@pytest.mark.parametrize("backend", ["lightning", pytest.param("keras", marks=pytest.mark.keras)])  # in this process
 def test_a_photo_folder_at_224_px_trains_a_network_with_a_downsampling_stem(tmp_path, backend):
+    from hydrali.core.run.runner import run
+
     write_one_image_per_class(tmp_path / "photos", 4, size=224)
     run_dir = tmp_path / "run"
-    out = run_cli(
-        f"backend={backend}",
-        "data=imagefolder",
-        f"data.root={tmp_path / 'photos'}",
-        "data.batch_size=4",
-        "epochs=1",
-        "tracking=none",
-        f"hydra.run.dir={run_dir}",
-        *QUIET[backend],
-        cwd=tmp_path,
+    overrides = [f"backend={backend}", "data=imagefolder", f"data.root={tmp_path / 'photos'}", "data.batch_size=4"]
+    run(
+        compose_config([*overrides, "epochs=1", "tracking=none", *QUIET[backend]], tmp_path, tmp_path / "data", run_dir)
     )
-    assert out.returncode == 0, out.stderr[-3000:]
     assert _first_kernels(run_dir, backend) == {(7, 7)}, "7x7/2 and a max-pool, not a 3x3 at full resolution"
 
 
