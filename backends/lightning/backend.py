@@ -11,12 +11,12 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.strategies import DDPStrategy, Strategy
 
 from hydrali.backends.lightning import agreement
 from hydrali.backends.lightning.callbacks import (
     EpochNumberCheckpoint,
+    LastCheckpoint,
     Observe,
     ReaderPosition,
     StopOnSignal,
@@ -166,9 +166,12 @@ def _fit(
         mode=contract.mode,
         save_top_k=settings.save_top_k,
         auto_insert_metric_name=False,
+        save_on_train_epoch_end=True,  # after the epoch's validation, the state last.ckpt holds: one file for both
     )
-    # last.ckpt after every epoch (Lightning's save_last writes it only when a top-k file was saved)
-    last = ModelCheckpoint(
+    # last.ckpt after every epoch (Lightning's save_last writes it only when a top-k file was saved), the best
+    # checkpoint's second name when that was written at the same step
+    last = LastCheckpoint(
+        best=checkpoint,
         dirpath=checkpoint_dir,
         filename=Path(LAST).stem,
         save_top_k=1,

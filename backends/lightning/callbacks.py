@@ -21,13 +21,45 @@ log = logging.getLogger("hydrali")
 
 class EpochNumberCheckpoint(ModelCheckpoint):
     """Lightning's ModelCheckpoint whose `{epoch}` in file names is the epoch counted from 1 (Lightning counts from
-    0): epoch003.ckpt holds the weights after the third epoch, as on Keras and in the run's record."""
+    0): epoch003.ckpt holds the weights after the third epoch, as on Keras and in the run's record. It remembers
+    the step and file of its last save, for LastCheckpoint."""
+
+    saved: tuple[int, str] | None = None  # (global step, file) of the last checkpoint it wrote
 
     def format_checkpoint_name(self, metrics, *args, **kwargs) -> str:
         """The file name of a checkpoint with these metrics, `epoch` counted from 1."""
         if "epoch" in metrics:
             metrics = {**metrics, "epoch": metrics["epoch"] + 1}
         return super().format_checkpoint_name(metrics, *args, **kwargs)
+
+    def _save_checkpoint(self, trainer, filepath: str) -> None:
+        super()._save_checkpoint(trainer, filepath)
+        self.saved = (trainer.global_step, filepath)
+
+
+class LastCheckpoint(ModelCheckpoint):
+    """last.ckpt after every epoch (a ModelCheckpoint without a monitor, run at the training epoch's end). When `best`
+    (an EpochNumberCheckpoint also run at the epoch's end, before this one) has just written the same step's state,
+    last.ckpt becomes a second name of that file (a hard link, which outlives the best file's removal) instead of a
+    second write of the same bytes: a checkpoint of the ResNet-18 layout, its optimizer and weight average is ~130 MB,
+    and writing it twice cost about 0.25 s an epoch on an H100 machine."""
+
+    def __init__(self, *, best: EpochNumberCheckpoint, **kwargs):
+        super().__init__(**kwargs)
+        self.best = best
+
+    def _save_checkpoint(self, trainer, filepath: str) -> None:
+        same = self.best.saved is not None and self.best.saved[0] == trainer.global_step
+        if not same:
+            super()._save_checkpoint(trainer, filepath)
+            return
+        if trainer.is_global_zero:
+            link = f"{filepath}.link-{os.getpid()}"
+            os.link(self.best.saved[1], link)
+            os.replace(link, filepath)  # a reader finds the previous last.ckpt or this one, whole
+        trainer.strategy.barrier()
+        self._last_global_step_saved = trainer.global_step
+        self._last_checkpoint_saved = filepath
 
 
 class Observe(L.Callback):
