@@ -21,7 +21,7 @@ from hydrali.core.data.image_files import (
     find_bad_files,
     verify_files,
 )
-from hydrali.core.data.pipelines import make_pipeline
+from hydrali.core.data.pipelines import check_options, make_pipeline
 from hydrali.core.errors import HydraliError
 from hydrali.core.run.plan import Plan, Shard
 from hydrali.core.run.weights_from_run import builder_reads_files, names_a_run
@@ -131,6 +131,7 @@ class DaliTask:
         options = OmegaConf.to_container(pipeline.options, resolve=True)
         source = self.source(dataset, shard, plan, is_training)
         if options.get("decode_once"):
+            check_options(pipeline.recipe, options)  # before the decoding, which takes seconds
             source = replace(
                 source, decoded=self.decoded_batches(source, pipeline=pipeline, data=data, plan=plan, shard=shard)
             )

@@ -108,6 +108,57 @@ def test_each_training_pass_reads_every_image_of_the_shard_once_in_a_fresh_order
     assert not np.array_equal(np.concatenate([batch for _, batch in other_seed]), labels)
 
 
+def _training_reference(make_cfg, folder, shard_id=1):
+    """The shard's training images as the files' validation pipeline normalizes them, by label."""
+    batches = _batches(_pipeline(make_cfg, folder, shard_id=shard_id, is_training=False, val_split="train"), 2)
+    return {int(label): image for images, labels in batches for image, label in zip(images, labels)}
+
+
+@pytest.mark.parametrize("pad_mode, numpy_mode", [("reflect", "reflect"), ("zero", None)])
+def test_training_from_memory_crops_a_random_window_of_the_padded_image(make_cfg, folder, pad_mode, numpy_mode):
+    pad = 4
+    reference = _training_reference(make_cfg, folder)
+    overrides = (*PLAIN, "pipeline.options.decode_once=true", f"pipeline.options.pad={pad}")
+    stream = _batches(_pipeline(make_cfg, folder, overrides=(*overrides, f"pipeline.options.pad_mode={pad_mode}")), 8)
+    offsets = set()
+    for images, labels in stream:
+        for image, label in zip(images, labels):
+            normalized = reference[int(label)]
+            if numpy_mode is None:  # zeros before normalization: the normalized value of a black pixel
+                black = _black(make_cfg)
+                padded = np.pad(normalized - black, ((pad, pad), (pad, pad), (0, 0))) + black
+            else:  # normalization is per channel: padding the normalized image mirrors the same pixels
+                padded = np.pad(normalized, ((pad, pad), (pad, pad), (0, 0)), mode=numpy_mode)
+            windows = [
+                (top, left)
+                for top in range(2 * pad + 1)
+                for left in range(2 * pad + 1)
+                if np.allclose(padded[top : top + SIDE, left : left + SIDE], image, atol=1e-5)
+            ]
+            assert windows, f"image {label} is no {SIDE} x {SIDE} window of its {pad_mode}-padded self"
+            offsets.update(windows)
+    assert len(offsets) > 5, offsets  # 24 crops at 81 equally likely offsets
+
+
+def _black(make_cfg) -> np.ndarray:
+    """A black pixel normalized with the recipe's mean and std."""
+    options = make_cfg("pipeline=small_images").pipeline.options
+    return -np.asarray(options.mean, np.float32) / np.asarray(options.std, np.float32)
+
+
+def test_the_replicas_shards_hold_disjoint_images_and_together_the_split(make_cfg, folder):
+    once = (*PLAIN, "pipeline.options.decode_once=true")
+    shards = [
+        {
+            int(label)
+            for _, labels in _batches(_pipeline(make_cfg, folder, overrides=once, shard_id=s), 4)
+            for label in labels
+        }
+        for s in range(SHARDS)
+    ]
+    assert shards == [{0, 1, 2}, {3, 4, 5, 6}]  # DALI's shard bounds: [N * s / S, N * (s + 1) / S)
+
+
 def test_a_pipeline_restored_from_dalis_checkpoint_continues_the_same_stream(make_cfg, folder):
     once = ("pipeline.options.decode_once=true", "pipeline.options.cutout=8")  # pad, flip, cutout: random too
     pipe = _pipeline(make_cfg, folder, overrides=once, checkpointing=True)

@@ -263,7 +263,8 @@ def tune(cfg: DictConfig, task, dataset, plan, backend) -> AutotuneResult:
     per_node, _, _ = backend.replicas(backend_settings(cfg.backend, decided=False), plan.device)
     budget = core_budget(per_node, len(plan.shards))
     threads = thread_candidates(int(p.num_threads), budget, list(p.autotune_threads or ()))
-    gpu = plan.device == "gpu"
+    # the hardware decoder's share matters where the pipeline decodes every epoch: not from images decoded once
+    gpu = plan.device == "gpu" and not p.options.get("decode_once", False)
     loads = load_candidates(float(p.hw_decoder_load), p.autotune_loads) if gpu else None
     configured = Setting(int(p.num_threads), round(float(p.hw_decoder_load), 4) if gpu else None)
     layout = backend.layout

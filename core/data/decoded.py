@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import threading
 import time
 from dataclasses import dataclass
 
@@ -34,11 +35,12 @@ log = logging.getLogger("hydrali")
 @dataclass(frozen=True, eq=False)
 class DecodedImages:
     """One replica's shard of a split, decoded: uint8 images (count, height, width, channels) in file order and
-    their int32 labels (count, 1); `val_steps`: batches per validation pass (the largest shard's, padded)."""
+    their int32 labels (count, 1); `largest_shard`: the images of the split's largest shard (validation pads every
+    shard to its batches)."""
 
     images: np.ndarray
     labels: np.ndarray
-    val_steps: int
+    largest_shard: int
 
     def __len__(self) -> int:
         return len(self.images)
@@ -55,8 +57,9 @@ def available_memory_bytes() -> int:
 
 
 def check_fits(count: int, side: int, split: str) -> None:
-    """Fail, naming the option, when `count` decoded images of side x side pixels (RGB, one byte a channel) would
-    not fit in the memory free now."""
+    """Fail, naming the option, when the `count` images of a whole split, decoded to side x side pixels (RGB, one
+    byte a channel), would not fit in the memory free now. The whole split, not one shard: the replicas of a node
+    decode their shards at the same time, each before the others have taken their memory."""
     needed, free = count * side * side * 3, available_memory_bytes()
     if needed > free:
         raise HydraliError(
@@ -74,7 +77,7 @@ def decode_shard(pipe, *, shard_id: int, num_shards: int, side: int, split: str)
     total = pipe.reader_meta(READER_NAME)["epoch_size"]
     start, end = shard_bounds(total, shard_id, num_shards)
     count = end - start
-    check_fits(count, side, split)
+    check_fits(total, side, split)
     images = np.empty((count, side, side, 3), np.uint8)
     labels = np.empty((count, 1), np.int32)
     batch = pipe.max_batch_size
@@ -83,7 +86,6 @@ def decode_shard(pipe, *, shard_id: int, num_shards: int, side: int, split: str)
         take = min(batch, count - first)
         images[first : first + take] = _as_array(decoded)[:take]
         labels[first : first + take] = _as_array(classes).reshape(-1, 1)[:take]
-    val_steps = math.ceil(max(shard_sizes(total, num_shards)) / batch)
     log.info(
         "decoded the %s split's %d images once into memory (%.0f MiB, %.1f s): pipeline.options.decode_once",
         split,
@@ -91,7 +93,7 @@ def decode_shard(pipe, *, shard_id: int, num_shards: int, side: int, split: str)
         images.nbytes / 2**20,
         time.monotonic() - started,
     )
-    return DecodedImages(images, labels, val_steps)
+    return DecodedImages(images, labels, largest_shard=max(shard_sizes(total, num_shards)))
 
 
 def _as_array(outputs) -> np.ndarray:
@@ -105,22 +107,25 @@ class DecodedBatches:
 
     def __init__(self, decoded: DecodedImages, *, batch: int, seed: int, is_training: bool):
         self.decoded, self.batch, self.seed, self.is_training = decoded, batch, seed, is_training
+        self.val_steps = math.ceil(decoded.largest_shard / batch)  # batches per validation pass, padded
         self._permutations: dict[int, np.ndarray] = {}
+        self._lock = threading.Lock()  # DALI's TensorFlow plugin calls the two sources from threads of its own
 
     def _permutation(self, pass_index: int) -> np.ndarray:
-        """The shard's order in training pass `pass_index` (the last two kept: a batch spans at most two)."""
-        if pass_index not in self._permutations:
-            rng = np.random.default_rng([self.seed, pass_index])
-            self._permutations[pass_index] = rng.permutation(len(self.decoded))
-            for old in [p for p in self._permutations if p < pass_index - 1]:
-                del self._permutations[old]
-        return self._permutations[pass_index]
+        """The shard's order in training pass `pass_index` (a few recent ones kept: a batch may span several)."""
+        with self._lock:
+            if pass_index not in self._permutations:
+                rng = np.random.default_rng([self.seed, pass_index])
+                self._permutations[pass_index] = rng.permutation(len(self.decoded))
+                for old in [p for p in self._permutations if p < pass_index - 2]:
+                    self._permutations.pop(old, None)
+            return self._permutations[pass_index]
 
     def indices(self, iteration: int) -> np.ndarray:
         """The shard's images in batch `iteration` (counted from the pipeline's start)."""
         count = len(self.decoded)
         if not self.is_training:
-            step = iteration % self.decoded.val_steps
+            step = iteration % self.val_steps
             return np.minimum(np.arange(step * self.batch, (step + 1) * self.batch), count - 1)
         positions = np.arange(iteration * self.batch, (iteration + 1) * self.batch)
         passes = positions // count

@@ -4,8 +4,10 @@ A recipe is a `@pipeline_def` function. It receives from core the `Source` it re
 and how the split is read), the device, the layout its backend wants, the image size and output
 type, and, as keyword-only parameters, its own options: the keys of `pipeline.options`. An option
 the recipe does not declare, or a declared one left unset, is an error naming it. A recipe that declares the
-option `decode_once` gets, when it is true, its shard decoded once in `Source.decoded`
-(hydrali.core.data.decoded) and reads its batches from there.
+option `decode_once` gets, when it is true, its shard decoded once by the task in `Source.decoded`
+(hydrali.core.data.decoded) and reads its batches from there: the classification task decodes with
+recipes.square_images (decoded, resized to image_size x image_size, and for training padded by the recipe's `pad`
+and `pad_mode` options where it has them), what small_images reads.
 """
 
 from __future__ import annotations

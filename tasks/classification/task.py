@@ -78,7 +78,8 @@ class ClassificationTask(DaliTask):
         decoder, resize and, for training, its padding, in file order), decoded at the first call for that split and
         shard."""
         options = pipeline.options
-        padding = {"pad": options.pad, "pad_mode": options.pad_mode} if source.is_training else {}
+        pad = {"pad": options.get("pad", 0), "pad_mode": options.get("pad_mode", "reflect")}
+        padding = pad if source.is_training else {}  # what small_images pads; a recipe without `pad` gets none
         key = (source.is_training, shard.shard_id, data.image_size, tuple(padding.items()))
         if key not in self._decoded:
             in_order = replace(source, is_training=False)  # read once, in file order, no shuffle
