@@ -12,9 +12,11 @@ import pytest
 from nvidia.dali import pipeline_def
 
 from hydrali.core.data.webdataset import ShardSource, read_manifest, split_shards
+from hydrali.core.run.runner import run
 from hydrali.tasks.detection.recipes import CocoSource, read_coco
 from tests.support.checks import fails_with, read_summary
 from tests.support.cli import run_cli
+from tests.support.configs import compose_config
 from tests.support.datasets import CATEGORIES, EMPTY_VAL_IMAGE, write_rectangles_coco
 
 # Rectangles at 64 x 64 on a narrow detector, 10 epochs at a higher lr than the detector's default: seconds per run,
@@ -139,9 +141,12 @@ def test_a_detection_set_whose_val_has_no_annotation_file_is_refused_in_one_line
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend,evaluate", [("lightning", False), ("keras", True)])
+@pytest.mark.parametrize(
+    "backend,evaluate",
+    [("lightning", False), pytest.param("keras", True, marks=pytest.mark.keras)],  # keras: trains in this process
+)
 def test_training_from_shards_reaches_the_folders_map_and_eval_reproduces_it(
-    tmp_path, data_dir, rectangles, rectangle_shards, backend, evaluate
+    tmp_path, data_dir, rectangles, rectangle_shards, backend, evaluate, monkeypatch
 ):
     """hydrali eval runs on one backend: how a backend loads its checkpoint is eval's own tests' (test_after_training),
     what differs here is the data, the same for both."""
@@ -150,17 +155,8 @@ def test_training_from_shards_reaches_the_folders_map_and_eval_reproduces_it(
         ("folder", ["data=coco", f"data.root={rectangles}"]),
         ("shards", ["data=webdataset_detection", f"data.root={rectangle_shards}"]),
     ):
-        out = run_cli(
-            *SHORT,
-            *data,
-            f"backend={backend}",
-            f"paths.root={tmp_path}",
-            f"paths.data_dir={data_dir}",
-            f"hydra.run.dir={tmp_path / name}",
-            cwd=tmp_path,
-            timeout=600,
-        )
-        assert out.returncode == 0, out.stderr[-3000:]
+        # in this process: what is checked is what a run reads from shards, not the command line
+        run(compose_config([*SHORT, *data, f"backend={backend}"], tmp_path, data_dir, tmp_path / name))
         summary = read_summary(tmp_path / name)
         assert (summary["steps_per_epoch"], summary["val_images"]) == (128 // 16, 16), summary  # the epoch contract
         best[name] = summary["best"]["val/map"]
@@ -168,8 +164,13 @@ def test_training_from_shards_reaches_the_folders_map_and_eval_reproduces_it(
     assert best["shards"] > 0.1, best  # it learned
     if not evaluate:
         return
-    out = run_cli("eval", str(tmp_path / "shards"), cwd=tmp_path, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
+    # in this process too: what eval reads from shards is checked here, its command line in test_after_training
+    from hydrali.core.cli.use import run_command
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as ended:
+        run_command("eval", [str(tmp_path / "shards")])
+    assert ended.value.code == 0
     scored = json.loads((tmp_path / "shards/eval/val/metrics.json").read_text())
     assert scored["images"] == 16 and scored["metrics"]["val/map"] == pytest.approx(best["shards"], abs=1e-4)
 
