@@ -13,11 +13,12 @@ import pytest
 from nvidia.dali import pipeline_def
 
 from hydrali.core.data.webdataset import ShardSource, read_manifest, split_shards
+from hydrali.core.run.runner import run
 from hydrali.tasks.classification.datasets import image_files, scan_image_folder, write_digits
 from hydrali.tasks.classification.recipes import read_files
 from tests.support.checks import fails_with, read_summary
 from tests.support.cli import run_cli
-from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET, TINY, with_plugin_callback
+from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET, TINY, compose_config, with_plugin_callback
 from tests.support.datasets import write_one_image_per_class
 from tests.support.object_store import S3Server
 
@@ -81,23 +82,29 @@ def test_dali_reads_back_every_image_of_both_splits_with_its_label_from_the_conv
         assert len(set(labels_in_order)) >= 8, "written shuffled: the first samples mix the classes"
 
 
+def _use(command: str, *args: str) -> None:
+    """`hydrali <command> <args>` in this process, to its end (exit code 0): what a command does with a run trained on
+    shards is what is checked here, not the command line, whose own tests are test_after_training's."""
+    from hydrali.core.cli.use import run_command
+
+    with pytest.raises(SystemExit) as ended:
+        run_command(command, list(args))
+    assert ended.value.code == 0, f"hydrali {command} exited {ended.value.code}"
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["lightning", "keras"])
-def test_training_from_shards_reaches_the_folders_val_acc(tmp_path, data_dir, shards, backend):
+@pytest.mark.parametrize("backend", ["lightning", pytest.param("keras", marks=pytest.mark.keras)])  # keras: trained,
+# scored and labelled in this process
+def test_training_from_shards_reaches_the_folders_val_acc(tmp_path, data_dir, shards, backend, monkeypatch):
     quiet = LIGHTNING_QUIET if backend == "lightning" else KERAS_QUIET
     best = {}
     for name, data in (("folder", []), ("shards", ["data=webdataset", f"data.root={shards}", "data.image_size=16"])):
-        out = run_cli(
-            f"backend={backend}",
-            f"paths.data_dir={data_dir}",
-            f"hydra.run.dir={tmp_path / name}",
-            "tracking=none",
-            *CONVERGED,
-            *quiet,
-            *data,
-            cwd=tmp_path,
+        # in this process: what is checked is what a run reads from shards, not the command line
+        run(
+            compose_config(
+                [f"backend={backend}", "tracking=none", *CONVERGED, *quiet, *data], tmp_path, data_dir, tmp_path / name
+            )
         )
-        assert out.returncode == 0, out.stderr[-3000:]
         summary = read_summary(tmp_path / name)
         assert summary["train_images"] == 12 * (1437 // 64) * 64 and summary["val_images"] == 360
         best[name] = summary["best"]["val/acc"]
@@ -105,14 +112,13 @@ def test_training_from_shards_reaches_the_folders_val_acc(tmp_path, data_dir, sh
     assert best["shards"] == pytest.approx(best["folder"], abs=0.01)
     # the run trained on shards, used as any run: eval scores its val split as training did; predict labels the
     # same images given as files, as often rightly as eval says
-    run = tmp_path / "shards"
-    scored = run_cli("eval", str(run), cwd=tmp_path)
-    assert scored.returncode == 0, scored.stderr[-3000:]
-    acc = json.loads((run / "eval/val/metrics.json").read_text())["metrics"]["val/acc"]
+    trained = tmp_path / "shards"
+    monkeypatch.chdir(tmp_path)  # where a user would run them
+    _use("eval", str(trained))
+    acc = json.loads((trained / "eval/val/metrics.json").read_text())["metrics"]["val/acc"]
     assert acc == pytest.approx(best["shards"], abs=1e-4)
-    labelled = run_cli("predict", str(run), f"source={data_dir / 'digits' / 'val'}", "out=pred", cwd=tmp_path)
-    assert labelled.returncode == 0, labelled.stderr[-3000:]
-    with (run / "pred" / "predictions.csv").open() as fh:
+    _use("predict", str(trained), f"source={data_dir / 'digits' / 'val'}", "out=pred")
+    with (trained / "pred" / "predictions.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 360
     assert sum(Path(r["file"]).parts[0] == r["class_1"] for r in rows) / len(rows) == pytest.approx(acc, abs=1e-9)
