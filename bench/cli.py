@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from hydrali.bench.schema import register_bench_schema
 from hydrali.core.config.store import register_schemas
 from hydrali.core.errors import HydraliError
+from hydrali.core.run import collector
 
 log = logging.getLogger("hydrali")
 _started = {"yes": False}  # whether the benchmark itself started (past Hydra's composition)
@@ -116,6 +117,12 @@ def _entry(cfg: DictConfig) -> None:
 
 def main() -> None:
     """Run the benchmark from the command line (the `hydrali-bench` console script)."""
+    with collector.command_process(paused_until_loaded=False):  # its exit does not walk the frameworks' objects
+        _main()
+
+
+def _main() -> None:
+    """main's work, in its collector policy."""
     try:
         register_schemas()  # reads the registry: a broken plug-in ends here in one line
     except HydraliError as err:

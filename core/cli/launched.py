@@ -19,7 +19,7 @@ from hydrali.core.config.store import register_schemas
 from hydrali.core.distributed.launchers import TORCHRUN
 from hydrali.core.distributed.local_launch import CONFIG_FILE, CONTEXT_FILE, LOGGING_FILE
 from hydrali.core.errors import HydraliError
-from hydrali.core.run import job_context
+from hydrali.core.run import collector, job_context
 from hydrali.core.run.preemption import Preempted
 from hydrali.core.run.runner import run
 
@@ -54,5 +54,6 @@ def process_main(folder: Path) -> None:
 
 
 if __name__ == "__main__":
-    register_schemas()
-    process_main(Path(sys.argv[1]))
+    with collector.command_process(paused_until_loaded=True):
+        register_schemas()
+        process_main(Path(sys.argv[1]))

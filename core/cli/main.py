@@ -10,8 +10,10 @@ import hydra
 from omegaconf import DictConfig
 
 from hydrali.core.cli.exit_codes import EXIT_FAILED_SWEEP, EXIT_INTERRUPTED, EXIT_SIGNAL_BASE, EXIT_USER_ERROR
+from hydrali.core.cli.use import COMMANDS
 from hydrali.core.config.store import register_schemas
 from hydrali.core.errors import HydraliError
+from hydrali.core.run import collector
 from hydrali.core.run.run_dir import note_launch_folders, remove_if_empty
 from hydrali.core.run.wall_time import counted_from_process_start
 
@@ -109,6 +111,13 @@ def _serve_ui(overrides: list[str]) -> None:
 def main() -> None:
     """Run hydrali from the command line (the `hydrali` console script); `hydrali ui` browses the runs;
     `hydrali eval|predict|export RUN_DIR` use a trained run; `hydrali convert` shards a dataset."""
+    trains = sys.argv[1:2] != ["ui"] and not (sys.argv[1:2] and sys.argv[1] in COMMANDS)
+    with collector.command_process(paused_until_loaded=trains):  # a training run's imports walked once
+        _main()
+
+
+def _main() -> None:
+    """main's work, in its collector policy."""
     from hydrali.core.cli.user_paths import expand_home
 
     sys.argv[1:] = expand_home(sys.argv[1:])  # data.root=~/photos: no shell expands that `~`
@@ -119,8 +128,6 @@ def main() -> None:
         sys.exit(EXIT_USER_ERROR)
     if sys.argv[1:2] == ["ui"]:
         _serve_ui(sys.argv[2:])
-    from hydrali.core.cli.use import COMMANDS
-
     if sys.argv[1:2] and sys.argv[1] in COMMANDS:  # eval | predict | export RUN_DIR [key=value ...]
         from hydrali.core.cli.use import run_command
 

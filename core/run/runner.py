@@ -23,7 +23,16 @@ from hydrali.core.data.image_files import write_skipped_files
 from hydrali.core.distributed import agreement, gather, local_launch, topology
 from hydrali.core.distributed.launchers import LAUNCHED_BY_HYDRALI
 from hydrali.core.distributed.mpi_ranks import adopt_mpi_ranks
-from hydrali.core.run import auto_settings, job_context, preemption, run_dir, seeding, wall_time, weights_from_run
+from hydrali.core.run import (
+    auto_settings,
+    collector,
+    job_context,
+    preemption,
+    run_dir,
+    seeding,
+    wall_time,
+    weights_from_run,
+)
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR, resolve_checkpoint, write_trained_with
 from hydrali.core.run.contract import backend_settings, contract_record, run_contract
 from hydrali.core.run.plan import Plan, plan_run
@@ -104,6 +113,7 @@ def _run(attempt: run_dir.Attempt, clock: RunClock, watch: preemption.Preemption
         dataset = _prepare_data(cfg, task)  # before the backend loads, so that bad data fails in a second
     with clock.timing(STARTUP):  # its framework's imports
         backend = load_backend(cfg.backend.name)
+        collector.frameworks_loaded()  # the collector resumes, without the frameworks' objects (core/run/collector.py)
     plan, task = plan_and_agree(cfg, backend, task, dataset)
     start = resume_point(attempt, cfg, backend, dataset)
     plan = seeded_for(plan, start, cfg)

@@ -1,0 +1,49 @@
+"""Python's cyclic garbage collector in a process that exists to run one hydrali command.
+
+Importing torch, TensorFlow, Lightning and DALI makes millions of objects that live until the process ends. Each full
+collection walks all of them again, and so does the interpreter's last one at exit: on the 2-core CPU machine about
+3 s of full collections during a run's start-up and 3-5 s after its summary (measured with gc.callbacks and py-spy:
+`gc_collect_main` alone at exit). A command's process therefore pauses the collector until the run's frameworks are
+loaded, then freezes what is alive (gc.freeze: those objects leave later collections, not memory), and freezes what
+is left when the command ends. A run called from Python (a notebook, the tests) never pauses or freezes: its
+process's objects are its own.
+"""
+
+from __future__ import annotations
+
+import gc
+from contextlib import contextmanager
+from typing import Iterator
+
+_state = {"paused": False}  # whether command_process paused the collector and frameworks_loaded has not resumed it
+
+
+@contextmanager
+def command_process(*, paused_until_loaded: bool) -> Iterator[None]:
+    """Within it, this process exists to run one command: with `paused_until_loaded` the collector is off until
+    `frameworks_loaded()`; at the end (an exit, an error, an interrupt) every object left is frozen, so that the
+    interpreter's exit does not walk them (atexit functions and module teardown still run)."""
+    if paused_until_loaded and gc.isenabled():
+        gc.disable()
+        _state["paused"] = True
+    try:
+        yield
+    finally:
+        _resume()
+        gc.freeze()
+
+
+def frameworks_loaded() -> None:
+    """The run's frameworks are imported: where `command_process` paused the collector, the objects alive now are
+    frozen out of later full collections and the collector resumes; elsewhere (a later job of a sweep, a run called
+    from Python) nothing changes."""
+    if _state["paused"]:
+        gc.freeze()
+        _resume()
+
+
+def _resume() -> None:
+    """The collector on again, if command_process paused it."""
+    if _state["paused"]:
+        _state["paused"] = False
+        gc.enable()
