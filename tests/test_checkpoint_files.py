@@ -1,15 +1,20 @@
-"""The checkpoint files a Lightning run leaves (backends/lightning/callbacks.py LastCheckpoint): last.ckpt after every
+"""The checkpoint files a run leaves. Lightning (backends/lightning/callbacks.py LastCheckpoint): last.ckpt after every
 epoch, the best by task.monitor, and when the epoch just trained is the best, one file under both names (written
-once: a hard link) that a resume continues from and that outlives the best file's replacement."""
+once: a hard link) that a resume continues from and that outlives the best file's replacement. Both backends: with
+checkpoint_every=N the epochs that save are the same (every Nth and the last), the best checkpoint is the best of
+those, and a resume continues from the newest."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
 
+from hydrali.core.run.runner import run
 from tests.support.checks import read_summary
 from tests.support.cli import run_cli
-from tests.support.configs import LIGHTNING_QUIET, TINY
+from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET, TINY, compose_config
 
 
 def _train(tmp_path, run_dir, *overrides: str) -> dict:
@@ -56,3 +61,50 @@ def test_after_an_epoch_that_is_not_the_best_last_ckpt_is_its_own_file_of_that_e
     assert sorted(p.name for p in folder.glob("*.ckpt")) == ["epoch001.ckpt", "last.ckpt"]
     assert not (folder / "last.ckpt").samefile(folder / "epoch001.ckpt")
     assert (_epochs_in(folder / "epoch001.ckpt"), _epochs_in(folder / "last.ckpt")) == (1, 2)
+
+
+def _saved_epochs(folder) -> list[int]:
+    """The epochs whose checkpoint file is in `folder`, on either backend (epochNNN.ckpt, epochNNN.weights.h5)."""
+    return sorted(_epoch_of(path) for path in folder.glob("epoch*"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["lightning", pytest.param("keras", marks=pytest.mark.keras)])  # in this process:
+# what is checked is the files a run writes, not the command line
+def test_checkpoint_every_saves_the_same_epochs_on_both_backends_and_the_best_is_the_best_of_those(
+    tmp_path, data_dir, backend
+):
+    quiet, keep_all = (
+        (LIGHTNING_QUIET, "backend.save_top_k=-1")
+        if backend == "lightning"
+        else (KERAS_QUIET, "backend.keep_checkpoints=0")
+    )
+    run_dir = tmp_path / "run"
+    # the lowest val/acc is the best (task.mode=min): an early epoch, as the digits learn, which saves no checkpoint
+    overrides = [f"backend={backend}", "tracking=none", "seed=0", *TINY, *quiet, keep_all, "task.mode=min"]
+    run(compose_config([*overrides, "epochs=5", "checkpoint_every=3"], tmp_path, data_dir, run_dir))
+    summary = read_summary(run_dir)
+    history = [row["val/acc"] for row in summary["history"]]
+    folder = run_dir / "checkpoints"
+    assert _saved_epochs(folder) == [3, 5]  # every third epoch and the last
+    assert summary["best_epoch"] not in (3, 5), history  # the record's best epoch (its metrics) has no file
+    assert _epoch_of(summary["best_checkpoint"]) == min((3, 5), key=lambda epoch: history[epoch - 1])
+
+    run(compose_config([*overrides, "epochs=6", "checkpoint_every=3", "ckpt_path=last"], tmp_path, data_dir, run_dir))
+    resumed = read_summary(run_dir)
+    assert [row["epoch"] for row in resumed["history"]] == [1, 2, 3, 4, 5, 6]
+    assert resumed["history"][:5] == summary["history"]  # continued from the newest (epoch 5), not trained again
+    assert _saved_epochs(folder) == [3, 5, 6]
+
+
+def _epoch_of(path: str) -> int:
+    """The epoch a checkpoint file's name gives."""
+    return int(Path(path).name[len("epoch") :].split(".")[0])
+
+
+def test_checkpoint_every_below_one_is_refused_in_one_line(tmp_path, data_dir):
+    from hydrali.core.config.validate import check_config
+    from hydrali.core.errors import HydraliError
+
+    with pytest.raises(HydraliError, match=r"checkpoint_every=0: pass 1 or more"):
+        check_config(compose_config(["checkpoint_every=0"], tmp_path, data_dir))

@@ -134,9 +134,9 @@ def _fit(
         callbacks = [
             *side.callbacks(),  # first: the task's validation metrics join the epoch's logs
             *average,  # before the checkpoint: it saves the average as the network's weights
-            keras.callbacks.ModelCheckpoint(str(checkpoint_dir / checkpoints.PATTERN), save_weights_only=True)
+            checkpoints.EpochCheckpoint(str(checkpoint_dir / checkpoints.PATTERN), contract.saves_checkpoint)
             if chief
-            else workers.ThrowawayCheckpoint(),  # every worker saves, at the same point
+            else workers.ThrowawayCheckpoint(contract.saves_checkpoint),  # every worker saves, at the same point
             *([KeepAverageAfterFit()] if average else []),  # after it: the last checkpoint keeps the live weights
             Observe(observer),  # before the pruning, which keeps the best epoch of the record
             *(
@@ -171,8 +171,7 @@ def _fit(
                 raise explain_dali_error(err, lambda: task.explain_decode_error(dataset)) from err
             raise
 
-        best = record.best(contract.monitor, contract.mode)
-        best_file = checkpoints.file_of(checkpoint_dir, best["epoch"]) if best else None
+        best_file = checkpoints.best_saved(checkpoint_dir, record, contract.monitor, contract.mode)
         return FitResult(
             best_checkpoint=str(best_file) if best_file and best_file.exists() else None,
             **observer.fit_fields(start_epoch=initial_epoch),

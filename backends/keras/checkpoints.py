@@ -1,14 +1,16 @@
-"""Keras checkpoints: one weights file per epoch (model and optimizer state), the newest kept and the best."""
+"""Keras checkpoints: one weights file per epoch that saves (model and optimizer state), the newest kept and the
+best."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Callable
 
 import keras
 
 from hydrali.core.errors import HydraliError
-from hydrali.core.run.record import RunRecord
+from hydrali.core.run.record import RunRecord, best_row
 
 PATTERN = "epoch{epoch:03d}.weights.h5"  # Keras fills {epoch} with the number of epochs completed
 _EPOCH = re.compile(r"epoch(\d+)\.weights\.h5$")
@@ -58,9 +60,32 @@ def file_of(checkpoint_dir: Path, epoch: int) -> Path:
     return Path(checkpoint_dir) / PATTERN.format(epoch=epoch)
 
 
+def best_saved(checkpoint_dir: Path, record: RunRecord, monitor: str, mode: str) -> Path | None:
+    """The checkpoint of the best epoch by `monitor` among the epochs of the run record that have one (with
+    checkpoint_every above 1, the best epoch may have none), or None."""
+    folder = Path(checkpoint_dir)
+    saved = {epochs_done(path) for path in folder.glob("epoch*.weights.h5")} if folder.is_dir() else set()
+    best = best_row([row for row in record.rows if row["epoch"] in saved], monitor, mode)
+    return file_of(folder, best["epoch"]) if best else None
+
+
+class EpochCheckpoint(keras.callbacks.ModelCheckpoint):
+    """Keras' ModelCheckpoint of the weights (the model's and the optimizer's), at the end of the epochs that
+    `saves` (the run contract's saves_checkpoint, epochs counted from 1) names: every checkpoint_every-th and the
+    last, as on every backend."""
+
+    def __init__(self, filepath: str, saves: Callable[[int], bool]):
+        super().__init__(filepath, save_weights_only=True)
+        self.saves = saves
+
+    def on_epoch_end(self, epoch: int, logs=None) -> None:
+        if self.saves(epoch + 1):
+            super().on_epoch_end(epoch, logs)
+
+
 class PruneCheckpoints(keras.callbacks.Callback):
     """After each epoch's checkpoint is written, keep only the newest `keep` files and the best one of the
-    whole run record (epochs before an interruption included)."""
+    whole run record that has a file (epochs before an interruption included)."""
 
     def __init__(self, checkpoint_dir: Path, keep: int, record: RunRecord, monitor: str, mode: str):
         super().__init__()
@@ -75,8 +100,8 @@ class PruneCheckpoints(keras.callbacks.Callback):
     def on_epoch_end(self, epoch: int, logs=None) -> None:
         if self.keep <= 0:
             return
-        best = self.record.best(self.monitor, self.mode)
-        protected = {best["epoch"]} if best else set()  # Keras' names and the record both count from 1
+        best = best_saved(self.checkpoint_dir, self.record, self.monitor, self.mode)
+        protected = {epochs_done(best)} if best else set()  # Keras' names and the record both count from 1
         files = sorted(self.checkpoint_dir.glob("epoch*.weights.h5"), key=epochs_done)
         for path in files[: -self.keep]:
             if epochs_done(path) not in protected:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from typing import Callable
 
 import keras
 import numpy as np
@@ -138,10 +139,17 @@ def _all_reduce_sum(values: np.ndarray) -> np.ndarray:
 
 class ThrowawayCheckpoint(keras.callbacks.Callback):
     """A non-chief worker's side of the chief's per-epoch checkpoint: Keras reads some variables (metrics' sums)
-    through collectives when it saves weights, so every worker saves, at the same point; this one saves into
-    a temporary dir and deletes it (as TensorFlow's multi-worker guide does)."""
+    through collectives when it saves weights, so every worker saves, at the same point (the epochs `saves`
+    names, as the chief's EpochCheckpoint); this one saves into a temporary dir and deletes it (as TensorFlow's
+    multi-worker guide does)."""
+
+    def __init__(self, saves: Callable[[int], bool]):
+        super().__init__()
+        self.saves = saves
 
     def on_epoch_end(self, epoch: int, logs=None) -> None:
+        if not self.saves(epoch + 1):
+            return
         scratch = tempfile.mkdtemp(prefix="hydrali_worker_")
         try:
             self.model.save_weights(os.path.join(scratch, "throwaway.weights.h5"))

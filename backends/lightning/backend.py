@@ -160,6 +160,7 @@ def _fit(
         )
 
     checkpoint = EpochNumberCheckpoint(
+        saves=contract.saves_checkpoint,
         dirpath=checkpoint_dir,
         filename="epoch{epoch:03d}",
         monitor=contract.monitor,
@@ -168,9 +169,10 @@ def _fit(
         auto_insert_metric_name=False,
         save_on_train_epoch_end=True,  # after the epoch's validation, the state last.ckpt holds: one file for both
     )
-    # last.ckpt after every epoch (Lightning's save_last writes it only when a top-k file was saved), the best
-    # checkpoint's second name when that was written at the same step
+    # last.ckpt after every epoch that saves (Lightning's save_last writes it only when a top-k file was saved), the
+    # best checkpoint's second name when that was written at the same step
     last = LastCheckpoint(
+        saves=contract.saves_checkpoint,
         best=checkpoint,
         dirpath=checkpoint_dir,
         filename=Path(LAST).stem,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Callable
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar, TQDMProgressBar
@@ -19,8 +20,22 @@ from hydrali.core.run.preemption import Preempted, PreemptionWatch
 log = logging.getLogger("hydrali")
 
 
-class EpochNumberCheckpoint(ModelCheckpoint):
-    """Lightning's ModelCheckpoint whose `{epoch}` in file names is the epoch counted from 1 (Lightning counts from
+class ContractCheckpoint(ModelCheckpoint):
+    """Lightning's ModelCheckpoint, saving at the end of the training epochs that `saves` (the run contract's
+    saves_checkpoint, epochs counted from 1) names: every checkpoint_every-th and the last, as on every backend."""
+
+    def __init__(self, *, saves: Callable[[int], bool], **kwargs):
+        super().__init__(**kwargs)
+        self.saves = saves
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        """The epoch's checkpoint, where the contract asks for one."""
+        if self.saves(trainer.current_epoch + 1):
+            super().on_train_epoch_end(trainer, pl_module)
+
+
+class EpochNumberCheckpoint(ContractCheckpoint):
+    """A ContractCheckpoint whose `{epoch}` in file names is the epoch counted from 1 (Lightning counts from
     0): epoch003.ckpt holds the weights after the third epoch, as on Keras and in the run's record. It remembers
     the step and file of its last save, for LastCheckpoint."""
 
@@ -37,8 +52,9 @@ class EpochNumberCheckpoint(ModelCheckpoint):
         self.saved = (trainer.global_step, filepath)
 
 
-class LastCheckpoint(ModelCheckpoint):
-    """last.ckpt after every epoch (a ModelCheckpoint without a monitor, run at the training epoch's end). When `best`
+class LastCheckpoint(ContractCheckpoint):
+    """last.ckpt after every epoch that saves (a ContractCheckpoint without a monitor, run at the training epoch's
+    end). When `best`
     (an EpochNumberCheckpoint also run at the epoch's end, before this one) has just written the same step's state,
     last.ckpt becomes a second name of that file (a hard link, which outlives the best file's removal) instead of a
     second write of the same bytes: a checkpoint of the ResNet-18 layout, its optimizer and weight average is ~130 MB,

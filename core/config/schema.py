@@ -231,6 +231,7 @@ class HydraliConfig:
     epochs: int = 10
     throughput_warmup_steps: int = 5
     cpu_threads: str = "auto"  # the framework's intra-op threads: auto | a number (conf/config.yaml)
+    checkpoint_every: int = 1  # epochs between the per-epoch checkpoints, the last epoch's always (conf/config.yaml)
     ckpt_path: Optional[str] = None
     optimized_metric: str = "val/acc"
 

@@ -142,6 +142,11 @@ def check_config(cfg: DictConfig) -> None:
         raise HydraliError(
             f"throughput_warmup_steps={cfg.throughput_warmup_steps}: it cannot be negative (0 times every step)"
         )
+    if cfg.checkpoint_every < 1:
+        raise HydraliError(
+            f"checkpoint_every={cfg.checkpoint_every}: pass 1 or more (epochs between checkpoints; the last epoch's "
+            f"is always saved)"
+        )
     if str(cfg.cpu_threads) != "auto" and not (str(cfg.cpu_threads).isdigit() and int(cfg.cpu_threads) > 0):
         raise HydraliError(f"cpu_threads={cfg.cpu_threads}: pass auto or a number of threads, at least 1")
     if cfg.optim.lr <= 0:

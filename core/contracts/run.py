@@ -71,5 +71,11 @@ class RunContract:
     network: str  # how the log names the network
     start_weights: str | None  # model.weights: an earlier run the network starts from (None: its builder's own)
     throughput_warmup_steps: int  # steps of each epoch left out of the steady images/s
+    checkpoint_every: int  # epochs between the per-epoch checkpoints (saves_checkpoint)
     callbacks: tuple[Any, ...]  # the user's framework callbacks (backend.callbacks), instantiated
     backend: Any  # the backend's own settings: an instance of its BackendSpec.schema, `auto` decided
+
+    def saves_checkpoint(self, epoch: int) -> bool:
+        """Whether the epoch numbered `epoch` (counted from 1) ends with a checkpoint, on every backend: every
+        `checkpoint_every`th epoch and the run's last."""
+        return epoch % self.checkpoint_every == 0 or epoch >= self.plan.epochs

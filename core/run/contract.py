@@ -84,6 +84,7 @@ def run_contract(cfg: DictConfig, plan: Plan, *, with_callbacks: bool = True) ->
         network=network_name(cfg.model),
         start_weights=None if cfg.model.get("weights") is None else str(cfg.model.weights),
         throughput_warmup_steps=int(cfg.throughput_warmup_steps),
+        checkpoint_every=int(cfg.checkpoint_every),
         callbacks=tuple(instantiate(spec) for spec in specs),
         backend=backend,
     )

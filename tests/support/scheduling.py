@@ -67,7 +67,7 @@ SECONDS_ALONE = {
     "tests/test_image_files.py": 28,
     "tests/test_autotune.py": 27,
     # issue 35's files of 2026-11-27, estimates from runs on the loaded 2 cores (about a third of what they took there)
-    "tests/test_checkpoint_files.py": 45,
+    "tests/test_checkpoint_files.py": 105,
     "tests/test_decode_once.py": 30,
     "tests/test_bench_small.py": 20,
 }
