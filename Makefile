@@ -51,4 +51,4 @@ test: lint
 	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 $(ARGS)
 
 clean:
-	rm -rf $(VENV) outputs multirun mlflow.db mlflow.db.lock mlartifacts data
+	rm -rf $(VENV) outputs multirun mlflow.db mlflow.db.lock mlartifacts data .hydrali_cache

@@ -71,6 +71,7 @@ def test_cfg_job_resolve_prints_every_value_with_the_run_dir_hydra_would_make(tm
         "root": str(tmp_path),
         "data_dir": str(tmp_path / "data"),
         "output_dir": str(tmp_path / "runs" / "first"),
+        "cache_dir": str(tmp_path / ".hydrali_cache"),
     }
     assert not any(tmp_path.iterdir())
 

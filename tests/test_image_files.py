@@ -2,15 +2,25 @@
 damaged in its middle (which DALI decodes with only libjpeg's unnamed warning)."""
 
 import io
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from hydrali.core.data.image_files import decode_problem, find_bad_files, structural_problem
+from hydrali.core.data.image_files import (
+    decode_problem,
+    find_bad_files,
+    remembering,
+    structural_problem,
+    verify_files,
+)
+from hydrali.core.errors import HydraliError
+from hydrali.core.run.runner import run
 from tests.support.checks import fails_with, read_summary
 from tests.support.cli import run_cli
+from tests.support.configs import LIGHTNING_QUIET, TINY, compose_config
 
 FORMATS = {"JPEG": "jpg", "PNG": "png", "BMP": "bmp", "TIFF": "tif", "WEBP": "webp", "PPM": "ppm"}
 
@@ -109,3 +119,67 @@ def test_a_png_named_jpg_trains(tmp_path, digits_copy):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert read_summary(run_dir)["epochs"] == 1
+
+
+def _checked_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("checked ")]
+
+
+@pytest.mark.slow
+def test_a_later_run_reads_only_files_changed_since_they_passed_and_a_refused_run_keeps_nothing(
+    tmp_path, data_dir, digits_copy, caplog
+):
+    """paths.cache_dir: what passed data.verify is kept after the run is accepted; a file changed since is read."""
+    caplog.set_level("INFO", logger="hydrali")
+    record_dir = tmp_path / ".hydrali_cache"  # paths.cache_dir under paths.root, as a user's runs keep it
+
+    def train(name: str, *overrides: str) -> None:
+        data = ["data=imagefolder", f"data.root={digits_copy}", "data.image_size=16", "epochs=1", "tracking=none"]
+        run(compose_config([*TINY, *LIGHTNING_QUIET, *data, *overrides], tmp_path, data_dir, tmp_path / name))
+
+    with pytest.raises(HydraliError, match="ckpt_path=nowhere.ckpt"):  # refused after the data check passed
+        train("refused", "ckpt_path=nowhere.ckpt")
+    assert not record_dir.exists()
+    train("first")
+    files = len(list(digits_copy.rglob("*.jpg")))
+    assert _checked_lines(caplog)[-1] == f"checked {files} image files in {_seconds(caplog)} s: all whole"
+    records = list(record_dir.iterdir())
+    assert len(records) == 1
+
+    train("second")
+    assert _checked_lines(caplog)[-1].endswith(f"({files} unchanged since an earlier run's check, not read again)")
+
+    victim = sorted((digits_copy / "val" / "7").glob("*.jpg"))[0]
+    victim.write_bytes(victim.read_bytes()[:100])  # cut short: its size changed, so it is read again
+    kept = records[0].read_bytes()
+    with pytest.raises(HydraliError, match=f"{victim}: it is truncated"):
+        train("third")
+    assert _checked_lines(caplog)[-1].endswith(f"({files - 1} unchanged since an earlier run's check, not read again)")
+    assert list(record_dir.iterdir()) == records and records[0].read_bytes() == kept
+
+
+def _seconds(caplog) -> str:
+    """The seconds the last `checked` line gives, as it wrote them."""
+    return _checked_lines(caplog)[-1].split(" in ")[1].split(" s:")[0]
+
+
+def test_a_file_unchanged_since_it_passed_is_not_read_again_and_a_touched_one_is(tmp_path):
+    """The record trusts a file's path, size and modification time: damage that keeps all three goes unseen (as the
+    conf/paths/default.yaml comment says); a new modification time is read."""
+    for i in range(3):
+        _picture(i).save(tmp_path / f"{i}.jpg", format="JPEG")
+    files = sorted(tmp_path.glob("*.jpg"))
+    with remembering(tmp_path / "cache") as record:
+        assert verify_files(files, "quick") == []
+        record.keep()
+    victim = files[1]
+    stat = victim.stat()
+    victim.write_bytes(b"\0" * stat.st_size)  # no image any more, the same size
+    os.utime(victim, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # and the same modification time
+    with remembering(tmp_path / "cache"):
+        assert verify_files(files, "quick") == []  # not read
+    os.utime(victim)  # touched: now
+    with remembering(tmp_path / "cache"):
+        assert [(p, why.split(" (")[0]) for p, why in verify_files(files, "quick")] == [
+            (victim, "it is not an image file of a format DALI decodes")
+        ]

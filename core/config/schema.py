@@ -199,6 +199,7 @@ class PathsConfig:
     root: str = MISSING
     data_dir: str = MISSING
     output_dir: str = MISSING
+    cache_dir: Optional[str] = None  # the record of image files that passed data.verify (conf/paths/default.yaml)
 
 
 @dataclass

@@ -9,7 +9,9 @@ with at most an unnamed warning, is named; other formats with Pillow.
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import logging
 import os
 import time
@@ -155,9 +157,86 @@ def checked_already_holds() -> bool:
     return _checked is not None
 
 
+class CheckRecord:
+    """The image files that passed a level of the check in earlier runs, kept in `folder` (one JSON file per dataset
+    root and level: each file's absolute path, size and modification time when it passed), so that a later run reads
+    only the files that are new or changed since. What passes now is kept only when `keep()` is called (once the run
+    is accepted: a refused run changes nothing on disk)."""
+
+    def __init__(self, folder: Path | None):
+        self.folder = Path(folder) if folder is not None else None
+        self._pending: list[tuple[Path, dict]] = []  # (record file, its content) to write on keep()
+
+    def _file(self, names: list[str], level: Verify) -> Path | None:
+        if self.folder is None or not names:
+            return None
+        key = hashlib.sha1(f"{os.path.commonpath(names)}\n{level.value}".encode()).hexdigest()[:16]
+        return self.folder / f"verified-{level.value}-{key}.json"
+
+    def unchanged(self, paths: list[Path], level: Verify) -> tuple[set[Path], dict[str, list[int]]]:
+        """(the paths that passed `level` before and are unchanged since; each readable file's [size, mtime_ns] now,
+        by absolute path)."""
+        now: dict[str, list[int]] = {}
+        names = [os.path.abspath(path) for path in paths]
+        for name in names:
+            try:
+                stat = os.stat(name)
+            except OSError:
+                continue  # the check itself names a file that cannot be read
+            now[name] = [stat.st_size, stat.st_mtime_ns]
+        record = self._file(names, level)
+        try:
+            kept = json.loads(record.read_text())["files"] if record is not None else {}
+        except (OSError, ValueError, KeyError, TypeError):  # none yet, or unreadable: every file is read
+            kept = {}
+        same = {path for path, name in zip(paths, names) if name in now and kept.get(name) == now[name]}
+        return same, now
+
+    def passed(self, paths: list[Path], level: Verify, stats: dict[str, list[int]]) -> None:
+        """`paths` passed `level` (unchanged since an earlier pass, or read now): kept on keep(), with `stats`."""
+        names = [os.path.abspath(path) for path in paths]
+        record = self._file(names, level)
+        if record is not None:
+            files = {name: stats[name] for name in names if name in stats}
+            self._pending.append((record, {"level": level.value, "files": files}))
+
+    def keep(self) -> None:
+        """Write what passed in this run (each record whole: written aside, then renamed); a folder that cannot be
+        written is named in a warning, and later runs read every file again."""
+        for record, content in self._pending:
+            scratch = record.with_name(f"{record.name}.{os.getpid()}.tmp")
+            try:
+                record.parent.mkdir(parents=True, exist_ok=True)
+                scratch.write_text(json.dumps(content))
+                os.replace(scratch, record)
+            except OSError as err:
+                log.warning(
+                    "could not keep the record of checked image files in %s (%s): paths.cache_dir",
+                    record.parent,
+                    err.strerror or err,
+                )
+                scratch.unlink(missing_ok=True)
+        self._pending.clear()
+
+
+_record: CheckRecord | None = None  # while `remembering` holds: the files that passed in earlier runs
+
+
+@contextmanager
+def remembering(folder: Path | None) -> Iterator[CheckRecord]:
+    """Within it, `verify_files` reads only the files that did not pass the same check in an earlier run or changed
+    since (kept in `folder`; None: every file is read); the CheckRecord yielded keeps what passes now on keep()."""
+    global _record
+    before, _record = _record, CheckRecord(folder)
+    try:
+        yield _record
+    finally:
+        _record = before
+
+
 def verify_files(paths: list[Path], level: Verify | str, limit: int | None = 3) -> list[tuple[Path, str]]:
     """`find_bad_files`, with a log line saying what was checked and how long it took (inside `checked_already`:
-    the files it names, none read)."""
+    the files it names, none read; inside `remembering`: the files unchanged since they passed not read again)."""
     level = Verify(level)
     if level is Verify.off:
         return []
@@ -166,12 +245,18 @@ def verify_files(paths: list[Path], level: Verify | str, limit: int | None = 3) 
         return known if limit is None else known[:limit]
     started = time.perf_counter()
     log.info("checking %d image files (data.verify=%s)", len(paths), level.value)
-    bad = find_bad_files(paths, level, limit)
+    unchanged, stats = _record.unchanged(paths, level) if _record is not None else (set(), {})
+    bad = find_bad_files([p for p in paths if p not in unchanged], level, limit)
+    if _record is not None and (limit is None or not bad):  # every file read or remembered: what passed is known
+        named = {str(p) for p, _ in bad}
+        _record.passed([p for p in paths if str(p) not in named], level, stats)
+    remembered = f" ({len(unchanged)} unchanged since an earlier run's check, not read again)" if unchanged else ""
     log.info(
-        "checked %d image files in %.1f s: %s",
+        "checked %d image files in %.1f s: %s%s",
         len(paths),
         time.perf_counter() - started,
         f"{len(bad)} bad file(s) found" if bad else "all whole",
+        remembered,
     )
     return bad
 

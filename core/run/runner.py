@@ -110,7 +110,8 @@ def _run(attempt: run_dir.Attempt, clock: RunClock, watch: preemption.Preemption
         check_tracking(cfg)
     with clock.timing(DATA_CHECK):
         task = instantiate(cfg.task)
-        dataset = _prepare_data(cfg, task)  # before the backend loads, so that bad data fails in a second
+        with image_files.remembering(cfg.paths.get("cache_dir")) as checked:  # files unchanged since they passed
+            dataset = _prepare_data(cfg, task)  # before the backend loads, so that bad data fails in a second
     with clock.timing(STARTUP):  # its framework's imports
         backend = load_backend(cfg.backend.name)
         collector.frameworks_loaded()  # the collector resumes, without the frameworks' objects (core/run/collector.py)
@@ -119,12 +120,15 @@ def _run(attempt: run_dir.Attempt, clock: RunClock, watch: preemption.Preemption
     plan = seeded_for(plan, start, cfg)
     processes = backend.processes_to_start(backend_settings(cfg.backend, decided=False))
     if processes > 1:  # the job's processes, started from its resolved config (one seed, one run dir)
-        return launch(cfg, processes, plan, dataset, attempt.overrides, watch)
+        value = launch(cfg, processes, plan, dataset, attempt.overrides, watch)
+        checked.keep()  # the job ran: the files that passed are kept for later runs
+        return value
     with clock.timing(BUILD):  # pipeline.autotune's probes
         asked = tune(cfg, backend, task, dataset, plan)
     contract = decide(cfg, backend, plan)
     with clock.timing(TRACKING):
         tracker = accept_and_track(asked, contract, attempt)
+    checked.keep()  # the run is accepted: the files that passed are kept for later runs
     record = RunRecord.open(
         Path(cfg.paths.output_dir),
         tracker,

@@ -64,7 +64,7 @@ SECONDS_ALONE = {
     "tests/test_config.py": 37,
     "tests/test_model_names.py": 28,
     "tests/test_bench_training.py": 28,
-    "tests/test_image_files.py": 28,
+    "tests/test_image_files.py": 70,
     "tests/test_autotune.py": 27,
     # issue 35's files of 2026-11-27, estimates from runs on the loaded 2 cores (about a third of what they took there)
     "tests/test_checkpoint_files.py": 105,
