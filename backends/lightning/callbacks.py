@@ -54,11 +54,10 @@ class EpochNumberCheckpoint(ContractCheckpoint):
 
 class LastCheckpoint(ContractCheckpoint):
     """last.ckpt after every epoch that saves (a ContractCheckpoint without a monitor, run at the training epoch's
-    end). When `best`
-    (an EpochNumberCheckpoint also run at the epoch's end, before this one) has just written the same step's state,
-    last.ckpt becomes a second name of that file (a hard link, which outlives the best file's removal) instead of a
-    second write of the same bytes: a checkpoint of the ResNet-18 layout, its optimizer and weight average is ~130 MB,
-    and writing it twice cost about 0.25 s an epoch on an H100 machine."""
+    end). When `best` (an EpochNumberCheckpoint also run at the epoch's end, before this one) has just written the
+    same step's state, last.ckpt becomes a second name of that file (a hard link, which outlives the best file's
+    removal) instead of a second write of the same bytes: a checkpoint of the ResNet-18 layout, its optimizer and
+    weight average is ~130 MB, and writing it twice cost about 0.25 s an epoch on an H100 machine."""
 
     def __init__(self, *, best: EpochNumberCheckpoint, **kwargs):
         super().__init__(**kwargs)

@@ -211,7 +211,8 @@ class CheckRecord:
                 os.replace(scratch, record)
             except OSError as err:
                 log.warning(
-                    "could not keep the record of checked image files in %s (%s): paths.cache_dir",
+                    "could not keep the record of checked image files in %s (%s): later runs read every file again; "
+                    "set paths.cache_dir to a writable folder, or null",
                     record.parent,
                     err.strerror or err,
                 )
