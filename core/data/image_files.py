@@ -21,6 +21,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from hydrali.core.files import write_atomically
+
 log = logging.getLogger("hydrali")
 
 TAIL_BYTES = 4096  # an end marker may be followed by padding: look for it this far back
@@ -201,14 +203,11 @@ class CheckRecord:
             self._pending.append((record, {"level": level.value, "files": files}))
 
     def keep(self) -> None:
-        """Write what passed in this run (each record whole: written aside, then renamed); a folder that cannot be
+        """Write what passed in this run (each record whole: core.files.write_atomically); a folder that cannot be
         written is named in a warning, and later runs read every file again."""
         for record, content in self._pending:
-            scratch = record.with_name(f"{record.name}.{os.getpid()}.tmp")
             try:
-                record.parent.mkdir(parents=True, exist_ok=True)
-                scratch.write_text(json.dumps(content))
-                os.replace(scratch, record)
+                write_atomically(record, json.dumps(content).encode())
             except OSError as err:
                 log.warning(
                     "could not keep the record of checked image files in %s (%s): later runs read every file again; "
@@ -216,7 +215,6 @@ class CheckRecord:
                     record.parent,
                     err.strerror or err,
                 )
-                scratch.unlink(missing_ok=True)
         self._pending.clear()
 
 
