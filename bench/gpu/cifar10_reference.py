@@ -67,7 +67,9 @@ def augmented(padded: torch.Tensor, pad: int, cutout: int, generator: torch.Gene
     span = torch.arange(side, device=device)
     rows = (top[:, None] + span)[:, None, :, None]
     cols = (left[:, None] + span)[:, None, None, :]
-    crops = padded[torch.arange(count, device=device)[:, None, None, None], torch.arange(3, device=device)[None, :, None, None], rows, cols]
+    samples = torch.arange(count, device=device)[:, None, None, None]
+    channels = torch.arange(3, device=device)[None, :, None, None]
+    crops = padded[samples, channels, rows, cols]
     flip = torch.rand(count, device=device, generator=generator) < 0.5
     crops = torch.where(flip[:, None, None, None], crops.flip(3), crops)
     if cutout:
@@ -106,15 +108,23 @@ def resnet9(num_classes: int) -> nn.Module:
     """Page's ResNet-9: prep 64, (128, pool, residual), (256, pool), (512, pool, residual), max-pool, linear x 0.125."""
     return nn.Sequential(
         _conv_bn(3, 64),
-        _conv_bn(64, 128), nn.MaxPool2d(2), _Residual(128),
-        _conv_bn(128, 256), nn.MaxPool2d(2),
-        _conv_bn(256, 512), nn.MaxPool2d(2), _Residual(512),
-        nn.AdaptiveMaxPool2d(1), nn.Flatten(), nn.Linear(512, num_classes, bias=False), _Scale(0.125),
+        _conv_bn(64, 128),
+        nn.MaxPool2d(2),
+        _Residual(128),
+        _conv_bn(128, 256),
+        nn.MaxPool2d(2),
+        _conv_bn(256, 512),
+        nn.MaxPool2d(2),
+        _Residual(512),
+        nn.AdaptiveMaxPool2d(1),
+        nn.Flatten(),
+        nn.Linear(512, num_classes, bias=False),
+        _Scale(0.125),
     )
 
 
 def hydrali_resnet18(num_classes: int) -> nn.Module:
-    """hydrali's own network of `experiment=cifar10` (model=small_resnet, two basic blocks a stage, 64-512, 3x3 stem)."""
+    """hydrali's network of `experiment=cifar10` (model=small_resnet: two basic blocks a stage, 64-512, 3x3 stem)."""
     from hydrali.tasks.classification.torch_model import ResNet
 
     return ResNet(num_classes, layers=(2, 2, 2, 2), widths=(64, 128, 256, 512), stem="small")
@@ -161,7 +171,8 @@ def train_once(args, train_x, train_y, val_x, val_y, seed: int) -> dict:
         order = torch.randperm(len(train_x), device=train_x.device, generator=generator)
         for first in range(0, steps_per_epoch * args.batch, args.batch):
             chosen = order[first : first + args.batch]
-            x = augmented(padded[chosen], args.pad, args.cutout, generator).contiguous(memory_format=torch.channels_last)
+            x = augmented(padded[chosen], args.pad, args.cutout, generator)
+            x = x.contiguous(memory_format=torch.channels_last)
             lr = args.lr * (step / warmup if step < warmup else (total - step) / (total - warmup))
             for group in optimizer.param_groups:
                 group["lr"] = lr
@@ -206,25 +217,35 @@ def main() -> None:
     started = time.perf_counter()
     train_images, train_y = load_split(args.root, "train", classes, os.cpu_count() or 1)
     val_images, val_y = load_split(args.root, "val", classes, os.cpu_count() or 1)
-    print(f"decoded {len(train_images)} train and {len(val_images)} val photos with PIL in "
-          f"{time.perf_counter() - started:.1f} s", flush=True)
+    print(
+        f"decoded {len(train_images)} train and {len(val_images)} val photos with PIL in "
+        f"{time.perf_counter() - started:.1f} s",
+        flush=True,
+    )
     train_x, val_x = normalized(train_images, device), normalized(val_images, device)
     train_y, val_y = train_y.to(device), val_y.to(device)
     runs = []
     for repeat in range(args.repeats):
         run = train_once(args, train_x, train_y, val_x, val_y, args.seed + repeat)
         runs.append(run)
-        print(f"{args.model} seed {run['seed']}: val/acc {run['val_acc']:.4f}, with flip averaging "
-              f"{run['val_acc_flip']:.4f}, {run['images_per_s']:,.0f} images/s, about {run['train_s_estimate']:.1f} s "
-              "of training", flush=True)
-    settings = (f"{args.model}, {args.epochs} epochs, lr {args.lr}, batch {args.batch}, label smoothing "
-                f"{args.label_smoothing}, cutout {args.cutout}")
+        print(
+            f"{args.model} seed {run['seed']}: val/acc {run['val_acc']:.4f}, with flip averaging "
+            f"{run['val_acc_flip']:.4f}, {run['images_per_s']:,.0f} images/s, about {run['train_s_estimate']:.1f} s "
+            "of training",
+            flush=True,
+        )
+    settings = (
+        f"{args.model}, {args.epochs} epochs, lr {args.lr}, batch {args.batch}, label smoothing "
+        f"{args.label_smoothing}, cutout {args.cutout}"
+    )
     print("| recipe | runs | val/acc (median) | with flip averaging | images/s | training s |")
     print("| --- | --- | --- | --- | --- | --- |")
-    print(f"| {settings} | {len(runs)} | {statistics.median(r['val_acc'] for r in runs):.4f} "
-          f"| {statistics.median(r['val_acc_flip'] for r in runs):.4f} "
-          f"| {statistics.median(r['images_per_s'] for r in runs):,.0f} "
-          f"| {statistics.median(r['train_s_estimate'] for r in runs):.1f} |")
+    print(
+        f"| {settings} | {len(runs)} | {statistics.median(r['val_acc'] for r in runs):.4f} "
+        f"| {statistics.median(r['val_acc_flip'] for r in runs):.4f} "
+        f"| {statistics.median(r['images_per_s'] for r in runs):,.0f} "
+        f"| {statistics.median(r['train_s_estimate'] for r in runs):.1f} |"
+    )
 
 
 if __name__ == "__main__":
