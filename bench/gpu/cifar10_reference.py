@@ -158,7 +158,10 @@ def train_once(args, train_x, train_y, val_x, val_y, seed: int) -> dict:
     torch.manual_seed(seed)
     generator = torch.Generator(device=train_x.device).manual_seed(seed)
     model = MODELS[args.model](10).to(train_x.device).to(memory_format=torch.channels_last)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.0, momentum=0.9, nesterov=True, weight_decay=args.weight_decay)
+    decayed = [p for p in model.parameters() if args.decay == "all" or p.dim() >= 2]
+    kept = [p for p in model.parameters() if args.decay == "kernels" and p.dim() < 2]
+    groups = [{"params": decayed, "weight_decay": args.weight_decay}, {"params": kept, "weight_decay": 0.0}]
+    optimizer = torch.optim.SGD(groups, lr=0.0, momentum=0.9, nesterov=True)
     criterion = nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
     steps_per_epoch = len(train_x) // args.batch
     total, warmup = steps_per_epoch * args.epochs, steps_per_epoch * args.warmup_epochs
@@ -203,6 +206,13 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=0.4, help="the peak learning rate (of the mean loss)")
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--weight-decay", type=float, default=5e-4)
+    parser.add_argument(
+        "--decay",
+        choices=["all", "kernels"],
+        default="all",
+        help="what weight decay applies to: every parameter "
+        "(Page's), or only convolution and dense kernels (hydrali's rule: not biases or normalization parameters)",
+    )
     parser.add_argument("--label-smoothing", type=float, default=0.0)
     parser.add_argument("--pad", type=int, default=4)
     parser.add_argument("--cutout", type=int, default=8, help="the erased square's side; 0: none")
@@ -236,7 +246,7 @@ def main() -> None:
         )
     settings = (
         f"{args.model}, {args.epochs} epochs, lr {args.lr}, batch {args.batch}, label smoothing "
-        f"{args.label_smoothing}, cutout {args.cutout}"
+        f"{args.label_smoothing}, cutout {args.cutout}, decay {args.decay}"
     )
     print("| recipe | runs | val/acc (median) | with flip averaging | images/s | training s |")
     print("| --- | --- | --- | --- | --- | --- |")
