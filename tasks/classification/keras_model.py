@@ -7,6 +7,8 @@ from typing import Sequence
 import keras
 from keras import layers as kl
 
+from hydrali.tasks.classification.layouts import check_resnet9
+
 BN = {"momentum": 0.9, "epsilon": 1e-5}  # torch's BatchNorm2d defaults, in Keras' terms
 
 
@@ -95,3 +97,42 @@ def ResNet50(num_classes: int, image_size: int, **architecture) -> keras.Model:
     return keras.applications.ResNet50(
         weights=None, input_shape=(image_size, image_size, 3), classes=num_classes, classifier_activation=None
     )
+
+
+# torch's default initialisation of convolution and linear weights, U(-1/sqrt(fan_in), 1/sqrt(fan_in)), in Keras' terms
+TORCH_DEFAULT_INIT = {"scale": 1.0 / 3.0, "mode": "fan_in", "distribution": "uniform"}
+
+
+def _conv_bn_relu(x, filters: int):
+    x = kl.Conv2D(
+        filters,
+        3,
+        padding="same",
+        use_bias=False,
+        kernel_initializer=keras.initializers.VarianceScaling(**TORCH_DEFAULT_INIT),
+    )(x)
+    return kl.ReLU()(kl.BatchNormalization(**BN)(x))
+
+
+def ResNet9(
+    num_classes: int,
+    image_size: int,
+    widths: Sequence[int] = (64, 128, 256, 512),
+    layers: Sequence[int] = (1, 0, 1),
+    head_scale: float = 0.125,
+) -> keras.Model:
+    """Page's ResNet-9 as a functional Keras model taking NHWC images of image_size x image_size: the same network,
+    layer for layer and with the same initialisation, as hydrali.tasks.classification.torch_model.ResNet9."""
+    check_resnet9(widths, layers)
+    inputs = keras.Input((image_size, image_size, 3))
+    x = _conv_bn_relu(inputs, widths[0])
+    for width, depth in zip(widths[1:], layers):
+        x = kl.MaxPooling2D(2)(_conv_bn_relu(x, width))
+        for _ in range(depth):
+            x = kl.Add()([x, _conv_bn_relu(_conv_bn_relu(x, width), width)])
+    x = kl.GlobalMaxPooling2D()(x)
+    x = kl.Dense(
+        num_classes, use_bias=False, kernel_initializer=keras.initializers.VarianceScaling(**TORCH_DEFAULT_INIT)
+    )(x)
+    outputs = kl.Rescaling(head_scale)(x)  # logits, as on torch
+    return keras.Model(inputs, outputs, name="resnet9")

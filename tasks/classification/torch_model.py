@@ -10,6 +10,8 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from hydrali.tasks.classification.layouts import check_resnet9
+
 STEM_STRIDES = {"imagenet": 4, "small": 1}  # the stem's downsampling: 7x7/2 conv + 3x3/2 max-pool, or a 3x3/1 conv
 STAGE_STRIDE = 2  # every stage after the first halves the resolution
 
@@ -128,3 +130,62 @@ class ResNet(nn.Module):
     def stage_channels(self) -> tuple[int, ...]:
         """The channel count of each stage's output (width times the block's expansion)."""
         return self._channels[: len(self.stages)]
+
+
+def _conv_bn_relu(cin: int, cout: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+
+
+class ResidualPair(nn.Module):
+    """Two 3x3 convolution-norm-ReLU layers added to their input (ResNet-9's residual block)."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.body = nn.Sequential(_conv_bn_relu(channels, channels), _conv_bn_relu(channels, channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.body(x)
+
+
+class Scale(nn.Module):
+    """Multiplies its input by a constant."""
+
+    def __init__(self, factor: float):
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.factor
+
+
+class ResNet9(nn.Module):
+    """David Page's ResNet-9 for small photos (DAWNBench 2018, 94% on CIFAR-10 in 24 epochs): a 3x3 convolution,
+    then stages of a 3x3 convolution and a 2x2 max-pool followed by residual pairs, a global max-pool and a bias-free
+    linear layer whose logits are scaled by `head_scale`. Layers keep torch's default initialisation.
+
+    `widths` holds the first convolution's channels then each stage's; `layers` the residual pairs of each stage.
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        widths: Sequence[int] = (64, 128, 256, 512),
+        layers: Sequence[int] = (1, 0, 1),
+        head_scale: float = 0.125,
+        in_channels: int = 3,
+    ):
+        super().__init__()
+        check_resnet9(widths, layers)
+        self.stem = _conv_bn_relu(in_channels, widths[0])
+        stages = []
+        for cin, width, depth in zip(widths[:-1], widths[1:], layers):
+            stages.append(
+                nn.Sequential(_conv_bn_relu(cin, width), nn.MaxPool2d(2), *[ResidualPair(width) for _ in range(depth)])
+            )
+        self.stages = nn.Sequential(*stages)
+        self.head = nn.Sequential(
+            nn.AdaptiveMaxPool2d(1), nn.Flatten(), nn.Linear(widths[-1], num_classes, bias=False), Scale(head_scale)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.stages(self.stem(x)))

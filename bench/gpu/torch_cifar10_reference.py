@@ -7,7 +7,7 @@ pixels): his ResNet-9 (or hydrali's ResNet-18 layout, `--model hydrali_resnet18`
 momentum 0.9, weight decay 5e-4 on every parameter, the learning rate linear from 0 to 0.4 at epoch 5 and back to 0
 at the last step, bf16 autocast, channels-last. Each repeat prints one line; the table comes last:
 
-    python3 -m hydrali.bench.gpu.cifar10_reference --root /tmp/cifar/cifar --model resnet9 --repeats 2
+    python3 -m hydrali.bench.gpu.torch_cifar10_reference --root /tmp/cifar/cifar --model resnet9 --repeats 2
 
 On the GPU machine only (one GPU); nothing of hydrali runs but, with `--model hydrali_resnet18`, its network.
 """
