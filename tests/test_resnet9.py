@@ -1,7 +1,10 @@
 """model=resnet9 (Page's ResNet-9): the same network on both frameworks (torch's weights copied into the Keras model
-give its logits), initialised from the same distributions, and a layout that cannot be built is one line."""
+give its logits), initialised from the same distributions with the same normalization settings, and a layout or an
+image size that cannot be built is one line naming the options."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -54,14 +57,15 @@ def test_resnet9_is_the_same_network_on_both_frameworks():
     from hydrali.tasks.classification.keras_model import ResNet9 as KerasResNet9
 
     layers = (1, 0, 2)  # a stage with two residual pairs: their order must agree too
+    side = 36  # 36 -> 18 -> 9 -> 4: an odd side, where the two frameworks' pooling could round apart
     torch_net = _torch_network(7, layers)
-    keras_net = KerasResNet9(7, 32, layers=layers)
+    keras_net = KerasResNet9(7, side, layers=layers)
     keras_weights = [w for layer in keras_net.layers for w in layer.get_weights()]
     torch_weights = _torch_weights_in_keras_order(torch_net)
     assert [w.shape for w in keras_weights] == [w.shape for w in torch_weights]
     keras_net.set_weights(torch_weights)
 
-    images = np.random.default_rng(0).normal(size=(3, 32, 32, 3)).astype("float32")
+    images = np.random.default_rng(0).normal(size=(3, side, side, 3)).astype("float32")
     with torch.no_grad():
         expected = torch_net(torch.from_numpy(images.transpose(0, 3, 1, 2).copy())).numpy()
     logits = np.asarray(keras_net(images, training=False))
@@ -71,21 +75,48 @@ def test_resnet9_is_the_same_network_on_both_frameworks():
 
 
 @pytest.mark.keras
-def test_resnet9_starts_from_the_same_weight_distributions_on_both_frameworks():
+def test_resnet9_starts_from_the_same_weight_distributions_and_normalizes_alike_on_both_frameworks():
+    import keras
     import torch
 
     from hydrali.tasks.classification.keras_model import ResNet9 as KerasResNet9
     from hydrali.tasks.classification.torch_model import ResNet9
 
-    torch_kernels = [m.weight.detach().numpy() for m in ResNet9(10).modules() if isinstance(m, torch.nn.Conv2d)]
-    keras_kernels = [np.asarray(layer.kernel) for layer in KerasResNet9(10, 32).layers if hasattr(layer, "kernel")]
-    assert len(torch_kernels) + 1 == len(keras_kernels)  # Keras' list ends with the linear layer's kernel
+    torch_net, keras_net = ResNet9(10), KerasResNet9(10, 32)
+    weighted = (torch.nn.Conv2d, torch.nn.Linear)
+    torch_kernels = [m.weight.detach().numpy() for m in torch_net.modules() if isinstance(m, weighted)]
+    keras_kernels = [np.asarray(layer.kernel) for layer in keras_net.layers if hasattr(layer, "kernel")]
+    assert len(torch_kernels) == len(keras_kernels) == 9  # 8 convolutions and the linear layer
     for torch_kernel, keras_kernel in zip(torch_kernels, keras_kernels):
         fan_in = int(np.prod(torch_kernel.shape[1:]))
         bound = 1 / np.sqrt(fan_in)  # torch's default: uniform in +-1/sqrt(fan_in), deviation bound/sqrt(3)
         for kernel in (torch_kernel, keras_kernel):
             assert np.abs(kernel).max() <= bound + 1e-6
             assert abs(kernel.std() / (bound / np.sqrt(3)) - 1) < 0.1
+
+    torch_norms = [m for m in torch_net.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    keras_norms = [layer for layer in keras_net.layers if isinstance(layer, keras.layers.BatchNormalization)]
+    assert len(torch_norms) == len(keras_norms) == 8
+    for torch_norm, keras_norm in zip(torch_norms, keras_norms):
+        # torch updates its running statistics by momentum m, Keras keeps 1 - m of them
+        assert keras_norm.momentum == pytest.approx(1 - torch_norm.momentum)
+        assert keras_norm.epsilon == pytest.approx(torch_norm.eps)
+
+
+@pytest.mark.keras
+def test_images_too_small_for_resnet9_are_one_error_naming_the_options_on_both_frameworks():
+    import torch
+
+    from hydrali.core.errors import HydraliError
+    from hydrali.tasks.classification.keras_model import ResNet9 as KerasResNet9
+    from hydrali.tasks.classification.torch_model import ResNet9
+
+    message = "data.image_size=4: model=resnet9 with 3 stages (model.layers=[1, 0, 1]) takes images of 8 px and up"
+    with pytest.raises(HydraliError, match=re.escape(message)):
+        ResNet9(10)(torch.zeros(1, 3, 4, 4))
+    with pytest.raises(HydraliError, match=re.escape(message)):
+        KerasResNet9(10, 4)
+    assert ResNet9(10).eval()(torch.zeros(1, 3, 8, 8)).shape == (1, 10), "8 px is the smallest side it takes"
 
 
 def test_a_resnet9_layout_that_cannot_be_built_is_one_line(tmp_path):

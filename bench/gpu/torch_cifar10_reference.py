@@ -124,7 +124,8 @@ def resnet9(num_classes: int) -> nn.Module:
 
 
 def hydrali_resnet18(num_classes: int) -> nn.Module:
-    """hydrali's network of `experiment=cifar10` (model=small_resnet: two basic blocks a stage, 64-512, 3x3 stem)."""
+    """The ResNet-18 layout `experiment=cifar10` trained until 52df555 (model=small_resnet: two basic blocks a stage,
+    64-512 channels, a 3x3 stem)."""
     from hydrali.tasks.classification.torch_model import ResNet
 
     return ResNet(num_classes, layers=(2, 2, 2, 2), widths=(64, 128, 256, 512), stem="small")
@@ -220,6 +221,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cuda", help="cuda (the figures), or cpu to try the script on a few photos")
     args = parser.parse_args()
+    if args.epochs < 2:
+        parser.error("--epochs: 2 or more (the first epoch is left out of the rate)")
 
     device = torch.device(args.device)
     torch.backends.cudnn.benchmark = True

@@ -7,7 +7,7 @@ from typing import Sequence
 import keras
 from keras import layers as kl
 
-from hydrali.tasks.classification.layouts import check_resnet9
+from hydrali.tasks.classification.layouts import check_resnet9, check_resnet9_image_side
 
 BN = {"momentum": 0.9, "epsilon": 1e-5}  # torch's BatchNorm2d defaults, in Keras' terms
 
@@ -124,6 +124,7 @@ def ResNet9(
     """Page's ResNet-9 as a functional Keras model taking NHWC images of image_size x image_size: the same network,
     layer for layer and with the same initialisation, as hydrali.tasks.classification.torch_model.ResNet9."""
     check_resnet9(widths, layers)
+    check_resnet9_image_side(image_size, layers)
     inputs = keras.Input((image_size, image_size, 3))
     x = _conv_bn_relu(inputs, widths[0])
     for width, depth in zip(widths[1:], layers):

@@ -17,3 +17,18 @@ def check_resnet9(widths: Sequence[int], layers: Sequence[int]) -> None:
         )
     if any(depth < 0 for depth in layers):
         raise HydraliError(f"model.layers={list(layers)}: each stage's residual pairs are 0 or more")
+
+
+def resnet9_smallest_side(layers: Sequence[int]) -> int:
+    """The smallest image side ResNet-9 with these stages takes: each stage's 2x2 max-pool halves it."""
+    return 2 ** len(layers)
+
+
+def check_resnet9_image_side(side: int, layers: Sequence[int]) -> None:
+    """Fail, naming the options, when images of `side` pixels are too small for the stages' max-pools."""
+    smallest = resnet9_smallest_side(layers)
+    if side < smallest:
+        raise HydraliError(
+            f"data.image_size={side}: model=resnet9 with {len(layers)} stages (model.layers={list(layers)}) takes "
+            f"images of {smallest} px and up (each stage halves them): raise data.image_size or pass fewer stages"
+        )

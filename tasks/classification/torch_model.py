@@ -10,7 +10,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from hydrali.tasks.classification.layouts import check_resnet9
+from hydrali.tasks.classification.layouts import check_resnet9, check_resnet9_image_side, resnet9_smallest_side
 
 STEM_STRIDES = {"imagenet": 4, "small": 1}  # the stem's downsampling: 7x7/2 conv + 3x3/2 max-pool, or a 3x3/1 conv
 STAGE_STRIDE = 2  # every stage after the first halves the resolution
@@ -176,6 +176,8 @@ class ResNet9(nn.Module):
     ):
         super().__init__()
         check_resnet9(widths, layers)
+        self._layers = tuple(layers)  # plain attributes (not in the state_dict), for the image size check
+        self._smallest_side = resnet9_smallest_side(layers)
         self.stem = _conv_bn_relu(in_channels, widths[0])
         stages = []
         for cin, width, depth in zip(widths[:-1], widths[1:], layers):
@@ -188,4 +190,6 @@ class ResNet9(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if min(x.shape[-2:]) < self._smallest_side:  # torch's pooling would fail deep inside, with a traceback
+            check_resnet9_image_side(min(x.shape[-2:]), self._layers)
         return self.head(self.stages(self.stem(x)))
