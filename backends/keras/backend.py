@@ -6,13 +6,16 @@ import logging
 import sys
 from pathlib import Path
 
+from hydrali.backends.keras import xla_cache
 from hydrali.backends.keras.quiet_start import import_tensorflow
 from hydrali.backends.keras.spec import SPEC, KerasBackendConfig
 
+xla_cache.name_process_folder()  # before TensorFlow reads its flags
 import_tensorflow()  # first, so that no other import starts TensorFlow with its chatter
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 from hydrali.backends.keras import checkpoints, workers  # noqa: E402
 from hydrali.backends.keras.callbacks import (  # noqa: E402
@@ -77,8 +80,6 @@ def _fit(
         checkpoints.drop_later(checkpoint_dir, initial_epoch)
     keras.utils.set_random_seed(plan.seed)
     if contract.deterministic:
-        import tensorflow as tf
-
         tf.config.experimental.enable_op_determinism()
 
     devices = replica_devices(plan)
@@ -153,19 +154,22 @@ def _fit(
             *([StopOnSignal(preemption, checkpoint_dir)] if stops_on_signal else []),
             *contract.callbacks,
         ]
+        kept = settings.xla_cache if model.jit_compile else None  # XLA's compiled steps of earlier runs
+        label = xla_cache.device_label(tf.config.list_physical_devices("GPU"), tf.__version__) if kept else ""
         try:
-            model.fit(
-                datasets(True),
-                epochs=plan.epochs,
-                initial_epoch=initial_epoch,
-                steps_per_epoch=epoch.train_steps,
-                validation_data=datasets(False),
-                validation_steps=epoch.val_steps,
-                validation_freq=settings.validation_freq,
-                callbacks=callbacks,
-                verbose=_verbosity(settings.verbose),
-                shuffle=False,
-            )  # DALI shuffles
+            with xla_cache.kept_compiles(kept, label, publishes=chief) as quiet:
+                model.fit(
+                    datasets(True),
+                    epochs=plan.epochs,
+                    initial_epoch=initial_epoch,
+                    steps_per_epoch=epoch.train_steps,
+                    validation_data=datasets(False),
+                    validation_steps=epoch.val_steps,
+                    validation_freq=settings.validation_freq,
+                    callbacks=[*quiet, *callbacks],
+                    verbose=_verbosity(settings.verbose),
+                    shuffle=False,
+                )  # DALI shuffles
         except Exception as err:
             if "dali" in type(err).__name__.lower() or "DALI" in str(err) or "nvidia.dali" in str(err):
                 raise explain_dali_error(err, lambda: task.explain_decode_error(dataset)) from err

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from hydrali.core.contracts.backend import BackendSpec
 
@@ -19,6 +19,7 @@ class KerasBackendConfig:
     verbose: Any = "auto"
     compile: Any = "auto"  # true | false | auto (hydrali.core.run.auto_settings)
     keep_checkpoints: int = 3
+    xla_cache: Optional[str] = None  # a folder: XLA's compiled steps kept for later runs (backends/keras/xla_cache.py)
     callbacks: Dict[str, Any] = field(default_factory=dict)
 
 
