@@ -22,8 +22,6 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Iterator
 
-import keras
-
 from hydrali.backends.keras.quiet_start import stderr_captured
 from hydrali.core.files import write_atomically
 
@@ -34,6 +32,7 @@ ENTRY_PATTERN = "xla_compile_cache__*.pb"  # the files TensorFlow writes, one pe
 # what TensorFlow prints for every entry it reads: it tries the text format before the binary one it wrote
 READ_NOTICE = "Error parsing text-format tensorflow.XlaSerializedCacheEntry"
 _process_folder: Path | None = None  # the folder TF_XLA_FLAGS names for this process, once set
+OWNER_VARIABLE = "HYDRALI_XLA_PROCESS_FOLDER"  # the folder hydrali put in TF_XLA_FLAGS (children inherit both)
 
 
 def device_label(gpus: list, tf_version: str) -> str:
@@ -54,63 +53,76 @@ def _safe(name: str) -> str:
 
 def name_process_folder() -> Path | None:
     """This process's folder for TensorFlow's cache, named in TF_XLA_FLAGS the first time (call it before TensorFlow
-    reads its flags); None when the caller's TF_XLA_FLAGS names a persistent cache already (theirs is used)."""
+    reads its flags); None when the caller's TF_XLA_FLAGS names a persistent cache already (theirs is used). A folder
+    that TF_XLA_FLAGS holds because a parent hydrali process named it there (the environment is inherited) is not
+    the caller's: it is replaced by this process's own."""
     global _process_folder
     if _process_folder is not None:
         return _process_folder
     flags = os.environ.get("TF_XLA_FLAGS", "")
+    inherited = os.environ.get(OWNER_VARIABLE, "")
+    if inherited:
+        flags = " ".join(token for token in flags.split() if token != f"{FLAG}={inherited}")
     if FLAG in flags:
         return None
     folder = Path(tempfile.mkdtemp(prefix="hydrali-xla-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     os.environ["TF_XLA_FLAGS"] = f"{flags} {FLAG}={folder}".strip()
+    os.environ[OWNER_VARIABLE] = str(folder)
     _process_folder = folder
     return folder
 
 
-class FirstStepsQuiet(keras.callbacks.Callback):
-    """Holds back what is written to stderr during the first training batch and the first validation batch (where
-    TensorFlow compiles, and reads kept entries), then passes it on without TensorFlow's notice for each entry read;
-    counts those notices (`entries_read`)."""
+def first_steps_quiet():
+    """A Keras callback that holds back what is written to stderr during the first training batch and the first
+    validation batch (where TensorFlow compiles, and reads kept entries), then passes it on without TensorFlow's
+    notice for each entry read, counting those notices (`entries_read`). Defined on call: this module is imported
+    before TensorFlow."""
+    import keras
 
-    def __init__(self):
-        super().__init__()
-        self.entries_read = 0
-        self._open = ExitStack()
-        self._captured = None
-        self._trained_once = self._validated_once = False
+    class FirstStepsQuiet(keras.callbacks.Callback):
+        """The callback first_steps_quiet describes."""
 
-    def _start(self) -> None:
-        if self._captured is None:
-            self._captured = self._open.enter_context(stderr_captured())
+        def __init__(self):
+            super().__init__()
+            self.entries_read = 0
+            self._open = ExitStack()
+            self._captured = None
+            self._trained_once = self._validated_once = False
 
-    def stop(self) -> None:
-        """Pass on what was held back (every line but the notices); a no-op when nothing is."""
-        if self._captured is not None:
-            captured, self._captured = self._captured, None
-            self._open.close()
-            self.entries_read += sum(READ_NOTICE in line for line in captured.lines)
-            kept = "".join(line for line in captured.lines if READ_NOTICE not in line)
-            if kept:
-                os.write(2, kept.encode())
+        def _start(self) -> None:
+            if self._captured is None:
+                self._captured = self._open.enter_context(stderr_captured())
 
-    def on_train_batch_begin(self, batch, logs=None):
-        if not self._trained_once:
-            self._start()
+        def stop(self) -> None:
+            """Pass on what was held back (every line but the notices); a no-op when nothing is."""
+            if self._captured is not None:
+                captured, self._captured = self._captured, None
+                self._open.close()
+                self.entries_read += sum(READ_NOTICE in line for line in captured.lines)
+                kept = "".join(line for line in captured.lines if READ_NOTICE not in line)
+                if kept:
+                    os.write(2, kept.encode())
 
-    def on_train_batch_end(self, batch, logs=None):
-        if not self._trained_once:
-            self._trained_once = True
-            self.stop()
+        def on_train_batch_begin(self, batch, logs=None):
+            if not self._trained_once:
+                self._start()
 
-    def on_test_batch_begin(self, batch, logs=None):
-        if not self._validated_once:
-            self._start()
+        def on_train_batch_end(self, batch, logs=None):
+            if not self._trained_once:
+                self._trained_once = True
+                self.stop()
 
-    def on_test_batch_end(self, batch, logs=None):
-        if not self._validated_once:
-            self._validated_once = True
-            self.stop()
+        def on_test_batch_begin(self, batch, logs=None):
+            if not self._validated_once:
+                self._start()
+
+        def on_test_batch_end(self, batch, logs=None):
+            if not self._validated_once:
+                self._validated_once = True
+                self.stop()
+
+    return FirstStepsQuiet()
 
 
 @contextmanager
@@ -135,7 +147,7 @@ def kept_compiles(cache_folder: str | None, label: str, *, publishes: bool) -> I
     except OSError as err:
         log.warning("backend.xla_cache: cannot read %s (%s); compiling as if it were empty", kept, err)
         found = []
-    quiet = FirstStepsQuiet()
+    quiet = first_steps_quiet()
     try:
         yield [quiet]
     finally:
