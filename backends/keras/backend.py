@@ -157,7 +157,7 @@ def _fit(
         kept = settings.xla_cache if model.jit_compile else None  # XLA's compiled steps of earlier runs
         label = xla_cache.device_label(tf.config.list_physical_devices("GPU"), tf.__version__) if kept else ""
         try:
-            with xla_cache.kept_compiles(kept, label, publishes=chief) as quiet:
+            with xla_cache.kept_compiles(kept, label, publishes=chief):
                 model.fit(
                     datasets(True),
                     epochs=plan.epochs,
@@ -166,7 +166,7 @@ def _fit(
                     validation_data=datasets(False),
                     validation_steps=epoch.val_steps,
                     validation_freq=settings.validation_freq,
-                    callbacks=[*quiet, *callbacks],
+                    callbacks=callbacks,
                     verbose=_verbosity(settings.verbose),
                     shuffle=False,
                 )  # DALI shuffles

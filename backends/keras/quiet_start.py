@@ -28,43 +28,27 @@ NO_DRIVER_NOISE = ("failed call to cuInit",)  # said only where no NVIDIA driver
 DRIVER = "/proc/driver/nvidia/version"
 
 
-class Captured:
-    """The lines written to file descriptor 2 inside `stderr_captured`, once it has ended."""
-
-    def __init__(self):
-        self.lines: list[str] = []
-
-
 @contextmanager
-def stderr_captured():
-    """Capture what is written to file descriptor 2 (C++ included) until the end, then give it as `Captured.lines`
-    (nothing is passed on: the caller decides)."""
+def stderr_without(noise: tuple[str, ...]):
+    """Capture what is written to file descriptor 2 (C++ included) and, at the end, pass on every line that
+    contains none of `noise`."""
     sys.stderr.flush()
     saved = os.dup(2)
-    captured = Captured()
     with tempfile.TemporaryFile() as capture:
         os.dup2(capture.fileno(), 2)
         try:
-            yield captured
+            yield
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
             capture.seek(0)
-            captured.lines = capture.read().decode(errors="replace").splitlines(keepends=True)
-
-
-@contextmanager
-def stderr_without(noise: tuple[str, ...]):
-    """Capture what is written to file descriptor 2 (C++ included) and, at the end, pass on every line that
-    contains none of `noise`."""
-    captured = None
-    try:
-        with stderr_captured() as captured:
-            yield
-    finally:  # what an error printed is passed on too
-        if captured is not None:
-            sys.stderr.write("".join(line for line in captured.lines if not any(n in line for n in noise)))
+            kept = [
+                line
+                for line in capture.read().decode(errors="replace").splitlines(keepends=True)
+                if not any(n in line for n in noise)
+            ]
+            sys.stderr.write("".join(kept))
             sys.stderr.flush()
 
 

@@ -1,54 +1,68 @@
 """XLA's compiled steps kept between runs (backend.xla_cache): TensorFlow's persistent XLA cache, which a later run of
-the same network, batch and precision on the same kind of device reads instead of compiling again.
+the same compiled graph (network, batch, image size, precision, optimizer, loss) on the same kind of device reads
+instead of compiling again.
 
-TensorFlow reads every entry it finds, and one it cannot read (a run killed while writing it) fails the step that
-needed it: measured on TensorFlow 2.21, Keras then ends the epoch as if the data had run out, without an error. So
-TensorFlow never writes into the kept folder. It works in a folder of this process's own, filled from the kept one
-before training; the entries it wrote there join the kept folder, each copied aside and renamed, once a fit has
-ended (its every compile finished writing). TensorFlow reads its flags once per process (TF_XLA_FLAGS, at the first
-compile, or sooner): the process's folder is named before TensorFlow is imported and serves every run of the
-process.
+An entry TensorFlow cannot read fails the step that needed it: measured on TensorFlow 2.21 with a truncated entry,
+Keras then ends the epoch as if the data had run out, without an error. So TensorFlow never writes into the kept
+folder, which several runs share: it works in a folder of this process's own, where the kept entries are linked
+before training, and the entries it wrote there join the kept folder whole (copied aside, then renamed) when the fit
+ends. TensorFlow reads its flags once per process (TF_XLA_FLAGS): the process's folder is named before TensorFlow is
+imported and serves every run of the process.
+
+TensorFlow prints "Error parsing text-format tensorflow.XlaSerializedCacheEntry" for each entry it reads (it tries
+the text format before the binary one it wrote) and then reads it: the log says so before training.
 """
 
 from __future__ import annotations
 
 import atexit
+import hashlib
 import logging
 import os
 import re
 import shutil
 import tempfile
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from hydrali.backends.keras.quiet_start import stderr_captured
 from hydrali.core.files import write_atomically
 
 log = logging.getLogger("hydrali")
 
 FLAG = "--tf_xla_persistent_cache_directory"
 ENTRY_PATTERN = "xla_compile_cache__*.pb"  # the files TensorFlow writes, one per compiled cluster
-# what TensorFlow prints for every entry it reads: it tries the text format before the binary one it wrote
-READ_NOTICE = "Error parsing text-format tensorflow.XlaSerializedCacheEntry"
-_process_folder: Path | None = None  # the folder TF_XLA_FLAGS names for this process, once set
+READ_NOTICE = "Error parsing text-format tensorflow.XlaSerializedCacheEntry"  # TensorFlow's, per entry it reads
 OWNER_VARIABLE = "HYDRALI_XLA_PROCESS_FOLDER"  # the folder hydrali put in TF_XLA_FLAGS (children inherit both)
+_process_folder: Path | None = None  # the folder TF_XLA_FLAGS names for this process, once set
 
 
 def device_label(gpus: list, tf_version: str) -> str:
-    """A folder name for the compiled code's target: TensorFlow's version and the GPU's name and compute capability
-    (a cached executable runs only where it was built), or the CPU."""
-    if not gpus:
-        return _safe(f"tf{tf_version}-cpu")
+    """A folder name for what the compiled code depends on beyond its graph: TensorFlow's version, the GPU's name and
+    compute capability (or the CPU and its instruction sets), and the XLA flags in force (a short hash)."""
     import tensorflow as tf
 
-    details = tf.config.experimental.get_device_details(gpus[0])
-    capability = "".join(str(n) for n in details.get("compute_capability", ()))
-    return _safe(f"tf{tf_version}-{details.get('device_name', 'gpu')}-sm{capability}")
+    flags = " ".join(t for t in os.environ.get("TF_XLA_FLAGS", "").split() if not t.startswith(FLAG))
+    settings = [flags, os.environ.get("XLA_FLAGS", "")]
+    if gpus:
+        details = tf.config.experimental.get_device_details(gpus[0])
+        capability = "".join(str(n) for n in details.get("compute_capability", ()))
+        device = f"{details.get('device_name', 'gpu')}-sm{capability}"
+    else:
+        device = "cpu"
+        settings.append(_cpu_features())
+    digest = hashlib.sha256("\n".join(settings).encode()).hexdigest()[:8]
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", f"tf{tf_version}-{device}-{digest}")
 
 
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+def _cpu_features() -> str:
+    """The CPU's instruction sets as Linux lists them (XLA compiles CPU code for the machine's own); empty where
+    /proc/cpuinfo cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            return next((line for line in cpuinfo if line.startswith("flags")), "")
+    except OSError:
+        return ""
 
 
 def name_process_folder() -> Path | None:
@@ -65,7 +79,7 @@ def name_process_folder() -> Path | None:
         flags = " ".join(token for token in flags.split() if token != f"{FLAG}={inherited}")
     if FLAG in flags:
         return None
-    folder = Path(tempfile.mkdtemp(prefix="hydrali-xla-"))
+    folder = Path(tempfile.mkdtemp(prefix=f"hydrali-xla-{os.getpid()}-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     os.environ["TF_XLA_FLAGS"] = f"{flags} {FLAG}={folder}".strip()
     os.environ[OWNER_VARIABLE] = str(folder)
@@ -73,100 +87,48 @@ def name_process_folder() -> Path | None:
     return folder
 
 
-def first_steps_quiet():
-    """A Keras callback that holds back what is written to stderr during the first training batch and the first
-    validation batch (where TensorFlow compiles, and reads kept entries), then passes it on without TensorFlow's
-    notice for each entry read, counting those notices (`entries_read`). Defined on call: this module is imported
-    before TensorFlow."""
-    import keras
-
-    class FirstStepsQuiet(keras.callbacks.Callback):
-        """The callback first_steps_quiet describes."""
-
-        def __init__(self):
-            super().__init__()
-            self.entries_read = 0
-            self._open = ExitStack()
-            self._captured = None
-            self._trained_once = self._validated_once = False
-
-        def _start(self) -> None:
-            if self._captured is None:
-                self._captured = self._open.enter_context(stderr_captured())
-
-        def stop(self) -> None:
-            """Pass on what was held back (every line but the notices); a no-op when nothing is."""
-            if self._captured is not None:
-                captured, self._captured = self._captured, None
-                self._open.close()
-                self.entries_read += sum(READ_NOTICE in line for line in captured.lines)
-                kept = "".join(line for line in captured.lines if READ_NOTICE not in line)
-                if kept:
-                    os.write(2, kept.encode())
-
-        def on_train_batch_begin(self, batch, logs=None):
-            if not self._trained_once:
-                self._start()
-
-        def on_train_batch_end(self, batch, logs=None):
-            if not self._trained_once:
-                self._trained_once = True
-                self.stop()
-
-        def on_test_batch_begin(self, batch, logs=None):
-            if not self._validated_once:
-                self._start()
-
-        def on_test_batch_end(self, batch, logs=None):
-            if not self._validated_once:
-                self._validated_once = True
-                self.stop()
-
-    return FirstStepsQuiet()
-
-
 @contextmanager
-def kept_compiles(cache_folder: str | None, label: str, *, publishes: bool) -> Iterator[list]:
-    """Train inside this, with the callbacks it gives, to read XLA's compiled steps kept under
-    `cache_folder`/xla/`label` and, when `publishes` (one writer per job) and the body ends without an error, keep
-    the ones compiled now. None: nothing kept, no callbacks."""
+def kept_compiles(cache_folder: str | None, label: str, *, publishes: bool) -> Iterator[None]:
+    """Train inside this to read XLA's compiled steps kept under `cache_folder`/xla/`label` and, when `publishes`
+    (one writer per job), to keep the ones compiled now when the body ends, also by an error or a preemption (the
+    entries TensorFlow wrote are whole). None: nothing kept."""
     if cache_folder is None:
-        yield []
+        yield
         return
     process_folder = name_process_folder()
     if process_folder is None:
         log.info("backend.xla_cache: TF_XLA_FLAGS names a persistent cache already; that one is used")
-        yield []
+        yield
         return
     kept = Path(cache_folder) / "xla" / label
     try:
         found = sorted(kept.glob(ENTRY_PATTERN))
         for entry in found:
-            if not (process_folder / entry.name).exists():
-                shutil.copyfile(entry, process_folder / entry.name)
+            link = process_folder / entry.name
+            if not link.exists():
+                link.symlink_to(entry.resolve())
     except OSError as err:
         log.warning("backend.xla_cache: cannot read %s (%s); compiling as if it were empty", kept, err)
         found = []
-    quiet = first_steps_quiet()
-    try:
-        yield [quiet]
-    finally:
-        quiet.stop()  # an error inside the first step: what it wrote is not lost
     if found:
         log.info(
-            "backend.xla_cache: TensorFlow read %d of the %d compiled step(s) kept by earlier runs in %s",
-            quiet.entries_read,
+            "backend.xla_cache: %d compiled step(s) kept by earlier runs in %s; TensorFlow prints %r for each one "
+            "it reads (it tries the text format first), then reads it",
             len(found),
             kept,
+            READ_NOTICE,
         )
-    if publishes:
-        _publish(process_folder, kept)
+    try:
+        yield
+    finally:
+        if publishes:
+            _publish(process_folder, kept)
 
 
 def _publish(process_folder: Path, kept: Path) -> None:
     """Copy the entries TensorFlow wrote in `process_folder` that `kept` lacks into it, each under a temporary name
     then renamed (a reader never sees half an entry)."""
-    new = [e for e in sorted(process_folder.glob(ENTRY_PATTERN)) if not (kept / e.name).exists()]
+    new = [e for e in sorted(process_folder.glob(ENTRY_PATTERN)) if not e.is_symlink() and not (kept / e.name).exists()]
     if not new:
         return
     try:
