@@ -21,6 +21,7 @@ from tests.support.pretrained import (
     timm_network_of_checkpoint,
     write_timm_weights,
 )
+from tests.support.torch_networks import with_random_normalization
 
 NAME = "resnet18.a1_in1k"  # a timm architecture keras-hub converts, with its hub tag
 QUIET = {"lightning": LIGHTNING_QUIET, "keras": KERAS_QUIET}
@@ -34,14 +35,7 @@ def _random_timm_network(num_classes: int = 10):
     import torch
 
     torch.manual_seed(0)
-    network = timm.create_model(NAME, num_classes=num_classes)
-    for module in network.modules():
-        if isinstance(module, torch.nn.BatchNorm2d):
-            module.weight.data.uniform_(0.5, 1.5)
-            module.bias.data.uniform_(-0.2, 0.2)
-            module.running_mean.uniform_(-0.1, 0.1)
-            module.running_var.uniform_(0.5, 2.0)
-    return network.eval()
+    return with_random_normalization(timm.create_model(NAME, num_classes=num_classes))
 
 
 @pytest.fixture

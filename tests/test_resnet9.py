@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.checks import fails_with
 from tests.support.cli import run_cli
+from tests.support.torch_networks import with_random_normalization
 
 
 def _torch_network(num_classes: int, layers=(1, 0, 1)):
@@ -20,16 +21,11 @@ def _torch_network(num_classes: int, layers=(1, 0, 1)):
     from hydrali.tasks.classification.torch_model import ResNet9
 
     torch.manual_seed(0)
-    network = ResNet9(num_classes, layers=layers)
+    network = with_random_normalization(ResNet9(num_classes, layers=layers))
     for module in network.modules():
-        if isinstance(module, torch.nn.BatchNorm2d):
-            module.weight.data.uniform_(0.5, 1.5)
-            module.bias.data.uniform_(-0.2, 0.2)
-            module.running_mean.uniform_(-0.1, 0.1)
-            module.running_var.uniform_(0.5, 2.0)
-        elif isinstance(module, torch.nn.Linear):
+        if isinstance(module, torch.nn.Linear):
             module.weight.data.uniform_(-1.0, 1.0)  # logits of a size that tells networks apart
-    return network.eval()
+    return network
 
 
 def _torch_weights_in_keras_order(network) -> list[np.ndarray]:

@@ -9,7 +9,7 @@ at the last step, bf16 autocast, channels-last. Each repeat prints one line; the
 
     python3 -m hydrali.bench.gpu.torch_cifar10_reference --root /tmp/cifar/cifar --model resnet9 --repeats 2
 
-On the GPU machine only (one GPU); nothing of hydrali runs but, with `--model hydrali_resnet18`, its network.
+On the GPU machine only (one GPU); nothing of hydrali runs but its network (model=resnet9, or the ResNet-18 layout).
 """
 
 from __future__ import annotations
@@ -82,45 +82,12 @@ def augmented(padded: torch.Tensor, pad: int, cutout: int, generator: torch.Gene
     return crops
 
 
-def _conv_bn(cin: int, cout: int) -> nn.Sequential:
-    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
-
-
-class _Residual(nn.Module):
-    def __init__(self, channels: int):
-        super().__init__()
-        self.body = nn.Sequential(_conv_bn(channels, channels), _conv_bn(channels, channels))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.body(x)
-
-
-class _Scale(nn.Module):
-    def __init__(self, factor: float):
-        super().__init__()
-        self.factor = factor
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * self.factor
-
-
 def resnet9(num_classes: int) -> nn.Module:
-    """Page's ResNet-9: prep 64, (128, pool, residual), (256, pool), (512, pool, residual), max-pool, linear x 0.125."""
-    return nn.Sequential(
-        _conv_bn(3, 64),
-        _conv_bn(64, 128),
-        nn.MaxPool2d(2),
-        _Residual(128),
-        _conv_bn(128, 256),
-        nn.MaxPool2d(2),
-        _conv_bn(256, 512),
-        nn.MaxPool2d(2),
-        _Residual(512),
-        nn.AdaptiveMaxPool2d(1),
-        nn.Flatten(),
-        nn.Linear(512, num_classes, bias=False),
-        _Scale(0.125),
-    )
+    """Page's ResNet-9 (prep 64, (128, pool, residual pair), (256, pool), (512, pool, residual pair), max-pool, linear
+    x 0.125): hydrali's model=resnet9, the same layers as Page's (tests/test_resnet9.py checks it against Keras')."""
+    from hydrali.tasks.classification.torch_model import ResNet9
+
+    return ResNet9(num_classes)
 
 
 def hydrali_resnet18(num_classes: int) -> nn.Module:
