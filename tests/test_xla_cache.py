@@ -11,6 +11,9 @@ from tests.support.configs import KERAS_QUIET, TINY
 
 XLA_RUN = ["backend=keras", "backend.compile=true", "epochs=1", "tracking=none", *TINY, *KERAS_QUIET]
 NOTICE = "XlaSerializedCacheEntry"  # TensorFlow's notice for an entry it reads (it tries the text format first)
+# TensorFlow's C++ log level as a shell that never set it gets (hydrali's default, backends/keras/__init__.py): this
+# test process may have imported tf2onnx (an ONNX export test), which sets 3 in os.environ and so hides the notices
+SHELL_LOG_LEVEL = {"TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
 def _run(tmp_path, data_dir, name: str, *extra: str, env: dict[str, str] | None = None):
@@ -21,7 +24,7 @@ def _run(tmp_path, data_dir, name: str, *extra: str, env: dict[str, str] | None 
         f"hydra.run.dir={tmp_path / name}",
         *extra,
         cwd=tmp_path,
-        env=env,
+        env={**SHELL_LOG_LEVEL, **(env or {})},
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout + out.stderr  # hydrali's log, and TensorFlow's C++ output

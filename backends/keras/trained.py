@@ -5,6 +5,7 @@ tf2onnx), and checked with TensorFlow or onnxruntime."""
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from hydrali.backends.keras.training import build_keras_side, dtype_policy, load
 from hydrali.core.contracts.run import TrainedRunSpec
 from hydrali.core.errors import HydraliError, first_line
 
+LOG_LEVEL = "TF_CPP_MIN_LOG_LEVEL"  # TensorFlow's C++ log level (backends/keras/__init__.py sets its default)
 SERVING_ENDPOINT = "serving_default"  # the SavedModel's signature (what TensorFlow Serving calls by default)
 
 
@@ -74,9 +76,16 @@ class KerasTrainedNetwork:
             archive.write_out(str(path), verbose=False)
             return path
         path = folder / "model.onnx"
-        with warnings.catch_warnings():  # keras' bundled tf2onnx looks for np.object, which NumPy warns about
-            warnings.filterwarnings("ignore", message="In the future `np.object`", category=FutureWarning)
-            model.export(str(path), format="onnx", verbose=False)
+        log_level = os.environ.get(LOG_LEVEL)  # tf2onnx's import sets 3 for the whole process and its children
+        try:
+            with warnings.catch_warnings():  # keras' bundled tf2onnx looks for np.object, which NumPy warns about
+                warnings.filterwarnings("ignore", message="In the future `np.object`", category=FutureWarning)
+                model.export(str(path), format="onnx", verbose=False)
+        finally:
+            if log_level is None:
+                os.environ.pop(LOG_LEVEL, None)
+            else:
+                os.environ[LOG_LEVEL] = log_level
         return path
 
     def run_export(self, path: Path, fmt: str, batch: dict[str, Any]) -> dict[str, np.ndarray]:
