@@ -77,7 +77,15 @@ def keras_steps(optim, weights, x, y, lr, steps, label_smoothing, backbone=False
 
 
 @pytest.mark.parametrize(
-    "optim", [_optim("sgd"), _optim("sgd", nesterov=False), _optim("adamw")], ids=["sgd-nesterov", "sgd", "adamw"]
+    "optim",
+    [
+        _optim("sgd"),
+        _optim("sgd", nesterov=False),
+        _optim("adamw"),
+        _optim("sgd", weight_decay_on="all"),
+        _optim("adamw", weight_decay_on="all"),
+    ],
+    ids=["sgd-nesterov", "sgd", "adamw", "sgd-decay-all", "adamw-decay-all"],
 )
 def test_both_backends_make_the_same_steps_with_weight_decay(optim):
     x, y, weights = _data()
@@ -99,6 +107,23 @@ def test_weight_decay_is_coupled_on_sgd_and_spares_biases():
     # Nesterov with an empty buffer: step = g + 0.9 * g = 1.9 g, so the decay term is 1.9 * lr * wd * w
     np.testing.assert_allclose(plain[0] - decayed[0], 1.9 * 0.1 * 0.5 * weights[0], atol=1e-5)
     np.testing.assert_allclose(plain[1], decayed[1], atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["sgd", "adamw"])
+def test_weight_decay_on_all_decays_the_biases_too_on_both_backends(name):
+    # one step of decay 0 against decay 0.5: with weight_decay_on=all a bias moves by the decay term as a kernel
+    # does (SGD: coupled, 1.9 * lr * wd * b as above; AdamW: decoupled, lr * wd * b); with kernels it does not move
+    x, y, weights = _data()
+    lr = 0.1 if name == "sgd" else 0.01
+    term = {"sgd": 1.9 * lr * 0.5, "adamw": lr * 0.5}[name]
+    for steps in (torch_steps, keras_steps):
+        plain, _ = steps(_optim(name, weight_decay=0.0), weights, x, y, lr, 1, 0.0)
+        kernels, _ = steps(_optim(name, weight_decay=0.5), weights, x, y, lr, 1, 0.0)
+        every, _ = steps(_optim(name, weight_decay=0.5, weight_decay_on="all"), weights, x, y, lr, 1, 0.0)
+        for bias in (1, 3):
+            np.testing.assert_allclose(kernels[bias], plain[bias], atol=1e-7)
+            np.testing.assert_allclose(plain[bias] - every[bias], term * weights[bias], atol=1e-5)
+        np.testing.assert_allclose(every[0], kernels[0], atol=1e-6)  # a kernel decays either way
 
 
 def test_label_smoothing_gives_the_same_loss_and_the_same_step_on_both_backends():

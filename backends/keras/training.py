@@ -28,7 +28,7 @@ from keras import ops
 from keras.src.losses.loss import unscale_loss_for_distribution
 
 from hydrali.backends.keras.spec import SPEC
-from hydrali.core.config.schema import Optimizer, Precision
+from hydrali.core.config.schema import Optimizer, Precision, WeightDecayOn
 from hydrali.core.contracts.run import OptimizerSettings, RunContract
 from hydrali.core.contracts.task import side_builder
 from hydrali.core.errors import HydraliError, first_line
@@ -120,12 +120,13 @@ class TorchSGD(LrFactors, StepAverage, keras.optimizers.Optimizer):
         momentum: float = 0.0,
         nesterov: bool = False,
         coupled_weight_decay: float = 0.0,
+        weight_decay_on: str = WeightDecayOn.kernels.value,
         name: str = "torch_sgd",
         **kwargs,
     ):
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self.momentum, self.nesterov = float(momentum), bool(nesterov)
-        self.coupled_weight_decay = float(coupled_weight_decay)
+        self.coupled_weight_decay, self.weight_decay_on = float(coupled_weight_decay), str(weight_decay_on)
 
     def build(self, variables):
         """Create one momentum buffer per variable (none without momentum)."""
@@ -139,7 +140,7 @@ class TorchSGD(LrFactors, StepAverage, keras.optimizers.Optimizer):
         """One torch-style SGD step of `variable`."""
         lr = self.scaled_lr(ops.cast(learning_rate, variable.dtype), variable)
         g = ops.cast(gradient, variable.dtype)
-        if self.coupled_weight_decay and decays(variable.shape):
+        if self.coupled_weight_decay and decays(variable.shape, self.weight_decay_on):
             g = ops.add(g, ops.multiply(ops.cast(self.coupled_weight_decay, variable.dtype), variable))
         if self.momentum:
             momentum = ops.cast(self.momentum, variable.dtype)
@@ -154,6 +155,7 @@ class TorchSGD(LrFactors, StepAverage, keras.optimizers.Optimizer):
             "momentum": self.momentum,
             "nesterov": self.nesterov,
             "coupled_weight_decay": self.coupled_weight_decay,
+            "weight_decay_on": self.weight_decay_on,
         }
 
 
@@ -170,12 +172,13 @@ class TorchAdamW(LrFactors, StepAverage, keras.optimizers.Optimizer):
         beta_2: float = 0.999,
         epsilon: float = ADAM_EPSILON,
         decoupled_weight_decay: float = 0.0,
+        weight_decay_on: str = WeightDecayOn.kernels.value,
         name: str = "torch_adamw",
         **kwargs,
     ):
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
-        self.decoupled_weight_decay = float(decoupled_weight_decay)
+        self.decoupled_weight_decay, self.weight_decay_on = float(decoupled_weight_decay), str(weight_decay_on)
 
     def build(self, variables):
         """Create the first and second moment of each variable."""
@@ -192,7 +195,7 @@ class TorchAdamW(LrFactors, StepAverage, keras.optimizers.Optimizer):
         lr, g = self.scaled_lr(ops.cast(learning_rate, dtype), variable), ops.cast(gradient, dtype)
         t = ops.cast(self.iterations + 1, dtype)
         b1, b2 = ops.cast(self.beta_1, dtype), ops.cast(self.beta_2, dtype)
-        if self.decoupled_weight_decay and decays(variable.shape):
+        if self.decoupled_weight_decay and decays(variable.shape, self.weight_decay_on):
             self.assign(variable, ops.multiply(variable, 1.0 - lr * ops.cast(self.decoupled_weight_decay, dtype)))
         index = self._get_variable_index(variable)
         m, v = self.moments[index], self.squares[index]
@@ -208,6 +211,7 @@ class TorchAdamW(LrFactors, StepAverage, keras.optimizers.Optimizer):
             "beta_2": self.beta_2,
             "epsilon": self.epsilon,
             "decoupled_weight_decay": self.decoupled_weight_decay,
+            "weight_decay_on": self.weight_decay_on,
         }
 
 
@@ -224,6 +228,7 @@ OPTIMIZERS = {  # optim.name -> the Keras optimizer with torch's semantics, with
         momentum=optim.momentum,
         nesterov=optim.nesterov,
         coupled_weight_decay=optim.weight_decay,
+        weight_decay_on=getattr(optim, "weight_decay_on", WeightDecayOn.kernels.value),
         gradient_accumulation_steps=accumulation,
         **weight_average(optim),
     ),
@@ -233,6 +238,7 @@ OPTIMIZERS = {  # optim.name -> the Keras optimizer with torch's semantics, with
         beta_2=optim.betas[1],
         epsilon=ADAM_EPSILON,
         decoupled_weight_decay=optim.weight_decay,
+        weight_decay_on=getattr(optim, "weight_decay_on", WeightDecayOn.kernels.value),
         gradient_accumulation_steps=accumulation,
         **weight_average(optim),
     ),

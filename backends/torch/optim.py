@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from hydrali.core.config.schema import Optimizer
+from hydrali.core.config.schema import Optimizer, WeightDecayOn
 from hydrali.core.contracts.run import OptimizerSettings
 from hydrali.core.optim.optimizer import ADAM_EPSILON, decays
 from hydrali.core.optim.schedule import optimizer_step_factor
@@ -30,7 +30,8 @@ def make_optimizer(parameters, optim: OptimizerSettings, lr: float, backbone=())
         part = [p for p in parameters if (id(p) in slow) == in_backbone]
         if in_backbone and not part:
             continue
-        decay, no_decay = [p for p in part if decays(p.shape)], [p for p in part if not decays(p.shape)]
+        on = getattr(optim, "weight_decay_on", WeightDecayOn.kernels.value)
+        decay, no_decay = [p for p in part if decays(p.shape, on)], [p for p in part if not decays(p.shape, on)]
         groups += [
             {"params": decay, "weight_decay": optim.weight_decay, "lr": lr * factor},
             {"params": no_decay, "weight_decay": 0.0, "lr": lr * factor},

@@ -113,6 +113,13 @@ class Scale(Choice):
     none = "none"
 
 
+class WeightDecayOn(Choice):
+    """The parameters optim.weight_decay applies to (hydrali.core.optim.optimizer.decays)."""
+
+    kernels = "kernels"  # convolution and dense kernels (two or more dimensions): not biases or normalization
+    all = "all"  # every trainable parameter
+
+
 class Schedule(Choice):
     """The lr schedule after warmup (hydrali.core.optim.schedule.AFTER_WARMUP)."""
 
@@ -168,6 +175,7 @@ class OptimConfig:
     warmup_div: float = 10.0
     schedule: Schedule = Schedule.cosine
     weight_decay: float = 0.0
+    weight_decay_on: WeightDecayOn = WeightDecayOn.kernels  # which parameters decay (conf/optim_common.yaml)
     momentum: float = 0.9
     nesterov: bool = False
     betas: List[float] = field(default_factory=lambda: [0.9, 0.999])

@@ -40,6 +40,7 @@ class OptimizerSettings:
     schedule: str  # a Schedule value: cosine | linear | constant
     warmup_steps: int | None  # the warmup in optimizer steps, replacing warmup_epochs; None: warmup_epochs
     ema_decay: float | None  # an exponential moving average of the weights (hydrali.core.optim.ema); None: off
+    weight_decay_on: str = "kernels"  # a WeightDecayOn value: the parameters weight_decay applies to
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@
   brings an optimizer with torch's update rule.
 - **AdamW** is decoupled on both: w -= lr * weight_decay * w, then Adam with bias correction and
   epsilon ADAM_EPSILON.
-- **Which parameters decay**: those with two or more dimensions (convolution and dense kernels);
-  never biases or normalization scales and shifts.
+- **Which parameters decay** (optim.weight_decay_on): `kernels`, those with two or more dimensions (convolution
+  and dense kernels), never biases or normalization scales and shifts; `all`, every trainable parameter (David
+  Page's CIFAR-10 recipe decays them all).
 - **Backbone lr** (optim.backbone_lr_mult = k, classification): the backbone's parameters (all but the head: on
   torch the network's last child module with parameters, on Keras its last layer with weights) step with lr x k,
   the head's with lr; weight decay as above.
@@ -25,9 +26,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from hydrali.core.config.schema import WeightDecayOn
+
 ADAM_EPSILON = 1e-8
 
 
-def decays(shape: Sequence[int]) -> bool:
-    """Whether a parameter of this shape takes weight decay (kernels do; biases and norm parameters do not)."""
-    return len(tuple(shape)) >= 2
+def decays(shape: Sequence[int], on: str = WeightDecayOn.kernels.value) -> bool:
+    """Whether a parameter of this shape takes weight decay when it applies `on` the kernels (they do; biases and
+    norm parameters do not) or on all parameters (a WeightDecayOn value)."""
+    return WeightDecayOn.of(on, "optim.weight_decay_on") is WeightDecayOn.all or len(tuple(shape)) >= 2

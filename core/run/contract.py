@@ -10,7 +10,7 @@ import json
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from hydrali.core.config.schema import Optimizer, Schedule
+from hydrali.core.config.schema import Optimizer, Schedule, WeightDecayOn
 from hydrali.core.contracts.backend import TrainingDevice
 from hydrali.core.contracts.registry import backend_spec
 from hydrali.core.contracts.run import OptimizerSettings, RunContract, TaskInputs, TrainedRunSpec
@@ -39,6 +39,7 @@ def optimizer_settings(optim: DictConfig) -> OptimizerSettings:
         schedule=Schedule.of(optim.schedule, "optim.schedule").value,
         warmup_steps=_warmup_steps(optim.get("warmup_steps")),
         ema_decay=_ema_decay(optim.get("ema_decay")),
+        weight_decay_on=WeightDecayOn.of(optim.get("weight_decay_on", "kernels"), "optim.weight_decay_on").value,
     )
 
 
