@@ -10,7 +10,13 @@ ends. TensorFlow reads its flags once per process (TF_XLA_FLAGS): the process's 
 imported and serves every run of the process.
 
 TensorFlow prints "Error parsing text-format tensorflow.XlaSerializedCacheEntry" for each entry it reads (it tries
-the text format before the binary one it wrote) and then reads it: the log says so before training.
+the text format before the binary one it wrote) and then reads it: the log says so before training (unless
+TF_CPP_MIN_LOG_LEVEL=3, which tf2onnx's import sets, hides TensorFlow's error lines).
+
+TensorFlow's key for an entry is a hash of the compiled function's signature and HLO, both of which carry the traced
+function's name with a number the process counts up as it traces (measured on TensorFlow 2.21: one more tf.function
+traced before fit gives other keys): a later run reads the entries of an earlier run that traced the same functions
+in the same order, as the same command does.
 """
 
 from __future__ import annotations
