@@ -46,7 +46,7 @@ SECONDS_ALONE = {
     "tests/test_run_dir.py": 196,
     "tests/test_start_from_run.py": 173,
     "tests/test_keras.py": 148,
-    "tests/test_cifar10_recipe.py": 220,  # ResNet-9: its two tests 89 s + 131 s under -n 2 (fresh clone, 2026-11-27)
+    "tests/test_cifar10_recipe.py": 165,  # ResNet-9, 4 epochs: its two tests 64 s + 97 s under -n 2 (2026-11-27)
     "tests/test_ema.py": 90,
     "tests/test_webdataset_detection.py": 87,
     "tests/test_interrupt.py": 127,
