@@ -25,6 +25,7 @@ from hydrali.backends.keras.callbacks import (  # noqa: E402
     StopOnSignal,
 )
 from hydrali.backends.keras.data import LAYOUT, dali_dataset, distribute  # noqa: E402
+from hydrali.backends.keras.resizing import TrainingSides  # noqa: E402
 from hydrali.backends.keras.strategy import (  # noqa: E402
     make_strategy,
     placement,
@@ -151,6 +152,7 @@ def _fit(
                 else []
             ),
             ValidationPosition(),
+            *([TrainingSides(contract.training_side)] if contract.train_sides else []),  # progressive_resizing
             *([StopOnSignal(preemption, checkpoint_dir)] if stops_on_signal else []),
             *contract.callbacks,
         ]

@@ -27,6 +27,7 @@ from hydra.errors import InstantiationException
 from keras import ops
 from keras.src.losses.loss import unscale_loss_for_distribution
 
+from hydrali.backends.keras.resizing import scaled
 from hydrali.backends.keras.spec import SPEC
 from hydrali.core.config.schema import Optimizer, Precision, WeightDecayOn
 from hydrali.core.contracts.run import OptimizerSettings, RunContract
@@ -291,6 +292,7 @@ class ContractModel(keras.Model):
         self.batch = int(batch)
         self.val_step = keras.Variable(0, dtype="int32", trainable=False, name="val_step")
         self.validation_forward = None  # the XLA-compiled forward pass of validation (make_test_function)
+        self.train_side = None  # the side training batches are scaled to (progressive_resizing); None: as they come
         self.replica_gradients = None  # the XLA-compiled gradients of one replica, on several (make_train_function)
 
     def call(self, inputs, training=False):
@@ -330,6 +332,9 @@ class ContractModel(keras.Model):
         return unscale_loss_for_distribution(loss), y_pred, tape.gradient(scaled, self.trainable_weights)
 
     def train_step(self, data):
+        if self.train_side is not None:  # progressive_resizing: a static side, set before the function is traced
+            x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+            data = keras.utils.pack_x_y_sample_weight(scaled(x, self.train_side), y, sample_weight)
         if self.replica_gradients is None:
             return self._reducible(super().train_step(data))
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
@@ -423,10 +428,12 @@ def compile_model(
     on_val_batch=None,
     backbone_of=None,
     evaluation_forward=None,
+    image_size: int | None = None,
 ) -> ContractModel:
     """Build the network and its optimizer inside strategy.scope() and compile them under core's contracts; with
     optim.backbone_lr_mult, `backbone_of(network)` names the variables that take it; validation scores
-    `evaluation_forward(network, x)` when given (e.g. flip averaging), else the network's output."""
+    `evaluation_forward(network, x)` when given (e.g. flip averaging), else the network's output. `image_size`: the
+    side to build with where the network takes any side."""
     with strategy.scope(), dtype_policy(precision):
         network = build_network()
         model = ContractModel(
@@ -436,7 +443,7 @@ def compile_model(
             on_val_batch,
             evaluation_forward,
         )
-        model(keras.ops.zeros((1, *network.input_shape[1:])))  # build the wrapper's variables
+        model(keras.ops.zeros((1, *(image_size if d is None else d for d in network.input_shape[1:]))))  # its variables
         optimizer = make_optimizer(optim, plan_schedule(plan, optim, contract), contract.accumulate)
         mult = float(getattr(optim, "backbone_lr_mult", 1.0))
         if mult != 1.0:  # backbone_of: the side's backbone variables of its network
@@ -504,8 +511,10 @@ def compile_task_model(
     model = contract.task_inputs.model
 
     def network():
+        # progressive_resizing: a network that takes any side (its first epochs train on smaller images)
+        built_side = None if contract.train_sides else contract.image_size
         try:
-            built = side.build_model(model, dataset.num_classes, contract.image_size)
+            built = side.build_model(model, dataset.num_classes, built_side)
         except (InstantiationException, TypeError, ValueError) as err:
             raise HydraliError(f"model={contract.network} cannot be built on Keras: {err}") from err
         if start is not None:
@@ -526,6 +535,7 @@ def compile_task_model(
             on_val_batch=side.on_val_batch,
             backbone_of=getattr(side, "backbone_variables", None),
             evaluation_forward=getattr(side, "evaluation_forward", None),
+            image_size=contract.image_size,
         )
     except (InstantiationException, TypeError, ValueError) as err:
         raise HydraliError(

@@ -220,6 +220,15 @@ class PreemptionConfig:
 
 
 @dataclass
+class ProgressiveResizingConfig:
+    """conf/config.yaml's progressive_resizing: smaller training images first (core/run/resizing.py)."""
+
+    start_side: Optional[int] = None  # null: off
+    full_at: float = 0.75  # the fraction of the epochs from which training is at data.image_size
+    multiple: int = 8  # the sides are multiples of this
+
+
+@dataclass
 class HydraliConfig:
     """The top level. Groups are typed Any here: each option brings its own schema.
 
@@ -241,6 +250,7 @@ class HydraliConfig:
     throughput_warmup_steps: int = 5
     cpu_threads: str = "auto"  # the framework's intra-op threads: auto | a number (conf/config.yaml)
     checkpoint_every: int = 1  # epochs between the per-epoch checkpoints, the last epoch's always (conf/config.yaml)
+    progressive_resizing: ProgressiveResizingConfig = field(default_factory=ProgressiveResizingConfig)
     ckpt_path: Optional[str] = None
     optimized_metric: str = "val/acc"
 

@@ -75,6 +75,15 @@ class RunContract:
     checkpoint_every: int  # epochs between the per-epoch checkpoints (saves_checkpoint)
     callbacks: tuple[Any, ...]  # the user's framework callbacks (backend.callbacks), instantiated
     backend: Any  # the backend's own settings: an instance of its BackendSpec.schema, `auto` decided
+    train_sides: tuple[int, ...] = ()  # the training images' side in each epoch (progressive_resizing); (): image_size
+
+    def training_side(self, epoch: int) -> int | None:
+        """The side the training batches of epoch `epoch` (0-based) are scaled to, on every backend; None: they
+        stay as the pipeline made them (data.image_size)."""
+        if not self.train_sides:
+            return None
+        side = self.train_sides[min(epoch, len(self.train_sides) - 1)]
+        return None if side == self.image_size else side
 
     def saves_checkpoint(self, epoch: int) -> bool:
         """Whether the epoch numbered `epoch` (counted from 1) ends with a checkpoint, on every backend: every

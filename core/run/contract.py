@@ -15,7 +15,7 @@ from hydrali.core.contracts.backend import TrainingDevice
 from hydrali.core.contracts.registry import backend_spec
 from hydrali.core.contracts.run import OptimizerSettings, RunContract, TaskInputs, TrainedRunSpec
 from hydrali.core.errors import HydraliError
-from hydrali.core.run import auto_settings
+from hydrali.core.run import auto_settings, resizing
 from hydrali.core.run.auto_settings import AUTO
 from hydrali.core.run.plan import Plan
 from hydrali.core.run.summary import network_name
@@ -88,6 +88,7 @@ def run_contract(cfg: DictConfig, plan: Plan, *, with_callbacks: bool = True) ->
         checkpoint_every=int(cfg.checkpoint_every),
         callbacks=tuple(instantiate(spec) for spec in specs),
         backend=backend,
+        train_sides=resizing.training_sides(cfg.get("progressive_resizing"), plan.epochs, int(cfg.data.image_size)),
     )
 
 
@@ -104,6 +105,7 @@ def contract_record(contract: RunContract) -> dict:
         "optim": dataclasses.asdict(contract.optim),
         "pipeline": OmegaConf.to_container(contract.task_inputs.pipeline, resolve=True, enum_to_str=True),
         "backend": json.loads(json.dumps(dataclasses.asdict(contract.backend), default=str)),
+        **({"train_sides": list(contract.train_sides)} if contract.train_sides else {}),
     }
 
 

@@ -28,6 +28,7 @@ from hydrali.core.run import (
     collector,
     job_context,
     preemption,
+    resizing,
     run_dir,
     seeding,
     wall_time,
@@ -276,7 +277,10 @@ def decide(cfg: DictConfig, backend: Backend, plan: Plan) -> RunContract:
     decided = auto_settings.resolve(cfg, training_device)
     if decided and plan.global_rank == 0:
         log.info(auto_settings.describe(decided, training_device))
-    return run_contract(cfg, plan)
+    contract = run_contract(cfg, plan)
+    if contract.train_sides and plan.global_rank == 0:
+        log.info("progressive_resizing: training images at %s", resizing.describe(contract.train_sides))
+    return contract
 
 
 def accept_and_track(asked: DictConfig, contract: RunContract, attempt: run_dir.Attempt):

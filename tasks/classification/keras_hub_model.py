@@ -66,10 +66,10 @@ def _backbone(name: str, pretrained: bool, weights: str | None):
 
 
 def TimmNetwork(
-    num_classes: int, image_size: int, name: str, pretrained: bool = False, weights: str | None = None
+    num_classes: int, image_size: int | None, name: str, pretrained: bool = False, weights: str | None = None
 ) -> keras.Model:
     """keras-hub's conversion of timm's network `name` (the same layers and weights as timm's), taking NHWC images of
-    image_size x image_size, pooled into a new logits head of `num_classes`."""
+    image_size x image_size (None: of any side), pooled into a new logits head of `num_classes`."""
     try:
         backbone = _backbone(name, pretrained, weights)
     except ValueError as err:  # keras-hub has no converter for this architecture, or the files do not fit it

@@ -70,13 +70,13 @@ def resnet_features(
 
 def ResNet(
     num_classes: int,
-    image_size: int,
+    image_size: int | None,
     block: str = "basic",
     layers: Sequence[int] = (2, 2, 2, 2),
     widths: Sequence[int] = (64, 128, 256, 512),
     stem: str = "imagenet",
 ) -> keras.Model:
-    """A ResNet as a functional Keras model, taking NHWC images of image_size x image_size.
+    """A ResNet as a functional Keras model, taking NHWC images of image_size x image_size (None: of any side).
 
     Same arguments as hydrali.tasks.classification.torch_model.ResNet.
     """
@@ -116,15 +116,17 @@ def _conv_bn_relu(x, filters: int):
 
 def ResNet9(
     num_classes: int,
-    image_size: int,
+    image_size: int | None,
     widths: Sequence[int] = (64, 128, 256, 512),
     layers: Sequence[int] = (1, 0, 1),
     head_scale: float = 0.125,
 ) -> keras.Model:
-    """Page's ResNet-9 as a functional Keras model taking NHWC images of image_size x image_size: the same network,
+    """Page's ResNet-9 as a functional Keras model taking NHWC images of image_size x image_size (None: of any side,
+    8 px and up with its 3 stages): the same network,
     layer for layer and with the same initialisation, as hydrali.tasks.classification.torch_model.ResNet9."""
     check_resnet9(widths, layers)
-    check_resnet9_image_side(image_size, layers)
+    if image_size is not None:  # None: any side (progressive_resizing), checked by the first step's shapes
+        check_resnet9_image_side(image_size, layers)
     inputs = keras.Input((image_size, image_size, 3))
     x = _conv_bn_relu(inputs, widths[0])
     for width, depth in zip(widths[1:], layers):

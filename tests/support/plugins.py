@@ -41,38 +41,47 @@ class KerasInterruptAtEpoch:
 
 
 def keras_model_without_batchnorm(
-    num_classes: int, image_size: int, record_xla: str | None = None, record_steps: str | None = None, **unused
+    num_classes: int,
+    image_size: int | None,
+    record_xla: str | None = None,
+    record_steps: str | None = None,
+    record_sides: str | None = None,
+    **unused,
 ):
     """A small conv net with no BatchNorm: its gradients do not depend on how a batch is split. With `record_xla`
     (a path), each trace of its forward pass appends to that file, as a JSON line, whether it was traced for
     training and whether TensorFlow traced it inside an XLA-compiled function. With `record_steps` (a path), each
-    forward pass in training mode appends a line to that file (XLA cannot compile that)."""
+    forward pass in training mode appends a line to that file (XLA cannot compile that); with `record_sides`, the
+    side of the images it was given (height x width)."""
     import keras
 
     inputs = keras.Input((image_size, image_size, 3))
     x = inputs if record_xla is None else _XlaTraceRecorder(record_xla)(inputs)
     x = x if record_steps is None else _StepRecorder(record_steps)(x)
+    x = x if record_sides is None else _StepRecorder(record_sides, sides=True)(x)
     x = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(x)
     x = keras.layers.Conv2D(16, 3, strides=2, padding="same", activation="relu")(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
     return keras.Model(inputs, keras.layers.Dense(num_classes)(x))
 
 
-def _StepRecorder(path: str):
-    """A Keras layer passing its input through, which appends a line to `path` at each forward pass in training."""
+def _StepRecorder(path: str, sides: bool = False):
+    """A Keras layer passing its input through, which appends a line to `path` at each forward pass in training:
+    "step", or with `sides` the images' height x width."""
     import keras
     import numpy as np
     import tensorflow as tf
 
-    def append() -> np.int32:
+    def append(height=None, width=None) -> np.int32:
         with open(path, "a") as fh:
-            fh.write("step\n")
+            fh.write(f"{height}x{width}\n" if sides else "step\n")
         return np.int32(1)
 
     class StepRecorder(keras.layers.Layer):
         def call(self, inputs, training=False):
             if training:
-                tf.numpy_function(append, [], Tout=tf.int32, stateful=True, name="record_step")
+                shape = [tf.shape(inputs)[1], tf.shape(inputs)[2]] if sides else []
+                tf.numpy_function(append, shape, Tout=tf.int32, stateful=True, name="record_step")
             return inputs
 
     return StepRecorder()
@@ -177,9 +186,12 @@ class RecordDdp:
         return _Record()
 
 
-def torch_model_without_batchnorm(num_classes: int, record_steps: str | None = None, **unused):
+def torch_model_without_batchnorm(
+    num_classes: int, record_steps: str | None = None, record_sides: str | None = None, **unused
+):
     """A small conv net with no BatchNorm, on torch: its gradients do not depend on how a batch is split. With
-    `record_steps` (a path), each forward pass in training mode appends a line to that file."""
+    `record_steps` (a path), each forward pass in training mode appends a line to that file; with `record_sides`,
+    the side of the images it was given (height x width)."""
     from torch import nn
 
     network = nn.Sequential(
@@ -199,6 +211,14 @@ def torch_model_without_batchnorm(num_classes: int, record_steps: str | None = N
                     fh.write("step\n")
 
         network.register_forward_hook(record)
+    if record_sides is not None:
+
+        def record_side(module, inputs, output) -> None:
+            if module.training:
+                with open(record_sides, "a") as fh:
+                    fh.write(f"{inputs[0].shape[-2]}x{inputs[0].shape[-1]}\n")
+
+        network.register_forward_hook(record_side)
     return network
 
 

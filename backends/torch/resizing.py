@@ -1,0 +1,22 @@
+"""Progressive resizing on torch (hydrali.core.run.resizing): a training batch's images scaled to its epoch's side."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from hydrali.core.run.resizing import resampling_matrix
+
+
+@functools.lru_cache(maxsize=16)
+def _matrix(source: int, side: int, device: torch.device) -> torch.Tensor:
+    return torch.from_numpy(resampling_matrix(source, side)).to(device)
+
+
+def scaled(images: torch.Tensor, side: int) -> torch.Tensor:
+    """NCHW `images` scaled to side x side by core's resampling matrices (bilinear with antialiasing), in their own
+    dtype."""
+    rows = _matrix(images.shape[-2], side, images.device)
+    columns = rows if images.shape[-1] == images.shape[-2] else _matrix(images.shape[-1], side, images.device)
+    return torch.einsum("ih,nchw,jw->ncij", rows, images.float(), columns).to(images.dtype)
