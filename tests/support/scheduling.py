@@ -79,6 +79,7 @@ SECONDS_ALONE = {
     "tests/test_mixing.py": 15,
     "tests/test_shard_annotation_copies.py": 14,
     "tests/test_resnet9.py": 13,
+    "tests/test_progressive_resizing.py": 50,  # 2026-11-27, beside a full suite run (loaded)
 }
 LIGHT_FILE_SECONDS = 10  # what a file not in SECONDS_ALONE counts as
 
