@@ -12,6 +12,7 @@ import pytest
 
 from hydrali.core.config.validate import check_config
 from hydrali.core.errors import HydraliError
+from hydrali.core.run import resizing
 from hydrali.core.run.resizing import resampling_matrix, training_sides
 from tests.support.checks import read_summary
 from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET, SMALL_NET
@@ -39,7 +40,9 @@ def test_the_sides_grow_linearly_to_the_image_size_in_multiples():
     assert sides(8, 0.67, 4, 3, 16) == (8, 12, 16)
     assert sides(16, 0.75, 8, 10, 32) == (16, 16, 16, 16, 24, 24, 24, 24, 32, 32)  # 16 + 16 e / 8
     assert sides(128, 0.5, 32, 8, 224) == (128, 128, 160, 192, 224, 224, 224, 224)  # 128 + 96 e / 4: 176 -> 160
-    assert sides(8, 1.0, 4, 2, 16) == (8, 12)  # full_at=1: the last epoch is the ramp's
+    assert sides(8, 1.0, 4, 3, 16) == (8, 12, 16)  # full_at=1: R = E - 1, the last epoch still at 16
+    assert sides(8, 0.75, 4, 2, 16) == (8, 16)  # R = floor(1.5 + 0.5) = 2, at most E - 1 = 1
+    assert sides(8, 0.5, 4, 5, 16) == (8, 8, 12, 16, 16)  # R = floor(2.5 + 0.5) = 3 (a half rounds up)
     assert sides(None, 0.75, 8, 3, 16) == ()
 
 
@@ -108,6 +111,27 @@ def test_a_run_trains_each_epoch_at_its_side_and_validates_at_the_image_size(mak
     ],
 )
 def test_settings_that_cannot_work_are_one_line_naming_the_option(make_cfg, overrides, needle):
+    cfg = make_cfg(*SMALL_NET, *overrides)
+    check_config(cfg)  # each group's own checks pass
     with pytest.raises(HydraliError) as refused:
-        check_config(make_cfg(*SMALL_NET, *overrides))
+        resizing.check(cfg)  # run() checks it once the weights' preprocessing has set data.image_size
     assert needle in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.keras
+@pytest.mark.parametrize("builder", ["ResNet", "ResNet50", "ResNet9"])
+def test_a_keras_network_built_for_any_side_is_the_one_built_for_one_side(tmp_path, builder):
+    # progressive_resizing builds the Keras network for any side (None): the same weights, in order and shape, so
+    # that its checkpoints load where eval, predict and export build it for data.image_size; and it takes less
+    import keras
+
+    from hydrali.tasks.classification import keras_model
+
+    build = getattr(keras_model, builder)
+    fixed, any_side = build(num_classes=10, image_size=32), build(num_classes=10, image_size=None)
+    assert [tuple(w.shape) for w in fixed.weights] == [tuple(w.shape) for w in any_side.weights]  # (names: counted)
+    any_side.save_weights(tmp_path / "any.weights.h5")
+    fixed.load_weights(tmp_path / "any.weights.h5")
+    images = np.random.default_rng(0).normal(size=(2, 32, 32, 3)).astype("float32")
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(fixed(images)), any_side(images), atol=1e-5)
+    assert any_side(images[:, :16, :16]).shape == (2, 10)

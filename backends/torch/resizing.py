@@ -15,8 +15,9 @@ def _matrix(source: int, side: int, device: torch.device) -> torch.Tensor:
 
 
 def scaled(images: torch.Tensor, side: int) -> torch.Tensor:
-    """NCHW `images` scaled to side x side by core's resampling matrices (bilinear with antialiasing), in their own
-    dtype."""
+    """NCHW `images` scaled to side x side by core's resampling matrices (bilinear with antialiasing), in float32 also
+    under mixed precision (as on Keras), returned in their own dtype."""
     rows = _matrix(images.shape[-2], side, images.device)
     columns = rows if images.shape[-1] == images.shape[-2] else _matrix(images.shape[-1], side, images.device)
-    return torch.einsum("ih,nchw,jw->ncij", rows, images.float(), columns).to(images.dtype)
+    with torch.autocast(images.device.type, enabled=False):  # Lightning's training step runs under autocast
+        return torch.einsum("ih,nchw,jw->ncij", rows, images.float(), columns).to(images.dtype)

@@ -13,7 +13,6 @@ from hydrali.core.config.schema import GROUP_SCHEMAS, HydraliConfig
 from hydrali.core.contracts.registry import backend_spec, backend_specs, task_specs
 from hydrali.core.data.pipelines import check_options
 from hydrali.core.errors import HydraliError
-from hydrali.core.run import resizing
 from hydrali.core.run.auto_settings import check_backend_settings
 from hydrali.core.run.preemption import signal_number
 
@@ -157,7 +156,6 @@ def check_config(cfg: DictConfig) -> None:
     check_bad_files(cfg.data)
     check_fine_tuning(cfg)
     check_preemption(cfg.preemption)
-    resizing.check(cfg)
 
 
 def check_accumulation(cfg: DictConfig) -> None:

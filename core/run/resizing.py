@@ -3,8 +3,9 @@ pipeline's images scaled down, the side growing to data.image_size (FFCV's and C
 which learn coarse features, cost a fraction of a full-size epoch). Validation, eval, predict and export always see
 data.image_size.
 
-The side of epoch e (0-based) of E, from start side s to full side S, reaching S at epoch R = round(full_at x E):
-s + (S - s) x e / R rounded down to a multiple of `multiple` (never below s) while e < R, then S. Each backend
+The side of epoch e (0-based) of E, from start side s to full side S, reaching S at epoch R = floor(full_at x E +
+0.5), at most E - 1 (the last epoch is always at S): s + (S - s) x e / R rounded down to a multiple of `multiple`
+(never below s) while e < R, then S. Each backend
 scales a training batch to its epoch's side by the same matrices, made here (resampling_matrix): bilinear with
 antialiasing, the filter of PIL's, torch's F.interpolate(antialias=True) and TensorFlow's
 tf.image.resize(antialias=True), applied as two matrix products (rows, then columns), which XLA and torch.compile
@@ -29,7 +30,7 @@ def training_sides(setting: DictConfig | None, epochs: int, image_size: int) -> 
     if setting is None or setting.get("start_side") is None:
         return ()
     start, full_at, multiple = int(setting.start_side), float(setting.full_at), int(setting.multiple)
-    ramp = max(1, round(full_at * epochs))  # the first epoch at image_size
+    ramp = min(max(1, math.floor(full_at * epochs + 0.5)), max(1, epochs - 1))  # the first epoch at image_size
     sides = []
     for epoch in range(epochs):
         if epoch >= ramp:

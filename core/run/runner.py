@@ -79,6 +79,7 @@ def run(cfg: DictConfig) -> float | None:
     check_config(cfg)
     # the pretrained weights' image size, mean and std, before the run dir compares configs or anything reads them
     weights_preprocessing.apply(cfg, job_context.current().overrides)
+    resizing.check(cfg)  # against data.image_size as the weights set it
     check_network(cfg)  # e.g. a model name not in its library's registry: one line, before the run dir is touched
     output_dir = Path(cfg.paths.output_dir)
     # a preemption signal is noted from here on: during the set-up, the run stops after its first training step

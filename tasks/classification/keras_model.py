@@ -88,15 +88,21 @@ def ResNet(
     return keras.Model(inputs, outputs, name="resnet")
 
 
-def ResNet50(num_classes: int, image_size: int, **architecture) -> keras.Model:
-    """keras.applications.ResNet50, randomly initialised, with a logits head of num_classes.
+def ResNet50(num_classes: int, image_size: int | None, **architecture) -> keras.Model:
+    """keras.applications.ResNet50, randomly initialised, with a logits head of num_classes, taking images of
+    image_size x image_size (None: of any side).
 
     `architecture` (block, layers, widths, stem from conf/model/resnet50.yaml) describes this same
     network for the torch side and is not needed here.
     """
-    return keras.applications.ResNet50(
-        weights=None, input_shape=(image_size, image_size, 3), classes=num_classes, classifier_activation=None
-    )
+    if image_size is not None:
+        return keras.applications.ResNet50(
+            weights=None, input_shape=(image_size, image_size, 3), classes=num_classes, classifier_activation=None
+        )
+    # any side (progressive_resizing): Keras builds the classifier only for a fixed side; the same layers, named so
+    features = keras.applications.ResNet50(weights=None, include_top=False, input_shape=(None, None, 3), pooling="avg")
+    outputs = kl.Dense(num_classes, name="predictions")(features.output)
+    return keras.Model(features.input, outputs, name=features.name)
 
 
 # torch's default initialisation of convolution and linear weights, U(-1/sqrt(fan_in), 1/sqrt(fan_in)), in Keras' terms
@@ -125,7 +131,7 @@ def ResNet9(
     8 px and up with its 3 stages): the same network,
     layer for layer and with the same initialisation, as hydrali.tasks.classification.torch_model.ResNet9."""
     check_resnet9(widths, layers)
-    if image_size is not None:  # None: any side (progressive_resizing), checked by the first step's shapes
+    if image_size is not None:  # None: any side (progressive_resizing), 8 px and up with 3 stages (not checked)
         check_resnet9_image_side(image_size, layers)
     inputs = keras.Input((image_size, image_size, 3))
     x = _conv_bn_relu(inputs, widths[0])

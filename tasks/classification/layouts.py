@@ -24,11 +24,13 @@ def resnet9_smallest_side(layers: Sequence[int]) -> int:
     return 2 ** len(layers)
 
 
-def check_resnet9_image_side(side: int, layers: Sequence[int]) -> None:
-    """Fail, naming the options, when images of `side` pixels are too small for the stages' max-pools."""
+def check_resnet9_image_side(side: int, layers: Sequence[int], given: str | None = None) -> None:
+    """Fail, naming the options, when images of `side` pixels are too small for the stages' max-pools; `given`: what
+    the network was given, where it is not data.image_size."""
     smallest = resnet9_smallest_side(layers)
     if side < smallest:
+        what, raise_ = (f"data.image_size={side}", "data.image_size") if given is None else (given, given)
         raise HydraliError(
-            f"data.image_size={side}: model=resnet9 with {len(layers)} stages (model.layers={list(layers)}) takes "
-            f"images of {smallest} px and up (each stage halves them): raise data.image_size or pass fewer stages"
+            f"{what}: model=resnet9 with {len(layers)} stages (model.layers={list(layers)}) takes "
+            f"images of {smallest} px and up (each stage halves them): raise {raise_} or pass fewer stages"
         )
