@@ -72,30 +72,34 @@ def test_both_backends_scale_a_batch_as_pil_torch_and_tensorflow_resize_with_ant
     assert resampling_matrix(32, side).sum(1) == pytest.approx(np.ones(side), abs=1e-6)  # a weighted mean
 
 
+INTERRUPT = {"lightning": "InterruptAtEpoch", "keras": "KerasInterruptAtEpoch"}  # Ctrl+C as epoch 2 starts
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["lightning", pytest.param("keras", marks=pytest.mark.keras)])
-def test_a_run_trains_each_epoch_at_its_side_and_validates_at_the_image_size(make_cfg, tmp_path, backend):
+def test_a_run_trains_each_epoch_at_its_side_also_resumed_and_validates_at_the_image_size(make_cfg, tmp_path, backend):
     from hydrali.core.run.runner import run
 
     record, out = tmp_path / "sides.txt", tmp_path / "run"
-    run(
-        make_cfg(
-            *SMALL_NET,  # data.image_size=16
-            "pipeline=light",
-            "model._target_=tests.support.plugins.torch_model_without_batchnorm",
-            "model.keras_target=tests.support.plugins.keras_model_without_batchnorm",
-            f"+model.record_sides={record}",
-            f"backend={backend}",
-            *QUIET[backend],
-            *GROWING,
-            "tracking=none",
-            output_dir=out,
-        )
-    )
+    args = [
+        *SMALL_NET,  # data.image_size=16
+        "pipeline=light",
+        "model._target_=tests.support.plugins.torch_model_without_batchnorm",
+        "model.keras_target=tests.support.plugins.keras_model_without_batchnorm",
+        f"+model.record_sides={record}",
+        f"backend={backend}",
+        *QUIET[backend],
+        *GROWING,
+        "tracking=none",
+    ]
+    stop = f"+backend.callbacks.interrupt={{_target_: tests.support.plugins.{INTERRUPT[backend]}, epoch: 1}}"
+    with pytest.raises(KeyboardInterrupt):
+        run(make_cfg(*args, stop, output_dir=out))
+    run(make_cfg(*args, "ckpt_path=last", output_dir=out))  # resumed at the second epoch
     summary = read_summary(out)
     steps = summary["steps_per_epoch"]
     seen = record.read_text().split()
-    # what the network was given, step by step: one epoch at each side, in order
+    # what the network was given, step by step: one epoch at each side, in order, across the resume
     assert seen == ["8x8"] * steps + ["12x12"] * steps + ["16x16"] * steps, Counter(seen)
     assert [row["val/images"] for row in summary["history"]] == [360, 360, 360]  # validation at 16 px, every image
     assert summary["best"]["val/acc"] > THRESHOLD, summary["history"]
