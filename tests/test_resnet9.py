@@ -108,8 +108,8 @@ def test_images_too_small_for_resnet9_are_one_error_naming_the_options_on_both_f
     from hydrali.tasks.classification.torch_model import ResNet9
 
     message = "model=resnet9 with 3 stages (model.layers=[1, 0, 1]) takes images of 8 px and up"
-    given = "images of 4 px (data.image_size, progressive_resizing.start_side): "  # torch sees them at each step
-    with pytest.raises(HydraliError, match=re.escape(given + message)):
+    at_step = "images of 4 px: " + message + " (each stage halves them): raise data.image_size or "
+    with pytest.raises(HydraliError, match=re.escape(at_step + "progressive_resizing.start_side")):  # torch, each step
         ResNet9(10)(torch.zeros(1, 3, 4, 4))
     with pytest.raises(HydraliError, match=re.escape("data.image_size=4: " + message)):
         KerasResNet9(10, 4)

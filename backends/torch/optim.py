@@ -25,12 +25,12 @@ def make_optimizer(parameters, optim: OptimizerSettings, lr: float, backbone=())
     """SGD (torch's coupled weight decay) or AdamW (decoupled), decaying only what
     hydrali.core.optim.optimizer.decays says; the `backbone` parameters at lr x optim.backbone_lr_mult."""
     parameters, slow = list(parameters), {id(p) for p in backbone}
+    on = getattr(optim, "weight_decay_on", WeightDecayOn.kernels.value)
     groups = []
     for in_backbone, factor in ((False, 1.0), (True, float(getattr(optim, "backbone_lr_mult", 1.0)))):
         part = [p for p in parameters if (id(p) in slow) == in_backbone]
         if in_backbone and not part:
             continue
-        on = getattr(optim, "weight_decay_on", WeightDecayOn.kernels.value)
         decay, no_decay = [p for p in part if decays(p.shape, on)], [p for p in part if not decays(p.shape, on)]
         groups += [
             {"params": decay, "weight_decay": optim.weight_decay, "lr": lr * factor},

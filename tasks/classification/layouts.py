@@ -24,13 +24,17 @@ def resnet9_smallest_side(layers: Sequence[int]) -> int:
     return 2 ** len(layers)
 
 
-def check_resnet9_image_side(side: int, layers: Sequence[int], given: str | None = None) -> None:
-    """Fail, naming the options, when images of `side` pixels are too small for the stages' max-pools; `given`: what
-    the network was given, where it is not data.image_size."""
+def check_resnet9_image_side(side: int, layers: Sequence[int], at_step: bool = False) -> None:
+    """Fail, naming the options, when images of `side` pixels are too small for the stages' max-pools: data.image_size
+    when building, or (`at_step`) a training step's images, which progressive_resizing may have scaled down."""
     smallest = resnet9_smallest_side(layers)
     if side < smallest:
-        what, raise_ = (f"data.image_size={side}", "data.image_size") if given is None else (given, given)
+        what, options = (
+            (f"images of {side} px", "data.image_size or progressive_resizing.start_side")
+            if at_step
+            else (f"data.image_size={side}", "data.image_size")
+        )
         raise HydraliError(
             f"{what}: model=resnet9 with {len(layers)} stages (model.layers={list(layers)}) takes "
-            f"images of {smallest} px and up (each stage halves them): raise {raise_} or pass fewer stages"
+            f"images of {smallest} px and up (each stage halves them): raise {options} or pass fewer stages"
         )

@@ -191,7 +191,5 @@ class ResNet9(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if min(x.shape[-2:]) < self._smallest_side:  # torch's pooling would fail deep inside, with a traceback
-            side = min(x.shape[-2:])  # data.image_size, or a smaller side of progressive_resizing
-            given = f"images of {side} px (data.image_size, progressive_resizing.start_side)"
-            check_resnet9_image_side(side, self._layers, given)
+            check_resnet9_image_side(min(x.shape[-2:]), self._layers, at_step=True)
         return self.head(self.stages(self.stem(x)))
