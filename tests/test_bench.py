@@ -128,3 +128,21 @@ def test_a_training_window_without_a_warm_up_step_is_one_error_naming_the_settin
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()  # one line, naming the setting and what it takes
     assert line.startswith("hydrali-bench: error: bench.train.warmup=0") and "at least 1" in line
+
+
+def test_the_import_profile_names_the_packages_a_command_imported_and_passes_on_its_exit_code(tmp_path):
+    """bench/gpu/import_profile.py: the table of a real `-X importtime` run (what a GPU session reads to see where a
+    run's start-up goes) has a row for each package the command imported at the top level, and its exit is the
+    command's."""
+    command = [sys.executable, "-m", "hydrali.bench.gpu.import_profile", "--log", str(tmp_path / "imports.log"), "--"]
+    done = subprocess.run(
+        [*command, sys.executable, "-c", "import email.mime.text, json; raise SystemExit(3)"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 3, done.stderr
+    rows = {line.split("|")[1].strip(): line for line in done.stdout.splitlines() if line.startswith("| ")}
+    assert {"email", "json"} <= rows.keys(), done.stdout
+    assert float(rows["email"].split("|")[2]) > 0
+    assert "exit 3" in done.stdout.splitlines()[-1]

@@ -7,8 +7,10 @@ warm-up.
 Measured on the 2-core CI machine: best val/acc 0.241 on Lightning and 0.265 on Keras after 5 epochs (2026-11-26,
 the ResNet-18 layout of the recipe then, the files read every epoch); 0.265 and 0.270 (2026-11-27, the photos decoded
 once); 0.288 and 0.314 (2026-11-27, ResNet-9 as the recipe now ships); after 4 epochs (as now, 2026-11-27, 64 s and 97 s
-under -n 2 where 5 took 89 s and 131 s): 0.239 and 0.255 (chance: 0.10; the full recipe on the GPU: BENCHMARKS.md).
-THRESHOLD is set below all eight. The runs also show that the recipe read the photos decoded once
+under -n 2 where 5 took 89 s and 131 s): 0.239 and 0.255; with weight decay on every parameter, as the recipe ships
+since 2026-11-27 (fifth session; +0.4 points on the GPU in 24 epochs): 0.248 and 0.207 (chance: 0.10, with a standard
+deviation of 0.01 on these 1,000 validation photos; the full recipe on the GPU: BENCHMARKS.md). THRESHOLD is set below
+all ten. The runs also show that the recipe read the photos decoded once
 (pipeline.options.decode_once): one line per split saying so.
 
 The same runs check cpu_threads=auto from outside: the framework's own report of its compute threads during training
@@ -28,7 +30,7 @@ from hydrali.core.data.affinity import THREAD_VARIABLES
 from tests.support.cli import REPO, cli_env
 from tests.support.configs import with_plugin_callback
 
-THRESHOLD = 0.2  # best val/acc both backends reach (see above); chance is 0.1
+THRESHOLD = 0.17  # best val/acc both backends reach (see above); chance is 0.1
 NARROW = [
     "epochs=4",
     "optim.warmup_epochs=1",
