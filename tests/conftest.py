@@ -21,6 +21,9 @@ from pathlib import Path
 
 import pytest
 
+# TensorFlow's environment as a hydrali Keras run sets it (oneDNN's CPU kernels, its log level), before any test
+# module imports TensorFlow: the same kernels in every test process
+import hydrali.backends.keras  # noqa: F401
 from hydrali.tasks.classification.datasets import write_digits
 from tests.support.configs import compose_config
 

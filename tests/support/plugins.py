@@ -433,24 +433,27 @@ class KerasSignalAtStep:
 
 class RecordComputeThreads:
     """Write, as JSON to `path`, the compute (intra-op) threads the framework reports after the first training step:
-    torch.get_num_threads() on Lightning, TensorFlow's intra-op parallelism on Keras (0: its default, one per core);
-    `framework`: lightning or keras, the backend whose callback this is."""
+    torch.get_num_threads() on Lightning, TensorFlow's intra-op parallelism on Keras (0: its default, one per core),
+    and on Keras whether TensorFlow runs its oneDNN kernels ("onednn"); `framework`: lightning or keras, the backend
+    whose callback this is."""
 
     def __new__(cls, path: str, framework: str):
         import json
         from pathlib import Path
 
-        def record(threads: int) -> None:
+        def record(threads: int, **more) -> None:
             if not Path(path).exists():
-                Path(path).write_text(json.dumps({"threads": threads}))
+                Path(path).write_text(json.dumps({"threads": threads, **more}))
 
         if framework == "keras":
             import keras
             import tensorflow as tf
+            from tensorflow.python.util import _pywrap_util_port  # TensorFlow's own answer, as its kernels read it
 
             class _KerasRecord(keras.callbacks.Callback):
                 def on_train_batch_end(self, batch, logs=None) -> None:
-                    record(tf.config.threading.get_intra_op_parallelism_threads())
+                    threads = tf.config.threading.get_intra_op_parallelism_threads()
+                    record(threads, onednn=bool(_pywrap_util_port.IsMklEnabled()))
 
             return _KerasRecord()
         import lightning as L
