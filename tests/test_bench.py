@@ -146,3 +146,21 @@ def test_the_import_profile_names_the_packages_a_command_imported_and_passes_on_
     assert {"email", "json"} <= rows.keys(), done.stdout
     assert float(rows["email"].split("|")[2]) > 0
     assert "exit 3" in done.stdout.splitlines()[-1]
+
+
+def test_the_import_profile_sums_only_top_level_records_by_package():
+    """Python's -X importtime records (a header, nested imports indented two spaces a level after the bar): only the
+    top-level ones count, each under its package's name, so that nothing is counted twice."""
+    from hydrali.bench.gpu.import_profile import top_level_imports
+
+    records = [
+        "import time: self [us] | cumulative | imported package\n",
+        "import time:       100 |        100 |     numpy.core._multiarray\n",  # depth 2: inside numpy
+        "import time:       200 |        300 |   numpy.core\n",  # depth 1: inside numpy
+        "import time:       400 |        700 | numpy\n",
+        "import time:        50 |         50 |   json.decoder\n",
+        "import time:        30 |         80 | json\n",
+        "import time:        20 |         20 | numpy.random\n",  # a later top-level import of the same package
+        "[hydrali][INFO] - not a record\n",
+    ]
+    assert top_level_imports(records) == pytest.approx({"numpy": 720e-6, "json": 80e-6})

@@ -9,8 +9,9 @@ the ResNet-18 layout of the recipe then, the files read every epoch); 0.265 and 
 once); 0.288 and 0.314 (2026-11-27, ResNet-9 as the recipe now ships); after 4 epochs (as now, 2026-11-27, 64 s and 97 s
 under -n 2 where 5 took 89 s and 131 s): 0.239 and 0.255; with weight decay on every parameter, as the recipe ships
 since 2026-11-27 (fifth session; +0.4 points on the GPU in 24 epochs): 0.248 and 0.207, and 0.247 on Keras with
-TensorFlow's oneDNN kernels (47 s instead of 97 s; chance: 0.10, with a standard deviation of 0.01 on these 1,000
-validation photos; the full recipe on the GPU: BENCHMARKS.md). THRESHOLD is set below all eleven. The runs also show that the recipe read the photos decoded once
+TensorFlow's oneDNN kernels (47 s instead of 97 s: round-off alone moved Keras by 0.04). Chance is 0.10, and a
+guess's accuracy on these 1,000 validation photos spreads by 0.01; the full recipe on the GPU: BENCHMARKS.md.
+THRESHOLD is set below all eleven. The runs also show that the recipe read the photos decoded once
 (pipeline.options.decode_once): one line per split saying so.
 
 The same runs check cpu_threads=auto from outside: the framework's own report of its compute threads during training

@@ -6,6 +6,9 @@ time of each top-level package it loaded (cumulative, from the interpreter's own
 The command's own output is kept in --log (stderr holds both its log and Python's import records); the table goes to
 stdout. Every import is counted once, where it first happened: a package another one pulled in counts under the
 package whose import started it (`lightning 2.1 s` includes what lightning imported that nothing imported before).
+Two limits of Python's records: a module loaded by `importlib.import_module` (hydrali's backend, Hydra's `_target_`)
+has no record of its own, so what it imports shows at the top level; and every Python process the command starts
+inherits the profiling (PYTHONPROFILEIMPORTTIME), its records summed in with the parent's.
 """
 
 from __future__ import annotations

@@ -12,14 +12,18 @@ import sys
 import time
 from pathlib import Path
 
+from hydrali.backends.keras import ENVIRONMENT as KERAS_ENVIRONMENT
+
 REPO = Path(__file__).resolve().parents[2]
 HYDRALI = ("-m", "hydrali.core")  # `python -m hydrali.core` is the `hydrali` command
 
 
 def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """This process's environment and `extra`, with this checkout first on PYTHONPATH (so that hydrali and the
-    tests' `_target_` plug-ins import) and Hydra's one-line errors."""
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0", **(extra or {})}
+    tests' `_target_` plug-ins import) and Hydra's one-line errors, less the variables hydrali's Keras backend sets
+    where they are unset (this process imported it: conftest.py), so that a command sets them itself as in a shell."""
+    inherited = {key: value for key, value in os.environ.items() if key not in KERAS_ENVIRONMENT}
+    env = {**inherited, "HYDRA_FULL_ERROR": "0", **(extra or {})}
     env["PYTHONPATH"] = os.pathsep.join(path for path in (str(REPO), env.get("PYTHONPATH", "")) if path)
     return env
 
