@@ -25,6 +25,7 @@ from tests.support.object_store import S3Server
 # 12 epochs of the tiny network: converged enough (val/acc about 0.97) that the order the samples come in moves it
 # by less than 0.01
 CONVERGED = ["epochs=12", *TINY]
+SAME_ACCURACY = 0.03  # best val/acc of a run from shards and of one from the folder: equal within chance (below)
 
 
 def convert(tmp_path: Path, data_dir: Path, out: Path | str, *args: str):
@@ -109,7 +110,10 @@ def test_training_from_shards_reaches_the_folders_val_acc(tmp_path, data_dir, sh
         assert summary["train_images"] == 12 * (1437 // 64) * 64 and summary["val_images"] == 360
         best[name] = summary["best"]["val/acc"]
     assert best["folder"] > 0.9
-    assert best["shards"] == pytest.approx(best["folder"], abs=0.01)
+    # the two runs see the images in other orders: their accuracies on 360 photos near 0.98 differ by chance with a
+    # standard deviation of about 0.01 (sqrt(2 x 0.98 x 0.02 / 360)); measured 0.992 and 0.978 on Keras with
+    # TensorFlow's oneDNN kernels (2026-11-27), so the bound is 3 of those
+    assert best["shards"] == pytest.approx(best["folder"], abs=SAME_ACCURACY)
     # the run trained on shards, used as any run: eval scores its val split as training did; predict labels the
     # same images given as files, as often rightly as eval says
     trained = tmp_path / "shards"
