@@ -41,7 +41,6 @@ NARROW = [
     "data.batch_size=64",
 ]
 DALI_WORKERS = 1
-ONEDNN_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"  # TensorFlow's switch of its oneDNN CPU kernels
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +54,7 @@ def test_experiment_cifar10_learns_the_photos_and_the_framework_gets_the_cores_d
     cifar_subset, tmp_path, backend
 ):
     threads_file = tmp_path / "threads.json"
-    env = {key: value for key, value in cli_env().items() if key not in (*THREAD_VARIABLES, ONEDNN_VARIABLE)}
+    env = {key: value for key, value in cli_env().items() if key not in THREAD_VARIABLES}  # cli_env: no Keras variables
     quiet = "backend.trainer.enable_progress_bar=false" if backend == "lightning" else "backend.verbose=0"
     out = subprocess.run(
         [
