@@ -2,8 +2,9 @@
 
 Reading and decoding a 1 KB JPEG costs DALI about as much as the GPU's work on a 32 x 32 image (measured on an H100:
 16-18k images/s from CIFAR-10's files whatever the network). For a set of small images that fits in memory, a task
-decodes each replica's shard once (the recipe's own reader and decoder, in file order) and the recipe then reads
-its batches from memory through `fn.external_source`, its augmentations unchanged.
+decodes each replica's shard once (the recipe's own reader and decoder: the images its files' pipeline reads, a
+training shard drawn from every class) and the recipe then reads its batches from memory through
+`fn.external_source`, its augmentations unchanged.
 
 What the batches are, decided here for every backend:
 
@@ -34,7 +35,7 @@ log = logging.getLogger("hydrali")
 
 @dataclass(frozen=True, eq=False)
 class DecodedImages:
-    """One replica's shard of a split, decoded: uint8 images (count, height, width, channels) in file order and
+    """One replica's shard of a split, decoded: uint8 images (count, height, width, channels) in the reader's order and
     their int32 labels (count, 1); `largest_shard`: the images of the split's largest shard (validation pads every
     shard to its batches)."""
 
