@@ -38,7 +38,7 @@ NARROW = [
     "epochs=4",
     "optim.warmup_epochs=1",
     "model.widths=[16,32,64,128]",
-    "data.batch_size=64",
+    "data.global_batch=64",
 ]
 DALI_WORKERS = 1
 

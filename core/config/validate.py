@@ -173,6 +173,19 @@ def check_accumulation(cfg: DictConfig) -> None:
         )
 
 
+def check_batch_keys(cfg: DictConfig, overrides: list[str]) -> None:
+    """data.batch_size given on the command line is refused where the config fixes data.global_batch (which then
+    decides each replica's batch): the user's batch would not be used."""
+    fixed = cfg.data.get("global_batch")
+    given = {override.lstrip("+~").split("=", 1)[0] for override in overrides}
+    if fixed is not None and "data.batch_size" in given:
+        raise HydraliError(
+            f"data.batch_size={cfg.data.batch_size} would not be used: data.global_batch={fixed} fixes the images of "
+            f"an optimizer step (each replica takes its share): pass data.global_batch=<images per step>, or "
+            f"data.global_batch=null to take data.batch_size per replica"
+        )
+
+
 def check_preemption(preemption: DictConfig) -> None:
     """preemption.signals are signals a run can save on; the processes agree at least every step."""
     for name in preemption.signals:

@@ -1,6 +1,8 @@
 """The plan of a run: everything both backends must agree on, computed once in core.
 
-global batch = per-replica batch x world size x batches accumulated per optimizer step (the images of one step)
+global batch = per-replica batch x world size x batches accumulated per optimizer step (the images of one step),
+    or data.global_batch where a config fixes it: the per-replica batch is then derived from it, so that a recipe
+    trains the same optimizer steps on any number of replicas
 effective lr = optim.lr x rule(global batch / optim.ref_batch), rule: SCALE_RULES[optim.scale]
 """
 
@@ -104,6 +106,19 @@ class Plan:
         return {**params, **(self.epoch.params() if self.epoch else {})}
 
 
+def per_replica_batch(global_batch: int, world_size: int, accumulate: int) -> int:
+    """Each replica's batch when a config fixes the global batch (data.global_batch) at `world_size` replicas, each
+    accumulating `accumulate` batches per optimizer step; one line naming the key when it does not divide."""
+    shares = world_size * accumulate
+    accumulated = f" x {accumulate} accumulated batches" if accumulate > 1 else ""
+    if global_batch < 1 or global_batch % shares:
+        raise HydraliError(
+            f"data.global_batch={global_batch} does not divide into {world_size} replica(s){accumulated}: pass a "
+            f"multiple of {shares}, or data.global_batch=null to take data.batch_size per replica"
+        )
+    return global_batch // shares
+
+
 def make_plan(
     *,
     topology: Topology,
@@ -116,12 +131,16 @@ def make_plan(
     seed: int,
     device: str,
     accumulate: int = 1,
+    global_batch: int | None = None,
 ) -> Plan:
-    """Build the plan for this process from its topology and the user's settings."""
-    if batch_size < 1:
-        raise HydraliError(f"data.batch_size={batch_size}: it must be at least 1")
+    """Build the plan for this process from its topology and the user's settings (`global_batch`: the images of an
+    optimizer step fixed by the config, None: `batch_size` per replica)."""
     if accumulate < 1:
         raise HydraliError(f"optim.accumulate_grad_batches={accumulate}: it must be at least 1")
+    if global_batch is not None:
+        batch_size = per_replica_batch(global_batch, topology.world_size, accumulate)
+    if batch_size < 1:
+        raise HydraliError(f"data.batch_size={batch_size}: it must be at least 1")
     if epochs < 1:
         raise HydraliError(f"epochs={epochs}: it must be at least 1")
     if warmup_epochs < 0:
@@ -163,6 +182,7 @@ def plan_of_config(cfg: DictConfig, topology: Topology, *, seed: int, device: st
         seed=seed,
         device=device,
         accumulate=int(cfg.optim.get("accumulate_grad_batches", 1)),
+        global_batch=cfg.data.get("global_batch"),
     )
 
 

@@ -14,7 +14,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from hydrali.core.config.network_check import check_network
-from hydrali.core.config.validate import check_config
+from hydrali.core.config.validate import check_batch_keys, check_config
 from hydrali.core.contracts.backend import Backend
 from hydrali.core.contracts.registry import backend_spec, load_backend
 from hydrali.core.contracts.run import RunContract
@@ -77,6 +77,7 @@ def run(cfg: DictConfig) -> float | None:
     adopt_mpi_ranks()  # mpirun's ranks, as torchrun's variables (the frameworks read those), before anything can fail:
     # a failed job is then recorded by rank 0 alone (sweep.run_job asks is_first_process)
     check_config(cfg)
+    check_batch_keys(cfg, job_context.current().overrides)
     # the pretrained weights' image size, mean and std, before the run dir compares configs or anything reads them
     weights_preprocessing.apply(cfg, job_context.current().overrides)
     resizing.check(cfg)  # against data.image_size as the weights set it

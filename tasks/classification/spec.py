@@ -28,6 +28,7 @@ class ClassificationDataConfig:
     name: str = MISSING
     root: str = MISSING
     batch_size: int = 64
+    global_batch: Optional[int] = None  # images per optimizer step, fixed whatever the replicas (conf/data)
     image_size: int = 224
     num_classes: Optional[int] = None
     val_fraction: float = 0.0

@@ -57,6 +57,7 @@ class DetectionDataConfig:
     name: str = MISSING
     root: str = MISSING
     batch_size: int = 32
+    global_batch: Optional[int] = None  # images per optimizer step, fixed whatever the replicas (conf/data)
     image_size: int = 128
     num_classes: Optional[int] = None
     train_dir: str = "train2017"
