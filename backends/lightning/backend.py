@@ -11,7 +11,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from lightning.pytorch.strategies import DDPStrategy, Strategy
+from lightning.pytorch.strategies import Strategy
 
 from hydrali.backends.lightning import agreement
 from hydrali.backends.lightning.callbacks import (
@@ -23,6 +23,7 @@ from hydrali.backends.lightning.callbacks import (
     progress_bar,
 )
 from hydrali.backends.lightning.data import DaliDataModule
+from hydrali.backends.lightning.ddp import SameStreamDDPStrategy
 from hydrali.backends.lightning.module import HydraliModule, precision_plugin
 from hydrali.backends.lightning.spec import SPEC, LightningBackendConfig
 from hydrali.backends.torch.collectives import all_gather_bytes
@@ -76,7 +77,7 @@ def training_strategy(backend: LightningBackendConfig) -> str | Strategy:
     name = str(backend.strategy)
     if name not in SELF_LAUNCHED or node_devices(backend) * backend.num_nodes == 1:
         return name
-    return DDPStrategy(
+    return SameStreamDDPStrategy(
         bucket_cap_mb=float(backend.ddp_bucket_mb),
         find_unused_parameters=name == "ddp_find_unused_parameters_true",
     )
