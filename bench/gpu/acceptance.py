@@ -1,0 +1,214 @@
+"""The GPU acceptance check: the same experiment gives the same result on 1 and on 2 GPUs, on both backends.
+
+Each row of acceptance.yaml (beside this file) trains its config on each backend on 1 GPU and on 2 GPUs at the same
+global batch, with the row's seeds, as `hydrali` commands run one after the other; the check prints a table (the best
+validation metric, training seconds, images/s, per side and backend) and exits 1 when a 2-GPU mean falls below the
+1-GPU mean by more than the row's tolerance, a run fails, or a DDP run's log holds torch's AccumulateGrad stream
+warning. On the GPU machine, after ../shared/device/stage-wheels --tf --nccl, from the repository root:
+
+    source bench/gpu/env.sh; python3 -m hydrali.bench.gpu.acceptance --tier quick [--cifar-tgz .devdata/cifar10.tgz]
+
+Logs, summaries and the table's JSON go to $OUT/acceptance/ (or --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+ROWS_FILE = Path(__file__).with_name("acceptance.yaml")
+BACKENDS = ("lightning", "keras")
+GPU_COUNTS = (1, 2)
+STREAM_WARNING = "AccumulateGrad node's stream does not match"
+
+
+@dataclass
+class Result:
+    """One training run of a row: its best validation value, training seconds and images/s (None: it failed)."""
+
+    best: float | None
+    train_seconds: float | None
+    images_per_second: float | None
+    stream_warning: bool
+    log: str
+
+
+@dataclass
+class Side:
+    """The runs of one row, backend and GPU count, one per seed."""
+
+    results: list[Result] = field(default_factory=list)
+
+    def values(self) -> list[float]:
+        """The best validation values of the runs that finished."""
+        return [r.best for r in self.results if r.best is not None]
+
+    def mean(self, attribute: str) -> float | None:
+        """The mean of `attribute` over the runs that finished (None if none did)."""
+        values = [getattr(r, attribute) for r in self.results if getattr(r, attribute) is not None]
+        return statistics.fmean(values) if values else None
+
+
+def rows_of(tier: str, only: list[str] | None) -> tuple[list[dict], list[int]]:
+    """The rows of acceptance.yaml in `tier` (or named in `only`), and the seeds list."""
+    spec = yaml.safe_load(ROWS_FILE.read_text())
+    rows = [r for r in spec["rows"] if tier in r["tiers"] and (not only or r["name"] in only)]
+    return rows, list(spec["seeds"])
+
+
+def command(row: dict, backend: str, gpus: int, seed: int, run_dir: Path, cifar_root: str) -> list[str]:
+    """The hydrali command of one run of `row`."""
+    overrides = [o.replace("${cifar_root}", cifar_root) for o in row["overrides"]]
+    batch = [] if row["global_batch"] is None else [f"data.global_batch={row['global_batch']}"]
+    quiet = "backend.trainer.enable_progress_bar=false" if backend == "lightning" else "backend.verbose=0"
+    return [
+        sys.executable,
+        "-m",
+        "hydrali.core",
+        *overrides,
+        *batch,
+        f"backend={backend}",
+        f"backend.devices={gpus}",
+        f"seed={seed}",
+        quiet,
+        "tracking=none",
+        f"hydra.run.dir={run_dir}",
+    ]
+
+
+def train(cmd: list[str], backend: str, run_dir: Path) -> Result:
+    """Run one hydrali command to its end: its Result read from its summary.json and its log."""
+    env = dict(os.environ)
+    if backend == "keras" and os.environ.get("TF_LIBS"):  # TensorFlow's libraries (bench/gpu/env.sh), not torch's
+        env["LD_LIBRARY_PATH"] = os.environ["TF_LIBS"]
+    log = run_dir.with_suffix(".log")
+    with open(log, "w") as out:
+        code = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
+    text = log.read_text(errors="replace")
+    summary_file = run_dir / "summary.json"
+    if code != 0 or not summary_file.is_file():
+        print(f"  failed (exit {code}): {log}\n" + "\n".join(text.splitlines()[-15:]), flush=True)
+        return Result(None, None, None, STREAM_WARNING in text, str(log))
+    summary = json.loads(summary_file.read_text())
+    best = summary["best"][summary["monitor"]]
+    return Result(best, summary["train_seconds"], summary["images_per_second"], STREAM_WARNING in text, str(log))
+
+
+def verdict(row: dict, one: Side, two: Side) -> str:
+    """'ok', or why the row fails: a failed run, a stream warning, or 2 GPUs below 1 GPU by more than the tolerance."""
+    if len(one.values()) < len(one.results) or len(two.values()) < len(two.results):
+        return "FAILED RUN"
+    if any(r.stream_warning for r in two.results):
+        return "STREAM WARNING"
+    if two.mean("best") < one.mean("best") - row["tolerance"]:
+        return f"BELOW by {one.mean('best') - two.mean('best'):.4f}"
+    return "ok"
+
+
+def spread(side: Side) -> str:
+    """The side's values as `mean` or `mean (min-max)` over several seeds."""
+    values = side.values()
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.4f}"
+    return f"{statistics.fmean(values):.4f} ({min(values):.4f}-{max(values):.4f})"
+
+
+def number(value: float | None, digits: int = 1) -> str:
+    """A number for the table, '-' for none."""
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def table(rows: list[dict], sides: dict, backends: list[str]) -> str:
+    """The check's table in Markdown: a line per row and backend."""
+    lines = [
+        "| row | backend | seeds | 1 GPU best | 2 GPUs best | tolerance | 1 GPU s | 2 GPUs s | 1 GPU img/s "
+        "| 2 GPUs img/s | verdict |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in rows:
+        for backend in backends:
+            one, two = sides[row["name"], backend, 1], sides[row["name"], backend, 2]
+            lines.append(
+                f"| {row['name']} | {backend} | {len(two.results)} | {spread(one)} | {spread(two)} | "
+                f"{row['tolerance']} | {number(one.mean('train_seconds'))} | {number(two.mean('train_seconds'))} | "
+                f"{number(one.mean('images_per_second'), 0)} | {number(two.mean('images_per_second'), 0)} | "
+                f"{verdict(row, one, two)} |"
+            )
+    return "\n".join(lines)
+
+
+def unpack_cifar(tgz: str | None, where: Path) -> str:
+    """CIFAR-10's image folder (../shared/data/cifar10.tgz, carried in the checkout), unpacked once under `where`."""
+    root = where / "cifar"
+    if not root.is_dir():
+        if not tgz or not Path(tgz).is_file():
+            raise SystemExit(
+                f"acceptance: the cifar10 row needs --cifar-tgz (a copy of ../shared/data/cifar10.tgz): {tgz}"
+            )
+        with tarfile.open(tgz) as archive:
+            archive.extractall(where, filter="data")
+    return str(root)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the check's tier; 0 when every row holds, 1 otherwise."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--tier",
+        choices=["quick", "full"],
+        default="quick",
+        help="quick: the rows a change can affect, in a few minutes; full: every row, before an issue is resolved",
+    )
+    parser.add_argument("--rows", nargs="*", help="only these rows (names in acceptance.yaml)")
+    parser.add_argument("--seeds", type=int, help="seeds per row and side (default: the row's for the tier)")
+    parser.add_argument("--backends", nargs="*", default=list(BACKENDS), help="only these backends")
+    parser.add_argument("--cifar-tgz", default=".devdata/cifar10.tgz", help="CIFAR-10's tgz, for the cifar10 row")
+    parser.add_argument("--work", default="/tmp/acceptance", help="where runs and data go")
+    parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "/tmp/out"), "acceptance"))
+    args = parser.parse_args(argv)
+    rows, seeds = rows_of(args.tier, args.rows)
+    work, out = Path(args.work), Path(args.out)
+    work.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    cifar_root = unpack_cifar(args.cifar_tgz, work) if any(r["name"] == "cifar10" for r in rows) else ""
+    sides: dict = {(r["name"], b, g): Side() for r in rows for b in BACKENDS for g in GPU_COUNTS}
+    started = time.monotonic()
+    for row in rows:
+        for backend in args.backends:
+            for seed in seeds[: args.seeds or row["seeds"][args.tier]]:
+                for gpus in GPU_COUNTS:
+                    run_dir = work / f"{row['name']}-{backend}-{gpus}gpu-seed{seed}"
+                    cmd = command(row, backend, gpus, seed, run_dir, cifar_root)
+                    result = train(cmd, backend, run_dir)
+                    sides[row["name"], backend, gpus].results.append(result)
+                    print(
+                        f"acceptance: {row['name']} {backend} {gpus} GPU(s) seed {seed}: best {number(result.best, 4)}"
+                        f", {number(result.train_seconds)} s, {number(result.images_per_second, 0)} images/s"
+                        f"{', stream warning' if result.stream_warning else ''} ({time.monotonic() - started:.0f} s)",
+                        flush=True,
+                    )
+    text = table(rows, sides, args.backends)
+    print(text)
+    record = {f"{n}/{b}/{g}": [r.__dict__ for r in s.results] for (n, b, g), s in sides.items() if s.results}
+    (out / "acceptance.json").write_text(json.dumps({"tier": args.tier, "runs": record}, indent=2))
+    (out / "acceptance.md").write_text(text + "\n")
+    ran = [(r, b) for r in rows for b in args.backends]
+    failed = [(r["name"], b) for r, b in ran if verdict(r, sides[r["name"], b, 1], sides[r["name"], b, 2]) != "ok"]
+    print(f"acceptance: {'FAILED: ' + str(failed) if failed else 'every row holds'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
