@@ -39,5 +39,5 @@ def test_the_verdict_holds_within_the_tolerance_and_names_what_failed():
     assert verdict(row, _side(0.917), _side(0.917, warned=True)) == "STREAM WARNING"
     sides = {("r", "lightning", 1): _side(0.915, 0.919), ("r", "lightning", 2): _side(0.43)}
     lines = table([row], sides, ["lightning"]).splitlines()
-    assert lines[-1].startswith("| r | lightning | 1 | 0.9170 (0.9150-0.9190) | 0.4300 | 0.01 |")
+    assert lines[-1].startswith("| r | lightning | 2 / 1 | 0.9170 (0.9150-0.9190) | 0.4300 | 0.01 |")
     assert lines[-1].endswith("| BELOW by 0.4870 |")
