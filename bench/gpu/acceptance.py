@@ -133,15 +133,16 @@ def number(value: float | None, digits: int = 1) -> str:
 def table(rows: list[dict], sides: dict, backends: list[str]) -> str:
     """The check's table in Markdown: a line per row and backend."""
     lines = [
-        "| row | backend | seeds (1 / 2 GPUs) | 1 GPU best | 2 GPUs best | tolerance | 1 GPU s | 2 GPUs s | 1 GPU img/s "
-        "| 2 GPUs img/s | verdict |",
+        "| row | backend | seeds (1 / 2 GPUs) | 1 GPU best | 2 GPUs best | tolerance | 1 GPU s | 2 GPUs s "
+        "| 1 GPU img/s | 2 GPUs img/s | verdict |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in rows:
         for backend in backends:
             one, two = sides[row["name"], backend, 1], sides[row["name"], backend, 2]
             lines.append(
-                f"| {row['name']} | {backend} | {len(one.results)} / {len(two.results)} | {spread(one)} | {spread(two)} | "
+                f"| {row['name']} | {backend} | {len(one.results)} / {len(two.results)} | "
+                f"{spread(one)} | {spread(two)} | "
                 f"{row['tolerance']} | {number(one.mean('train_seconds'))} | {number(two.mean('train_seconds'))} | "
                 f"{number(one.mean('images_per_second'), 0)} | {number(two.mean('images_per_second'), 0)} | "
                 f"{verdict(row, one, two)} |"
