@@ -19,7 +19,7 @@ from hydrali.core.config.store import register_schemas
 from hydrali.core.distributed.launchers import TORCHRUN
 from hydrali.core.distributed.local_launch import CONFIG_FILE, CONTEXT_FILE, LOGGING_FILE
 from hydrali.core.errors import HydraliError
-from hydrali.core.run import collector, job_context
+from hydrali.core.run import collector, job_context, live_processes
 from hydrali.core.run.preemption import Preempted
 from hydrali.core.run.runner import run
 
@@ -54,6 +54,7 @@ def process_main(folder: Path) -> None:
 
 
 if __name__ == "__main__":
+    live_processes.stop_with_launcher()  # first: it never outlives the job's process
     with collector.command_process(paused_until_loaded=True):
         register_schemas()
         process_main(Path(sys.argv[1]))

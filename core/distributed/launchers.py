@@ -64,6 +64,7 @@ MPI_LAUNCHERS = (OPEN_MPI, PMI)
 TF_CONFIG = "TF_CONFIG"  # TensorFlow's cluster JSON: Keras workers
 MASTER_ADDR, MASTER_PORT = "MASTER_ADDR", "MASTER_PORT"  # where the job's processes meet (torch.distributed)
 LAUNCHED_BY_HYDRALI = "HYDRALI_LAUNCHED"  # set in the processes hydrali starts itself
+LAUNCHER_PID = "HYDRALI_LAUNCHER_PID"  # in those processes: the process that started them (they end with it)
 
 # Any of these in a process's environment: a launcher started it, and neither a framework nor hydrali starts more.
 STARTED_BY_A_LAUNCHER = (TORCHRUN_RUN_ID, SLURM.rank, TORCHRUN.local_rank, OPEN_MPI.rank, PMI.rank, TF_CONFIG)

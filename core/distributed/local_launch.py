@@ -6,7 +6,8 @@ itself. hydrali starts them instead, as NeMo's hydra_runner and hydra-zen's Hydr
 resolves the config once (run dir, seed, every interpolation), saves it in the run dir and starts one
 process per replica that reads it, with the ranks in torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT), so that the framework takes them as launched from outside. One output dir and one
-MLflow run per job, whatever the number of processes.
+MLflow run per job, whatever the number of processes. The processes end with the job's process, however it ends,
+and hold its run dir while they live (core/run/live_processes.py).
 
     python -m hydrali.core.cli.launched <run dir>/.launch      # what each process runs
 """
@@ -34,7 +35,7 @@ from hydrali.core.distributed.launchers import (
     TORCHRUN_GROUP_RANK,
 )
 from hydrali.core.errors import HydraliError
-from hydrali.core.run import job_context
+from hydrali.core.run import job_context, live_processes
 from hydrali.core.run.preemption import Preempted, PreemptionWatch
 
 log = logging.getLogger("hydrali")
@@ -130,7 +131,9 @@ def run_processes(
             MASTER_PORT: port,
             LAUNCHED_BY_HYDRALI: "1",
         }
-        procs.append(subprocess.Popen([sys.executable, "-m", "hydrali.core.cli.launched", str(folder)], env=env))
+        # each ends with this process and holds the run dir with it (core/run/live_processes.py)
+        command = [sys.executable, "-m", "hydrali.core.cli.launched", str(folder)]
+        procs.append(live_processes.start(command, env, cfg.paths.output_dir))
     if preemption is not None:
         preemption.relay = lambda signum: _send(procs, signum)
     try:

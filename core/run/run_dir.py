@@ -10,7 +10,8 @@ resolved config and the MLflow run id. A later `hydrali` in the same dir, from a
   line that names the differing keys.
 
 Two processes never train in one run dir: the process that runs a job holds an exclusive lock on the dir itself
-(flock on its descriptor: no file is written) until it ends, however it ends; a second one is refused at once.
+(flock on its descriptor: no file is written) until it ends, however it ends, and so do the processes it starts
+for the job (core/run/live_processes.py); a second one is refused at once.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hydrali.core.errors import HydraliError
 from hydrali.core.files import write_atomically
+from hydrali.core.run import live_processes
 
 RUN_FILE = "run.json"
 ROOT_ENV = "HYDRALI_ROOT"  # the launch root Hydra puts outputs/ and multirun/ under (conf/config.yaml), else the cwd
@@ -264,9 +266,10 @@ def claim(output_dir: Path, hold: bool = True):
             f"end (then ckpt_path=last resumes it if it was interrupted), or pass another hydra.run.dir"
         )
     try:
-        yield
+        with live_processes.holding(output_dir, fd):  # the job's processes hold it too, while any lives
+            yield
     finally:
-        os.close(fd)  # releases the lock (as any exit of the process does)
+        os.close(fd)  # releases the lock (as any exit of the process does), once no process of the job holds it
 
 
 def remove_if_empty(output_dir: str | os.PathLike) -> None:
