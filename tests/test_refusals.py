@@ -75,12 +75,13 @@ def _attempts(root: Path) -> dict:
             [f"ckpt_path={root / 'notes.ckpt'}", f"hydra.run.dir={root / 'fresh'}"],
             "cannot be read as a Lightning checkpoint",
         ),
-        "ckpt_path=last in a finished Lightning run": (
-            ["epochs=1", "ckpt_path=last", f"hydra.run.dir={lightning}"],
+        # (ckpt_path=last there is the same command again, which says the run is finished: tests/test_rerun.py)
+        "a finished Lightning run's checkpoint by path": (
+            ["epochs=1", f"ckpt_path={lightning / 'checkpoints' / 'last.ckpt'}", f"hydra.run.dir={lightning}"],
             "holds 1 trained epochs and the run asks for epochs=1",
         ),
-        "ckpt_path=last in a finished Keras run": (
-            ["backend=keras", "epochs=1", "ckpt_path=last", f"hydra.run.dir={keras}"],
+        "a finished Keras run's checkpoint by path": (
+            ["backend=keras", "epochs=1", f"ckpt_path={keras_ckpt}", f"hydra.run.dir={keras}"],
             "holds 1 trained epochs",
         ),
         "another model on Lightning": (
@@ -102,8 +103,8 @@ def _attempts(root: Path) -> dict:
         "ckpt_path=last in a fresh dir",
         "a checkpoint path that does not exist",
         "a text file named .ckpt",
-        "ckpt_path=last in a finished Lightning run",
-        "ckpt_path=last in a finished Keras run",
+        "a finished Lightning run's checkpoint by path",
+        "a finished Keras run's checkpoint by path",
         "another model on Lightning",
         "another model on Keras",
     ],

@@ -3,9 +3,9 @@
 `ckpt_path=null` starts fresh; `last` takes the newest checkpoint in this run's `checkpoints/`;
 a path must be an existing file of this backend's format. Refused, each in one line, before anything
 is written or tracked: a file of another backend (naming the backend that can resume it), a file the
-backend cannot read, a checkpoint that already holds every epoch asked for (a finished run), and one
-written by a run of another task, model, number of classes or optimizer (`trained_with.json`, which
-every run writes beside its checkpoints).
+backend cannot read, a checkpoint that already holds every epoch asked for (the same command again on a finished
+run is answered before this, from its summary.json: core/run/finished.py), and one written by a run of another
+task, model, number of classes or optimizer (`trained_with.json`, which every run writes beside its checkpoints).
 """
 
 from __future__ import annotations

@@ -6,8 +6,10 @@ resolved config and the MLflow run id. A later `hydrali` in the same dir, from a
 
 - with `ckpt_path` (`last` or a file), the run resumes as it was: its overrides are composed again with this
   command's on top, and its locations are pinned (unless this command names them);
-- without, the same config resumes (or says there is nothing left to train) and another config is refused in one
-  line that names the differing keys.
+- without, the same config resumes and another config is refused in one line that names the differing keys.
+
+A finished run asked for again (the same config, without ckpt_path or with `last`) says so and exits 0, changing
+nothing (core/run/finished.py).
 
 Two processes never train in one run dir: the process that runs a job holds an exclusive lock on the dir itself
 (flock on its descriptor: no file is written) until it ends, however it ends, and so do the processes it starts

@@ -36,6 +36,7 @@ from hydrali.core.run import (
 )
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR, resolve_checkpoint, write_trained_with
 from hydrali.core.run.contract import backend_settings, contract_record, run_contract
+from hydrali.core.run.finished import finished_lines, finished_summary
 from hydrali.core.run.plan import Plan, plan_run
 from hydrali.core.run.record import RunRecord
 from hydrali.core.run.summary import build_summary, format_table, read_summary, write_summary
@@ -95,12 +96,23 @@ def run(cfg: DictConfig) -> float | None:
             attempt = run_dir.reconcile(cfg, output_dir, list(job.overrides))
             weights_preprocessing.apply(attempt.cfg, attempt.overrides)  # a config composed again (ckpt_path)
             check_config(attempt.cfg)
+            finished = finished_summary(attempt)
+            if finished is not None:  # the same command again: nothing to train, nothing written
+                return report_finished(attempt.cfg, finished)
         try:
             return _run(attempt, clock, watch)
         except preemption.Preempted as stop:
             if not launched:  # the job's own process requeues it, once
                 watch.hand_over(stop, first_process=topology.is_first_process())
             raise
+
+
+def report_finished(cfg: DictConfig, summary: dict) -> float | None:
+    """A finished run asked for again: say so, with its summary's headline, and return its value of
+    `optimized_metric` (a sweeper counts the job as it did)."""
+    for line in finished_lines(summary, Path(cfg.paths.output_dir)):
+        print(line, flush=True)
+    return _optimized_value(summary, cfg.optimized_metric)
 
 
 def _run(attempt: run_dir.Attempt, clock: RunClock, watch: preemption.PreemptionWatch) -> float | None:
@@ -372,8 +384,8 @@ def _log_run_end(cfg: DictConfig, result, task, tracker) -> None:
 
 
 def report(cfg: DictConfig, result, record: RunRecord, plan: Plan, tracker, clock: RunClock) -> float | None:
-    """Rank 0: write summary.json (with the parts of the run's wall time, from `clock` and `result`), print the
-    end-of-run table, tag the MLflow run with the job's objective (for a sweep's summary); the value of
+    """Rank 0: tag the MLflow run with the job's objective (for a sweep's summary), then write summary.json (with
+    the parts of the run's wall time, from `clock` and `result`) and print the end-of-run table; the value of
     `optimized_metric`."""
     output_dir = Path(cfg.paths.output_dir)
     wall_seconds = clock.since_start()
@@ -391,8 +403,6 @@ def report(cfg: DictConfig, result, record: RunRecord, plan: Plan, tracker, cloc
         task=cfg.task.name,
         backend=cfg.backend.name,
     )
-    write_summary(summary, output_dir)
-    print(format_table(summary), flush=True)
     value = _optimized_value(summary, cfg.optimized_metric)
     if value is not None:  # for the sweep's summary (hydrali.core.tracking.sweep_report)
         tracker.set_tags(
@@ -402,6 +412,9 @@ def report(cfg: DictConfig, result, record: RunRecord, plan: Plan, tracker, cloc
                 sweep.OBJECTIVE_MODE_TAG: str(cfg.task.mode),
             }
         )
+    # last: a run whose dir holds summary.json is recorded whole, which the same command started again relies on
+    write_summary(summary, output_dir)
+    print(format_table(summary), flush=True)
     return value
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from hydrali.core.files import write_atomically
 from hydrali.core.run.plan import Plan
 from hydrali.core.run.record import RunRecord
 from hydrali.core.run.results import FitResult
@@ -88,11 +89,9 @@ def build_summary(
 
 
 def write_summary(summary: dict, output_dir: Path) -> Path:
-    """Write summary.json into the run's output dir and return its path."""
-    output_dir.mkdir(parents=True, exist_ok=True)
-    path = output_dir / SUMMARY_FILE
-    path.write_text(json.dumps(summary, indent=2) + "\n")
-    return path
+    """Write summary.json into the run's output dir and return its path (atomically: a run killed meanwhile leaves
+    the previous one or none, never a part of one, which the same command started again would misread)."""
+    return write_atomically(Path(output_dir) / SUMMARY_FILE, (json.dumps(summary, indent=2) + "\n").encode())
 
 
 def format_table(summary: dict) -> str:

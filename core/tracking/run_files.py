@@ -1,6 +1,6 @@
 """What a run writes into its dir only once its checks have passed: the job's log file and Hydra's `.hydra/`.
 
-A refused attempt (a bad checkpoint, `ckpt_path=last` in a finished run's dir, ...) must leave a run dir as
+A refused attempt (a bad checkpoint, `ckpt_path=last` in a dir without one, ...) must leave a run dir as
 it found it. Hydra would write `.hydra/` and open the log file before hydrali's checks run, so the config
 turns Hydra's own saving off (`hydra.output_subdir: null`) and logs through `DeferredFileHandler`; the
 runner calls `accept_run` when the checks have passed.
