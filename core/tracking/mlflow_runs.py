@@ -129,8 +129,7 @@ class MlflowTracker(NullTracker):
         fresh = {k: v for k, v in values.items() if k not in existing}
         changed = {k: v for k, v in values.items() if k in existing and existing[k] != v}
         if changed:
-            previous = [int(m.group(1)) for k in existing if (m := re.match(r"resume(\d+)/", k))]
-            prefix = f"resume{max(previous, default=0) + 1}/"
+            prefix = resume_prefix(existing)
             fresh.update({prefix + k: v for k, v in changed.items()})
             shown = {k: v for k, v in changed.items() if k not in _EXPECTED_ON_RESUME}
             if shown:
@@ -181,6 +180,13 @@ class MlflowTracker(NullTracker):
             self.client.set_terminated(self.run_id, status)
 
 
+def resume_prefix(existing: Mapping[str, str]) -> str:
+    """`resume<N>/`: the prefix under which a run continued or reopened logs a param whose value changed (MLflow
+    keeps a param's first value), N one more than the latest among its params `existing`."""
+    previous = [int(m.group(1)) for k in existing if (m := re.match(r"resume(\d+)/", k))]
+    return f"resume{max(previous, default=0) + 1}/"
+
+
 def quiet_mlflow_loggers() -> None:
     """Keep MLflow's and alembic's start-up chatter out of a run's log."""
     for name in ("alembic", "mlflow.store.db.utils", "mlflow.tracking._tracking_service.utils"):
@@ -196,8 +202,8 @@ def _experiment_id(client, name: str, artifact_location: str | None) -> str:
 
 
 def find_sweep_parent(client, experiment_id: str, sweep_dir: str) -> str | None:
-    """The id of the running parent run of the sweep in `sweep_dir`, or None (a sweep dir used again starts
-    a parent of its own)."""
+    """The id of the running parent run of the sweep in `sweep_dir`, or None (none is open: the sweep has not
+    started a job yet, or it was closed)."""
     found = client.search_runs(
         [experiment_id],
         max_results=1,
@@ -206,11 +212,30 @@ def find_sweep_parent(client, experiment_id: str, sweep_dir: str) -> str | None:
     return found[0].info.run_id if found else None
 
 
+def reopen_sweep_parent(client, run_id: str) -> None:
+    """Mark the sweep's parent run `run_id` RUNNING again if it was closed (KILLED by Ctrl+C, FAILED): a job of the
+    sweep, started again in its dir, opens or continues its own run; the caller holds the store's lock."""
+    if client.get_run(run_id).info.status != "RUNNING":
+        client.update_run(run_id, status="RUNNING")
+        log.info("the sweep goes on in its dir: its parent MLflow run %s is running again", run_id)
+
+
 def sweep_parent_unlocked(client, experiment_id: str, sweep_dir: str) -> str:
-    """The id of the parent run of the sweep in `sweep_dir`, made if there is none (the caller holds the lock)."""
+    """The id of the parent run of the sweep in `sweep_dir`: the running one; else its latest, reopened (the same
+    sweep started again in its dir, whose other sweeps are refused: hydrali.core.run.sweep_dir); else one made now
+    (the caller holds the lock)."""
     found = find_sweep_parent(client, experiment_id, sweep_dir)
     if found:
         return found
+    closed = client.search_runs(
+        [experiment_id],
+        max_results=1,
+        filter_string=f"tags.`{SWEEP_TAG}` = '{sweep_dir}'",
+        order_by=["attributes.start_time DESC"],
+    )
+    if closed:
+        reopen_sweep_parent(client, closed[0].info.run_id)
+        return closed[0].info.run_id
     return client.create_run(
         experiment_id, run_name=f"sweep {Path(sweep_dir).name}", tags={SWEEP_TAG: sweep_dir}
     ).info.run_id
@@ -327,6 +352,9 @@ def start_tracking(
         try:
             with store_lock(uri):
                 client.update_run(run_id, status="RUNNING")
+                parent = client.get_run(run_id).data.tags.get("mlflow.parentRunId")
+                if sweep_dir and parent:  # a job of a sweep started again in its dir: the sweep is open again
+                    reopen_sweep_parent(client, parent)
         except Exception as err:  # noqa: BLE001 - MLflow's error for a run it does not hold
             raise HydraliError(
                 f"{output_dir} is tracked as MLflow run {run_id}, which tracking.uri={uri} does not hold "

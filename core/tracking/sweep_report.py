@@ -4,7 +4,10 @@
 Logged to the parent run: metrics `sweep/jobs`, `sweep/failed`, `sweep/best`; params `best/<key>` (the best
 job's overrides); artifacts `sweep/summary.txt`, `sweep/summary.json` (an MLflow table),
 `sweep/metric_per_epoch.png` (the optimized metric per epoch, one line per job) and
-`sweep/params_vs_metric.png` (each swept parameter against the job's value).
+`sweep/params_vs_metric.png` (each swept parameter against the job's value). A sweep started again in its dir
+reopens its parent (hydrali.core.tracking.mlflow_runs.sweep_parent_unlocked) and closes it again: the artifacts are
+replaced, the metrics get a later value, and a best setting that changed is logged as `resume<N>/best/<key>` (MLflow
+keeps a param's first value).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from pathlib import Path
 
 from hydrali.core.tracking import mlflow_runs as tracking
 from hydrali.core.tracking import sweep
+
+TABLE_FILE = "sweep/summary.json"  # the parent's artifact holding the jobs' table
 
 
 @dataclass(frozen=True)
@@ -232,9 +237,10 @@ def _report(client, parent: str, summary: SweepSummary) -> None:
         for name in ("metric_per_epoch.png", "params_vs_metric.png"):
             client.log_artifact(parent, str(Path(tmp) / name), "sweep")
     client.log_text(parent, table + "\n", "sweep/summary.txt")
-    client.log_table(
+    _log_table(
+        client,
         parent,
-        data={
+        {
             "job": [row.job for row in summary.rows],
             "status": [row.status for row in summary.rows],
             summary.metric: [row.value for row in summary.rows],
@@ -242,7 +248,6 @@ def _report(client, parent: str, summary: SweepSummary) -> None:
             "error": [row.error or "" for row in summary.rows],
             "run_id": [row.run_id for row in summary.rows],
         },
-        artifact_file="sweep/summary.json",
     )
     with tracking.store_lock(client.tracking_uri):
         client.log_metric(parent, "sweep/jobs", len(summary.rows))
@@ -251,5 +256,20 @@ def _report(client, parent: str, summary: SweepSummary) -> None:
             client.log_metric(parent, "sweep/best", summary.best.value)
             client.set_tag(parent, "hydrali.best_run_id", summary.best.run_id)
             client.set_tag(parent, "hydrali.best_overrides", " ".join(summary.best.overrides))
-            for key, value in _parse_overrides(summary.best.overrides).items():
-                client.log_param(parent, f"best/{key}", value)
+            best = {f"best/{key}": value for key, value in _parse_overrides(summary.best.overrides).items()}
+            existing = client.get_run(parent).data.params  # a parent reopened holds an earlier close's best
+            prefix = tracking.resume_prefix(existing)
+            for key, value in best.items():
+                if existing.get(key) != value:
+                    client.log_param(parent, key if key not in existing else prefix + key, value)
+
+
+def _log_table(client, parent: str, data: dict) -> None:
+    """The jobs' table as the parent's MLflow table TABLE_FILE; a parent reopened (the sweep started again in its
+    dir) has its earlier close's table replaced, where MLflow's log_table would append to it."""
+    if not any(item.path == TABLE_FILE for item in client.list_artifacts(parent, Path(TABLE_FILE).parent.as_posix())):
+        client.log_table(parent, data=data, artifact_file=TABLE_FILE)
+        return
+    import pandas as pd
+
+    client.log_text(parent, pd.DataFrame(data).to_json(orient="split", index=False), TABLE_FILE)  # log_table's form
