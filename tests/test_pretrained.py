@@ -188,6 +188,18 @@ def _keras_backbone_weights(run: dict, path) -> str:
     return str(path)
 
 
+# The claim is measured over seeds and CPU kernels, not on one draw: weights pretrained at batch 16 (digits 0-4: best
+# val/acc 0.93-0.99 by their third epoch) against random ones, after one epoch on digits 5-9, when the head start
+# shows (by the second both reach about 0.95). Keras on an Intel Xeon with AVX-512 and AMX, seeds 0, 1, 2, its
+# margin (fine-tuned minus scratch): 0.11, 0.45, 0.28 with oneDNN's kernels as hydrali sets them; 0.52, 0.41, 0.34 with
+# TensorFlow's own (TF_ENABLE_ONEDNN_OPTS=0); 0.40, 0.06, 0.15 with oneDNN held to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2). One
+# draw can fall near 0 (one of 1 epoch at batch 64 did, -0.09, on an AMD EPYC with AVX-512, issue 47): the test takes
+# the mean over SEEDS, whose smallest measured mean margin was 0.23, against MARGIN. Lightning, seeds 0, 1: 0.46, 0.26.
+SEEDS = (0, 1)
+MARGIN = 0.1
+TRANSFER = ["data.batch_size=16"]  # 45 steps an epoch on digits 0-4 (11 at batch 64: too few for the head start)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["lightning", pytest.param("keras", marks=pytest.mark.keras)])  # keras: trains
 # in this process
@@ -200,22 +212,27 @@ def test_weights_trained_on_digits_0_to_4_train_digits_5_to_9_better_than_random
     digits = write_digits(data_dir / "digits", size=32, val_fraction=0.2)
     first = digits_classes(digits, tmp_path / "digits0-4", list("01234"))
     second = digits_classes(digits, tmp_path / "digits5-9", list("56789"))
-    source = _train(tmp_path, data_dir, backend, first, "pretrain", "epochs=3")
-    if backend == "lightning":  # timm's own layout: config.json and model.safetensors
-        network = timm_network_of_checkpoint(source["dir"] / "checkpoints" / "last.ckpt", NAME, num_classes=5)
-        weights = str(
-            write_timm_weights(
-                network, tmp_path / "digits-weights", 32, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225], 0.875
+    margins = []
+    for seed in SEEDS:
+        runs = tmp_path / f"seed{seed}"
+        runs.mkdir()
+        source = _train(runs, data_dir, backend, first, "pretrain", "epochs=3", f"seed={seed}", *TRANSFER)
+        if backend == "lightning":  # timm's own layout: config.json and model.safetensors
+            network = timm_network_of_checkpoint(source["dir"] / "checkpoints" / "last.ckpt", NAME, num_classes=5)
+            weights = str(
+                write_timm_weights(
+                    network, runs / "digits-weights", 32, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225], 0.875
+                )
             )
-        )
-    else:  # Keras' own format: the backbone's .weights.h5
-        weights = _keras_backbone_weights(source, tmp_path / "digits-backbone.weights.h5")
-
-    scratch = _train(tmp_path, data_dir, backend, second, "scratch")
-    tuned = _train(tmp_path, data_dir, backend, second, "tuned", f"model.weights={weights}")
-    scratch_acc, tuned_acc = scratch["history"][-1]["val/acc"], tuned["history"][-1]["val/acc"]
-    print(json.dumps({"backend": backend, "scratch": scratch_acc, "fine-tuned": tuned_acc}))
-    assert tuned_acc > scratch_acc + 0.1, (scratch_acc, tuned_acc)
+        else:  # Keras' own format: the backbone's .weights.h5
+            weights = _keras_backbone_weights(source, runs / "digits-backbone.weights.h5")
+        one_epoch = ("epochs=1", f"seed={seed}", *TRANSFER)
+        scratch = _train(runs, data_dir, backend, second, "scratch", *one_epoch)
+        tuned = _train(runs, data_dir, backend, second, "tuned", f"model.weights={weights}", *one_epoch)
+        scratch_acc, tuned_acc = scratch["history"][-1]["val/acc"], tuned["history"][-1]["val/acc"]
+        print(json.dumps({"backend": backend, "seed": seed, "scratch": scratch_acc, "fine-tuned": tuned_acc}))
+        margins.append(tuned_acc - scratch_acc)
+    assert np.mean(margins) > MARGIN, margins
 
 
 @pytest.mark.slow

@@ -82,6 +82,7 @@ SECONDS_ALONE = {
     "tests/test_progressive_resizing.py": 50,  # 2026-11-27, beside a full suite run (loaded)
     "tests/test_orphans.py": 44,  # 2026-11-27, alone on the loaded 2 cores
     "tests/test_rerun.py": 71,  # 2026-11-27, alone on the loaded 2 cores (53-71 s)
+    "tests/test_global_batch.py": 40,  # 2026-11-27, alone on the loaded 2 cores
 }
 LIGHT_FILE_SECONDS = 10  # what a file not in SECONDS_ALONE counts as
 
