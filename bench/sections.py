@@ -599,7 +599,8 @@ class Bench:
         base = [*small.overrides, *keep]
         # the experiment's batch and image size: conf/bench.yaml's own data.* (ImageNet-like) would win over it
         own = compose("config", overrides=base)
-        base = [*base, f"data.batch_size={own.data.batch_size}", f"data.image_size={own.data.image_size}"]
+        batch = own.data.get("global_batch") or own.data.batch_size  # one GPU: a fixed global batch is its batch
+        base = [*base, f"data.batch_size={batch}", "data.global_batch=null", f"data.image_size={own.data.image_size}"]
         root = small.root
         if root is None:
             size = small.synthetic

@@ -109,7 +109,8 @@ def test_the_section_trains_experiment_cifar10_from_the_files_and_decoded_once(b
         assert cfg.pipeline.name == "small_images" and cfg.pipeline.num_threads == 3
         assert cfg.model == experiment.model and cfg.optim.lr == experiment.optim.lr  # the experiment's network
         # the experiment's batch and 32 px, neither conf/bench.yaml's ImageNet-like data.* nor the command line's
-        assert (cfg.data.batch_size, cfg.data.image_size) == (experiment.data.batch_size, 32)
+        assert (cfg.data.batch_size, cfg.data.image_size) == (experiment.data.global_batch, 32) == (512, 32)
+        assert cfg.data.global_batch is None
         assert cfg.backend.name == "lightning" and cfg.backend.devices == 1
         assert Path(cfg.data.root) == tmp_path / "data" / "synthetic-small-2x3x1"
     assert sorted(p.name for p in (tmp_path / "data" / "synthetic-small-2x3x1" / "train").iterdir()) == [

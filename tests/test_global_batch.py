@@ -88,3 +88,12 @@ def test_a_batch_per_replica_given_where_the_config_fixes_the_global_batch_is_on
     out = run_cli(*ARGS, "data.batch_size=8", f"paths.data_dir={data_dir}", f"hydra.run.dir={run_dir}", cwd=tmp_path)
     fails_with(out, "data.batch_size=8 would not be used: data.global_batch=32", "data.global_batch=null")
     assert not run_dir.exists()
+
+
+def test_eval_predict_and_export_read_batches_of_data_batch_size_whatever_training_fixed(make_cfg):
+    """hydrali eval, predict and export count their batches by data.batch_size: their pipeline must be built so."""
+    from hydrali.core.inference.batches import inference_plan
+
+    cfg = make_cfg("experiment=cifar10", "data.root=unused", "data.batch_size=100")
+    assert cfg.data.global_batch == 512
+    assert inference_plan(cfg, "cpu").per_replica_batch == 100

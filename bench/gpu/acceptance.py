@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -92,6 +93,7 @@ def train(cmd: list[str], backend: str, run_dir: Path) -> Result:
     if backend == "keras" and os.environ.get("TF_LIBS"):  # TensorFlow's libraries (bench/gpu/env.sh), not torch's
         env["LD_LIBRARY_PATH"] = os.environ["TF_LIBS"]
     log = run_dir.with_suffix(".log")
+    shutil.rmtree(run_dir, ignore_errors=True)  # an earlier check's run there would be reported as finished
     with open(log, "w") as out:
         code = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
     text = log.read_text(errors="replace")
@@ -106,6 +108,8 @@ def train(cmd: list[str], backend: str, run_dir: Path) -> Result:
 
 def verdict(row: dict, one: Side, two: Side) -> str:
     """'ok', or why the row fails: a failed run, a stream warning, or 2 GPUs below 1 GPU by more than the tolerance."""
+    if not one.results or not two.results:
+        return "NO RUNS"
     if len(one.values()) < len(one.results) or len(two.values()) < len(two.results):
         return "FAILED RUN"
     if any(r.stream_warning for r in two.results):

@@ -115,11 +115,13 @@ def weights(epochs: int) -> int:
     import torch
 
     work = Path(tempfile.mkdtemp(prefix="ddp-streams-"))
+    out = Path(os.environ.get("OUT", "/tmp/out"))
+    out.mkdir(parents=True, exist_ok=True)
     states, warned = {}, {}
     for blocking in (False, True):
         run_dir = work / ("blocking" if blocking else "as-run")
         code, log = _hydrali_run(run_dir, blocking, epochs)
-        (Path(os.environ.get("OUT", "/tmp/out")) / f"ddp_streams_{run_dir.name}.log").write_text(log)
+        (out / f"ddp_streams_{run_dir.name}.log").write_text(log)
         if code != 0:
             print(log[-3000:])
             return 1

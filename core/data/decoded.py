@@ -71,8 +71,9 @@ def check_fits(count: int, side: int, split: str) -> None:
 
 
 def decode_shard(pipe, *, shard_id: int, num_shards: int, side: int, split: str) -> DecodedImages:
-    """Run `pipe` (not built: a pipeline reading one replica's shard in order, padded, and giving (uint8 HWC images
-    of `side` pixels a side, labels), its reader named as every recipe's) over its shard once; the shard decoded."""
+    """Run `pipe` (not built: a pipeline reading the shard of the split that the files' pipeline of this replica
+    reads, giving (uint8 HWC images of `side` pixels a side, labels), its reader named as every recipe's) over its
+    shard once; the shard decoded."""
     started = time.monotonic()
     pipe.build()
     total = pipe.reader_meta(READER_NAME)["epoch_size"]

@@ -21,7 +21,8 @@ ONE_PROCESS = Topology(world_size=1, global_rank=0, local_rank=0, node_rank=0, r
 
 def inference_plan(cfg: DictConfig, device: str) -> Plan:
     """The plan of one process reading one shard (the whole split) in batches of data.batch_size on `device`."""
-    return plan_of_config(cfg, ONE_PROCESS, seed=cfg.seed if cfg.seed is not None else 0, device=device)
+    seed = cfg.seed if cfg.seed is not None else 0
+    return plan_of_config(cfg, ONE_PROCESS, seed=seed, device=device, training=False)
 
 
 def validation_pipeline(*, task, cfg: DictConfig, dataset, layout: str, device: str):

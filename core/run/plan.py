@@ -111,7 +111,9 @@ def per_replica_batch(global_batch: int, world_size: int, accumulate: int) -> in
     accumulating `accumulate` batches per optimizer step; one line naming the key when it does not divide."""
     shares = world_size * accumulate
     accumulated = f" x {accumulate} accumulated batches" if accumulate > 1 else ""
-    if global_batch < 1 or global_batch % shares:
+    if global_batch < 1:
+        raise HydraliError(f"data.global_batch={global_batch}: pass at least 1 (images per optimizer step), or null")
+    if global_batch % shares:
         raise HydraliError(
             f"data.global_batch={global_batch} does not divide into {world_size} replica(s){accumulated}: pass a "
             f"multiple of {shares}, or data.global_batch=null to take data.batch_size per replica"
@@ -169,8 +171,10 @@ def make_plan(
     )
 
 
-def plan_of_config(cfg: DictConfig, topology: Topology, *, seed: int, device: str) -> Plan:
-    """make_plan with the config's batch and lr settings for this process's `topology` (no epoch contract)."""
+def plan_of_config(cfg: DictConfig, topology: Topology, *, seed: int, device: str, training: bool = True) -> Plan:
+    """make_plan with the config's batch and lr settings for this process's `topology` (no epoch contract);
+    `training=False` (eval, predict, export): batches of data.batch_size, whatever data.global_batch fixes for
+    training."""
     return make_plan(
         topology=topology,
         batch_size=cfg.data.batch_size,
@@ -182,7 +186,7 @@ def plan_of_config(cfg: DictConfig, topology: Topology, *, seed: int, device: st
         seed=seed,
         device=device,
         accumulate=int(cfg.optim.get("accumulate_grad_batches", 1)),
-        global_batch=cfg.data.get("global_batch"),
+        global_batch=cfg.data.get("global_batch") if training else None,
     )
 
 

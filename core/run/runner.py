@@ -78,7 +78,6 @@ def run(cfg: DictConfig) -> float | None:
     adopt_mpi_ranks()  # mpirun's ranks, as torchrun's variables (the frameworks read those), before anything can fail:
     # a failed job is then recorded by rank 0 alone (sweep.run_job asks is_first_process)
     check_config(cfg)
-    check_batch_keys(cfg, job_context.current().overrides)
     # the pretrained weights' image size, mean and std, before the run dir compares configs or anything reads them
     weights_preprocessing.apply(cfg, job_context.current().overrides)
     resizing.check(cfg)  # against data.image_size as the weights set it
@@ -96,6 +95,7 @@ def run(cfg: DictConfig) -> float | None:
             attempt = run_dir.reconcile(cfg, output_dir, list(job.overrides))
             weights_preprocessing.apply(attempt.cfg, attempt.overrides)  # a config composed again (ckpt_path)
             check_config(attempt.cfg)
+            check_batch_keys(attempt.cfg, attempt.overrides)  # the run's config: a resumed run's recomposed one
             finished = finished_summary(attempt)
             if finished is not None:  # the same command again: nothing to train, nothing written
                 return report_finished(attempt.cfg, finished)
