@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -71,6 +71,7 @@ class DaliTask:
     monitor: str
     mode: str
     sides: dict[str, str]  # framework -> "module.callable" building that side
+    min_classes: ClassVar[int] = 1  # the fewest classes its data may hold (a detector may find one kind of object)
 
     def image_files(self, dataset: Dataset) -> list[Path]:
         """Every image file of the dataset's splits."""
@@ -94,6 +95,11 @@ class DaliTask:
             raise HydraliError(
                 f"data.num_classes={data.num_classes} but {classes_in} has {dataset.num_classes}: set "
                 f"data.num_classes=null or fix the data"
+            )
+        if dataset.num_classes < self.min_classes:
+            raise HydraliError(
+                f"{classes_in} has {dataset.num_classes} class(es) and task={self.name} needs at least "
+                f"{self.min_classes}: add the images of the other classes (one folder per class)"
             )
         skip = BadFiles(data.get("bad_files", BadFiles.fail)) is BadFiles.skip
         bad = verify_files(self.image_files(dataset), verify, limit=None if skip else 3)

@@ -151,11 +151,28 @@ def check_config(cfg: DictConfig) -> None:
         raise HydraliError(f"cpu_threads={cfg.cpu_threads}: pass auto or a number of threads, at least 1")
     if cfg.optim.lr <= 0:
         raise HydraliError(f"optim.lr={cfg.optim.lr}: the learning rate must be above 0")
+    check_counts(cfg)
     check_accumulation(cfg)
     check_tracking(cfg.tracking)
     check_bad_files(cfg.data)
     check_fine_tuning(cfg)
     check_preemption(cfg.preemption)
+
+
+def check_counts(cfg: DictConfig) -> None:
+    """The counts a run is planned from (batch, epochs, warmup, reference batch), before the data is checked (the
+    plan, core/run/plan.py, checks them again with the dataset's counts)."""
+    global_batch = cfg.data.get("global_batch")
+    if global_batch is not None and global_batch < 1:
+        raise HydraliError(f"data.global_batch={global_batch}: pass at least 1 (images per optimizer step), or null")
+    if global_batch is None and cfg.data.batch_size < 1:
+        raise HydraliError(f"data.batch_size={cfg.data.batch_size}: it must be at least 1")
+    if cfg.epochs < 1:
+        raise HydraliError(f"epochs={cfg.epochs}: it must be at least 1")
+    if cfg.optim.get("warmup_epochs", 0) < 0:
+        raise HydraliError(f"optim.warmup_epochs={cfg.optim.warmup_epochs}: it cannot be negative")
+    if cfg.optim.get("ref_batch", 1) < 1:
+        raise HydraliError(f"optim.ref_batch={cfg.optim.ref_batch}: it must be a positive batch size")
 
 
 def check_accumulation(cfg: DictConfig) -> None:

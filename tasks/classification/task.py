@@ -10,7 +10,7 @@ import inspect
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -37,6 +37,7 @@ class ClassificationTask(DaliTask):
     from the config (conf/task/classification.yaml, its schema: tasks/classification/spec.py)."""
 
     label_smoothing: float
+    min_classes: ClassVar[int] = 2  # a classifier of one class learns nothing (its accuracy is 1 from the start)
     class_weights: Any = None  # null | auto | a list (hydrali.core.optim.class_weights)
     flip_averaging: bool = False  # validation, eval and predict average the network's softmax with the mirror's
     # Learnt from the pipelines built (build_pipeline), for the recipes and output_specs, which the config does not
