@@ -73,3 +73,28 @@ def test_a_count_is_checked_before_the_data(tmp_path, count, needle):
     out = run_cli("data=imagefolder", f"data.root={missing}", count, cwd=tmp_path, env={"HYDRALI_ROOT": str(tmp_path)})
     fails_with(out, needle)
     _nothing_written(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (
+            ["task=detection", "model=resnet18"],
+            "model=resnet18 is a classification network and cannot be trained by "
+            "task=detection: choose model= one of ssd_resnet50, ssd_small",
+        ),
+        (
+            ["model=ssd_small"],
+            "model=ssd_small is a detection network and cannot be trained by task=classification: "
+            "choose model= one of resnet18, resnet50, resnet9, small_resnet, timm",
+        ),
+        (["model=ssd_small", "backend=keras"], "model=ssd_small is a detection network"),
+        (["-m", "model=small_resnet,ssd_small"], "model=ssd_small is a detection network"),  # checked in every job
+    ],
+)
+def test_a_model_of_the_other_task_is_refused_naming_the_tasks_models(tmp_path, args, needle):
+    # before: 5-7 s, then `'strides'`, `SSD.__init__() missing ... 'image_size'` or a ResNet keyword error, a run dir
+    # and a FAILED MLflow run left
+    out = run_cli(*args, cwd=tmp_path, env={"HYDRALI_ROOT": str(tmp_path)})
+    fails_with(out, needle)
+    _nothing_written(tmp_path)

@@ -119,6 +119,45 @@ def _refuse_another_tasks_data(cfg: DictConfig, key: str) -> None:
             )
 
 
+def _package(target: str) -> str:
+    """The package a `_target_` is defined in, one level above its module (hydrali.tasks.detection for
+    hydrali.tasks.detection.torch_model.SSD)."""
+    return target.rsplit(".", 2)[0]
+
+
+def _targets(group: str, node: str | None = None) -> dict[str, str]:
+    """The options of config group `group` (conf/<group>/) -> their `_target_` (in their `node`, for a file of the
+    global package)."""
+    found = {}
+    for entry in resources.files("hydrali.conf").joinpath(group).iterdir():
+        if entry.name.endswith(".yaml"):
+            declared = yaml.safe_load(entry.read_text()) or {}
+            target = (declared.get(node) or {} if node else declared).get("_target_")
+            if isinstance(target, str):
+                found[entry.name[: -len(".yaml")]] = target
+    return found
+
+
+def check_model_fits_task(cfg: DictConfig) -> None:
+    """Fail, naming the models of the task, when the model's network is another task's: its `_target_` lies in the
+    package of another task of conf/task/ (a model of a user's own package is not checked)."""
+    model_target, task_target = cfg.model.get("_target_"), cfg.task.get("_target_")
+    if not isinstance(model_target, str) or not isinstance(task_target, str):
+        return
+    here = _package(task_target)
+    others = {_package(target): name for name, target in _targets("task", node="task").items()}
+    if _package(model_target) == here or _package(model_target) not in others:
+        return
+    from hydra.core.hydra_config import HydraConfig
+
+    chosen = HydraConfig.get().runtime.choices.get("model") if HydraConfig.initialized() else None
+    models = sorted(name for name, target in _targets("model").items() if _package(target) == here)
+    raise HydraliError(
+        f"model={chosen or model_target} is a {others[_package(model_target)]} network and cannot be trained by "
+        f"task={cfg.task.name}: choose model= one of {', '.join(models) or '(none)'}"
+    )
+
+
 def check_backend_trains_task(cfg: DictConfig) -> None:
     """Fail when the task has no side on the framework the backend trains (task.sides)."""
     framework = backend_spec(str(cfg.backend.name)).framework
@@ -135,6 +174,7 @@ def check_config(cfg: DictConfig) -> None:
     check_unknown_keys(cfg)
     check_missing(cfg)
     check_pipeline_fits_task(cfg)
+    check_model_fits_task(cfg)
     check_backend_trains_task(cfg)
     check_backend_settings(cfg.backend)
     check_options(cfg.pipeline.recipe, OmegaConf.to_container(cfg.pipeline.options, resolve=True))
