@@ -10,11 +10,14 @@ sweep, before its dir is claimed: the first mistake is the one line a single run
 from __future__ import annotations
 
 import itertools
+import sys
 from pathlib import Path
+from typing import Any
 
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from hydrali.core.errors import HydraliError
+from hydrali.core.errors import EXIT_USER_ERROR, HydraliError
 
 MAX_COMBINATIONS = 256  # more jobs than this: each value of each swept key is composed once, not every combination
 
@@ -87,3 +90,16 @@ def check_sweep_jobs(config: DictConfig) -> None:
     finally:
         if launcher_config is not None:
             HydraConfig.instance().set_config(launcher_config)
+
+
+class CheckSweepJobs(Callback):
+    """Under -m, before any other callback claims the sweep's dir: every job checked (check_sweep_jobs); the first
+    mistake ends the sweep in one line with exit 2."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Check every job of the sweep `config` launches, or end the command with the first one's error."""
+        try:
+            check_sweep_jobs(config)
+        except HydraliError as err:  # Hydra turns a callback's exception into a warning: the sweep ends here
+            print(f"hydrali: error: {err}", file=sys.stderr, flush=True)
+            raise SystemExit(EXIT_USER_ERROR) from err

@@ -45,12 +45,10 @@ class CloseSweepRun(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Claim the sweep's dir (hydrali.core.run.sweep_dir) and remember where the sweep is tracked, in the
         process that launches its jobs (they may run in others)."""
-        from hydrali.core.cli.sweep_check import check_sweep_jobs
         from hydrali.core.distributed import topology
         from hydrali.core.run.sweep_dir import claim_sweep_dir
 
         try:  # under torchrun or srun every rank runs the sweep: the first claims, the others follow its run dirs
-            check_sweep_jobs(config)  # each job composed and checked as a single run is, before anything is written
             if topology.is_first_process():
                 claim_sweep_dir(config)  # the sweep's own dir, or refused before anything is written
         except HydraliError as err:  # Hydra turns a callback's exception into a warning: the sweep ends here
