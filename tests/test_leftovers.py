@@ -13,28 +13,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.support.cli import free_port, run_cli, start_cli
+from tests.support.processes import descendants
 
 pytestmark = pytest.mark.slow
-
-
-def _descendants(pid: int) -> dict[int, str]:
-    """pid -> command line of every process below `pid` now."""
-    parents, commands = {}, {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                commands[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except (OSError, IndexError, ValueError):
-                continue
-    found, todo = {}, [pid]
-    while todo:
-        parent = todo.pop()
-        for child, ppid in parents.items():
-            if ppid == parent and child not in found:
-                found[child] = commands.get(child, "")
-                todo.append(child)
-    return found
 
 
 def _alive(pid: int, command: str) -> bool:
@@ -56,7 +37,7 @@ def test_hydrali_ui_says_one_line_and_a_kill_stops_every_process_it_started(tmp_
         deadline, started = time.monotonic() + 180, {}
         while True:  # until the server answers and MLflow's job runner has started its huey consumers
             assert ui.poll() is None and time.monotonic() < deadline, "the UI did not start in 180 s"
-            started = _descendants(ui.pid)
+            started = descendants(ui.pid)
             if any("huey_consumer" in c for c in started.values()):
                 try:
                     urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5).read()
@@ -65,7 +46,7 @@ def test_hydrali_ui_says_one_line_and_a_kill_stops_every_process_it_started(tmp_
                     pass
             time.sleep(1)
         time.sleep(3)  # every uvicorn worker has started (each warned about starlette before)
-        started = _descendants(ui.pid)
+        started = descendants(ui.pid)
         os.kill(ui.pid, signal.SIGTERM)  # `kill <pid>`
         rest, _ = ui.communicate(timeout=60)
     finally:

@@ -20,6 +20,7 @@ from hydrali.core.run.checkpoints import CHECKPOINT_DIR
 from tests.support.checks import read_summary
 from tests.support.cli import cli_env, run_cli, start_cli
 from tests.support.configs import LIGHTNING_QUIET, TINY
+from tests.support.processes import command_line, descendants
 
 ENDED_WITHIN_S = 10  # the issue's bound: no process of the run is left this long after its launcher was killed
 
@@ -43,38 +44,13 @@ WATCHING = (
 NOT_WATCHING = "print('started', flush=True); import time; time.sleep(600)"
 
 
-def _command(pid: int) -> str:
-    """The command line of process `pid` (empty while it is being started)."""
-    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-
-
 def _alive(pid: int, command: str) -> bool:
     """Whether process `pid` still runs `command` (a zombie, or another program under a reused pid, is not alive)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        return state != "Z" and _command(pid) == command
+        return state != "Z" and command_line(pid) == command
     except (OSError, IndexError):
         return False
-
-
-def _descendants(pid: int) -> dict[int, str]:
-    """pid -> command line of every process below `pid` now."""
-    parents, commands = {}, {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                commands[int(entry.name)] = _command(int(entry.name))
-            except (OSError, IndexError, ValueError):
-                continue
-    found, todo = {}, [pid]
-    while todo:
-        parent = todo.pop()
-        for child, ppid in parents.items():
-            if ppid == parent and child not in found:
-                found[child] = commands.get(child, "")
-                todo.append(child)
-    return found
 
 
 def _left_after(processes: dict[int, str], seconds: float) -> dict[int, str]:
@@ -105,7 +81,7 @@ def _start_launcher(out: Path, child_code: str) -> tuple[subprocess.Popen, dict[
     assert line.strip().isdigit(), f"the launcher did not start its process: {line!r}"
     said = launcher.stdout.readline()
     assert said in ("watching\n", "started\n"), f"the process did not start: {said!r}"
-    return launcher, {int(line): _command(int(line))}
+    return launcher, {int(line): command_line(int(line))}
 
 
 def _in_use(out: Path) -> bool:
@@ -189,7 +165,7 @@ def test_a_sigkilled_launcher_of_two_processes_leaves_none_and_the_same_command_
         while not (out / LAST_CHECKPOINT).exists():  # the first epoch is recorded and saved
             assert first.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.05)
-        processes = _descendants(first.pid)
+        processes = descendants(first.pid)
         assert sum(RANK_PROCESS in command for command in processes.values()) == 2, processes
         first.kill()  # `kill -9` of the hydrali command
         first.wait()
