@@ -1,6 +1,8 @@
 """The Keras backend: the same tasks, recipes, plan and tracking as Lightning, on MirroredStrategy."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +14,10 @@ from tests.support.checks import (
     check_each_val_image_counted_once,
     check_resume_keeps_the_record,
     check_validation_every_second_epoch,
+    fails_with,
     read_summary,
 )
+from tests.support.cli import HYDRALI, cli_env, run_cli
 from tests.support.configs import KERAS_QUIET, SMALL_NET, TINY, compose_config, with_plugin_callback
 from tests.support.datasets import write_one_image_per_class
 from tests.support.plugins import keras_model_without_batchnorm
@@ -204,12 +208,56 @@ def test_keras_epochs_without_validation_have_no_val_metrics(make_cfg, tmp_path)
     check_validation_every_second_epoch(make_cfg, tmp_path, [*QUIET, "backend.validation_freq=2"])
 
 
-def test_keras_trains_in_bf16_mixed_precision_on_the_cpu(make_cfg, tmp_path):
+BF16_RUN = ["epochs=1", "tracking=none", "backend.precision=bf16-mixed", *TINY, *QUIET]
+ONE_BF16_CONVOLUTION = (
+    "import tensorflow as tf; x = tf.ones((1, 8, 8, 2), tf.bfloat16); "
+    "print(tf.nn.conv2d(x, x[0, :3, :3, :, None], 1, 'SAME').numpy().sum())"
+)
+
+
+def test_keras_trains_in_bf16_mixed_precision_on_the_cpu(data_dir, tmp_path):
+    """With oneDNN free to use the CPU's kernels (ONEDNN_MAX_CPU_ISA unset, whatever the caller set)."""
     policies = tmp_path / "policies.json"
-    out = tmp_path / "bf16"
     record = with_plugin_callback("policies", "KerasRecordPolicies", path=str(policies))
     # a narrow network on 16 x 16 images: bf16 matmuls are slow on a CPU, and the policy is what is checked
-    run(make_cfg("epochs=1", "tracking=none", "backend.precision=bf16-mixed", *TINY, record, *QUIET, output_dir=out))
-    summary = read_summary(out)
+    env = {key: value for key, value in cli_env().items() if key != "ONEDNN_MAX_CPU_ISA"}
+    out = subprocess.run(
+        [
+            sys.executable,
+            *HYDRALI,
+            *BF16_RUN,
+            record,
+            f"paths.data_dir={data_dir}",
+            f"hydra.run.dir={tmp_path / 'bf16'}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    summary = read_summary(tmp_path / "bf16")
     assert json.loads(policies.read_text()) == ["mixed_bfloat16"]
     assert np.isfinite(summary["final"]["train/loss"]) and summary["val_images"] == 360
+
+
+def test_bf16_on_a_cpu_whose_onednn_is_held_to_avx2_trains_where_tensorflow_can_and_is_refused_where_it_cannot(
+    data_dir, tmp_path
+):
+    """ONEDNN_MAX_CPU_ISA=AVX2 with oneDNN on: on a CPU with AVX-512, TensorFlow hands bfloat16 convolutions to
+    oneDNN, which then has no kernel for them; on an AVX2 CPU TensorFlow runs them itself. hydrali's answer agrees
+    with what TensorFlow does with one convolution: trains, or one line naming the fix, exit 2, no run dir."""
+    held = {"ONEDNN_MAX_CPU_ISA": "AVX2", "TF_ENABLE_ONEDNN_OPTS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    tensorflow = subprocess.run(
+        [sys.executable, "-c", ONE_BF16_CONVOLUTION], env=cli_env(held), capture_output=True, text=True, timeout=300
+    )
+    run = tmp_path / "run"
+    out = run_cli(*BF16_RUN, f"paths.data_dir={data_dir}", f"hydra.run.dir={run}", cwd=tmp_path, env=held)
+    if tensorflow.returncode == 0:  # an AVX2 CPU: TensorFlow's own bfloat16 kernels
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+        assert np.isfinite(read_summary(run)["final"]["train/loss"])
+        return
+    assert "primitive descriptor" in tensorflow.stderr, tensorflow.stderr[-2000:]
+    fails_with(out, "backend.precision=32-true", "ONEDNN_MAX_CPU_ISA=AVX2", "TF_ENABLE_ONEDNN_OPTS=0")
+    assert not run.exists()

@@ -17,7 +17,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from hydrali.backends.keras import checkpoints, workers  # noqa: E402
+from hydrali.backends.keras import checkpoints, cpu_bfloat16, workers  # noqa: E402
 from hydrali.backends.keras.callbacks import (  # noqa: E402
     AverageInCheckpoints,
     KeepAverageAfterFit,
@@ -200,6 +200,8 @@ class KerasBackend:
         sees; on a machine without one, N logical CPUs); TF_CONFIG workers drive one replica each, every worker
         counted as a node."""
         gpus = visible_gpus()
+        if not gpus and str(backend.precision) == "bf16-mixed":  # on the CPU: asked of TensorFlow before any file
+            cpu_bfloat16.check_bfloat16_convolution()
         cluster = workers.cluster()
         if cluster is not None:
             per_node, nodes = workers.slurm_tasks() or (1, cluster.count)  # SLURM: its tasks; TF_CONFIG: a node each
