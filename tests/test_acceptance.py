@@ -37,6 +37,10 @@ def test_the_verdict_holds_within_the_tolerance_and_names_what_failed():
     assert verdict(row, _side(0.917), _side(0.43)) == "BELOW by 0.4870"
     assert verdict(row, _side(0.917), _side(None)) == "FAILED RUN"
     assert verdict(row, _side(0.917), _side(0.917, warned=True)) == "STREAM WARNING"
+    assert verdict(row, _side(), _side()) == "NO RUNS"
+    # --gpu-counts 1: a row's spread on one GPU, not compared (and not "ok": a check of both sides never sees it)
+    assert verdict(row, _side(0.915, 0.917), _side()) == "1 GPU only"
+    assert verdict(row, _side(0.915, None), _side()) == "FAILED RUN"
     sides = {("r", "lightning", 1): _side(0.915, 0.919), ("r", "lightning", 2): _side(0.43)}
     lines = table([row], sides, ["lightning"]).splitlines()
     assert lines[-1].startswith("| r | lightning | 2 / 1 | 0.9170 (0.9150-0.9190) | 0.4300 | 0.01 |")
