@@ -1,7 +1,8 @@
 """The same command started again: on a finished run it says so, exits 0 and changes nothing (no file, nothing in
 MLflow); a sweep killed (SIGKILL, Ctrl+C) and started again in its dir keeps its finished jobs FINISHED and untrained,
 resumes the others and ends with its parent run FINISHED and exit 0; an Optuna search without a storage proposes its
-trials again in the same order, so it goes on the same way."""
+trials again in the same order, so it goes on the same way (one with a storage is refused: the sweeper's optuna cannot
+open one here)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.support.checks import read_summary
+from tests.support.checks import fails_with, read_summary
 from tests.support.cli import as_from_a_terminal, run_cli, start_cli
 from tests.support.configs import LIGHTNING_QUIET, TINY
 
@@ -191,6 +192,24 @@ def test_an_optuna_search_without_a_storage_started_again_goes_on_with_the_same_
     by_job = {c.data.tags["hydrali.job"]: c for c in children}
     assert sorted(by_job) == ["0", "1"] and all(c.info.status == "FINISHED" for c in children)
     assert by_job["0"].info.run_id == trial.info.run_id and by_job["0"].data.params == trial.data.params
+
+
+def test_an_optuna_search_with_a_storage_is_refused_in_one_line_before_anything_is_written(tmp_path, data_dir):
+    """optuna 2.10 (the Optuna sweeper's) cannot open a storage beside SQLAlchemy 2: before, a traceback after
+    mlflow.db, the sweep's dir and the storage's file were written."""
+    storage = tmp_path / "study.db"
+    args = [
+        "hparams_search=classification_optuna",
+        f"hydra.sweeper.storage=sqlite:///{storage}",
+        "hydra.sweeper.n_trials=1",
+        *QUIET_TINY,
+        f"paths.data_dir={data_dir}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    ]
+    before = sorted(tmp_path.iterdir())
+    refused = run_cli(*args, cwd=tmp_path)
+    fails_with(refused, f"hydra.sweeper.storage=sqlite:///{storage}", "leave it null")
+    assert sorted(tmp_path.iterdir()) == before
 
 
 def test_a_job_of_a_sweep_started_again_reopens_the_sweeps_closed_parent(tmp_path):

@@ -60,6 +60,19 @@ def sweep_arguments(config: DictConfig) -> list[str]:
     return from_config + list(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
 
 
+def check_sweeper(config: DictConfig) -> None:
+    """The sweeper's own settings that cannot work here: an Optuna storage (hydra.sweeper.storage). The Optuna
+    sweeper's optuna 2.10 cannot open an RDB storage with SQLAlchemy 2 (its `version is not None` assertion; optuna
+    issues #4375, #4392): a traceback after the sweep's MLflow store, dir and database file were written."""
+    storage = OmegaConf.select(config, "hydra.sweeper.storage", default=None)
+    if storage is not None:
+        raise HydraliError(
+            f"hydra.sweeper.storage={storage}: the Optuna sweeper's optuna 2.10 cannot open a storage beside "
+            "SQLAlchemy 2: leave it null (the study lives in memory and every trial's run is in MLflow; the same "
+            "command started again in the sweep's dir proposes the same trials from hydra.sweeper.sampler.seed)"
+        )
+
+
 def check_sweep_jobs(config: DictConfig) -> None:
     """Compose and check each job of the sweep `config` launches; raise HydraliError with the single run's one line
     for the first that fails."""
@@ -99,6 +112,7 @@ class CheckSweepJobs(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Check every job of the sweep `config` launches, or end the command with the first one's error."""
         try:
+            check_sweeper(config)
             check_sweep_jobs(config)
         except HydraliError as err:  # Hydra turns a callback's exception into a warning: the sweep ends here
             print(f"hydrali: error: {err}", file=sys.stderr, flush=True)
