@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -18,7 +19,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 from PIL import Image
 
-from tests.support.cli import as_from_a_terminal, free_port, run_cli, start_cli
+from tests.support.cli import REPO, as_from_a_terminal, free_port, run_cli, start_cli
 from tests.support.configs import LIGHTNING_QUIET, TINY
 
 pytestmark = pytest.mark.slow
@@ -95,6 +96,24 @@ def test_a_grid_sweep_is_one_parent_with_a_child_per_job(grid):
         (c.data.params["optim.lr"], c.data.params["data.batch_size"]) for c in winners
     ]
     assert "hydrali sweep summary: 4 job(s), 0 failed; parent run FINISHED" in out.stdout
+
+
+def readme_python(after: str) -> str:
+    """The README's first ```python block after the line `after`."""
+    text = (REPO / "README.md").read_text()
+    block = text[text.index(after) :]
+    return block[block.index("```python\n") + len("```python\n") : block.index("\n```\n")]
+
+
+def test_the_readmes_python_snippet_lists_the_newest_sweeps_jobs_when_none_failed(grid):
+    root, _ = grid
+    snippet = readme_python("In Python, the newest sweep and its jobs, best first:")
+    out = subprocess.run([sys.executable, "-c", snippet], cwd=root, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    header, *jobs = out.stdout.strip().splitlines()[1:]
+    assert header.split() == ["tags.hydrali.job", "status", "params.optim.lr", "metrics.val/acc", "tags.hydrali.error"]
+    assert sorted(line.split()[0] for line in jobs) == ["0", "1", "2", "3"]
+    assert all(line.split()[1] == "FINISHED" and line.split()[-1] == "NaN" for line in jobs), jobs
 
 
 def test_the_parent_holds_the_summary_table_and_two_pictures_with_a_line_per_child(grid):
