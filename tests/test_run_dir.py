@@ -120,6 +120,28 @@ def test_two_runs_started_at_the_same_moment_in_one_new_dir_one_trains_to_its_en
 
 
 @pytest.mark.slow
+def test_two_runs_started_at_once_with_a_dir_named_by_the_time_each_train_in_a_dir_of_their_own(tmp_path, data_dir):
+    """The default dir names the second (outputs/<date>/<time>); a dir named by the day makes "the same second"
+    certain: two runs started at once (a script, two terminals) both train, in <day> and <day>_2, each its own MLflow
+    run (before: the second was refused, "is in use")."""
+    timed = "outputs/${now:%Y-%m-%d}"
+    args = ["epochs=1", *TINY, *LIGHTNING_QUIET, f"paths.data_dir={data_dir}", f"hydra.run.dir={timed}"]
+    runs = [start_cli(*args, cwd=tmp_path, stderr=subprocess.PIPE) for _ in range(2)]
+    ended = [(run.wait(timeout=300), *run.communicate()) for run in runs]
+    assert [code for code, _, _ in ended] == [0, 0], [err[-3000:] for _, _, err in ended]
+    (day,) = {path.name.removesuffix("_2") for path in (tmp_path / "outputs").iterdir()}
+    dirs = sorted(p.name for p in (tmp_path / "outputs").iterdir())
+    assert dirs == [day, f"{day}_2"]
+    summaries = [read_summary(tmp_path / "outputs" / name) for name in dirs]
+    assert all([row["epoch"] for row in summary["history"]] == [1] for summary in summaries)
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("hydrali").experiment_id])
+    assert sorted((r.info.run_id, r.info.status) for r in runs) == sorted(
+        (summary["mlflow_run_id"], "FINISHED") for summary in summaries
+    )
+
+
+@pytest.mark.slow
 def test_a_tracking_server_that_never_answers_is_one_line_before_anything_is_written(tmp_path, data_dir):
     with socket.socket() as silent:  # accepts connections (the kernel's backlog) and never answers
         silent.bind(("127.0.0.1", 0))

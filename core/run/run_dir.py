@@ -36,6 +36,8 @@ from hydrali.core.run import live_processes
 RUN_FILE = "run.json"
 ROOT_ENV = "HYDRALI_ROOT"  # the launch root Hydra puts outputs/ and multirun/ under (conf/config.yaml), else the cwd
 HYDRA_FOLDERS = ("outputs", "multirun")  # the folders of hydra.run.dir and hydra.sweep.dir under it (conf/config.yaml)
+TIMED = "${now:"  # in a configured (unresolved) dir: the dir is named by the time its run or sweep started
+MAX_SAME_SECOND = 1000  # runs (or sweeps) started in one second under one timed name that get a dir of their own
 _launch_folders: dict = {}  # note_launch_folders: the root, and which of HYDRA_FOLDERS existed before this command
 # what a run reads or writes outside its dir: recorded as absolute locations, pinned when it is run again
 LOCATION_KEYS = (
@@ -252,6 +254,20 @@ def open_locked(output_dir: Path) -> int | None:
             return fd
         os.close(fd)  # the dir locked was removed by the process that held it: take the new one
     return None
+
+
+def new_timed_dir(base: str, key: str) -> str:
+    """`base`, or `base_2`, `base_3`, ...: the first that this process makes (made atomically: two processes never
+    get one). `key` names the setting to pass instead when every one is taken."""
+    Path(base).parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, MAX_SAME_SECOND + 1):
+        candidate = base if n == 1 else f"{base}_{n}"
+        try:
+            os.mkdir(candidate)
+        except FileExistsError:
+            continue
+        return candidate
+    raise HydraliError(f"{MAX_SAME_SECOND} started in one second under {base}: pass {key}")
 
 
 @contextlib.contextmanager

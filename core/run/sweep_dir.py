@@ -15,31 +15,15 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from hydrali.core.errors import HydraliError
-from hydrali.core.run.run_dir import open_locked
+from hydrali.core.run.run_dir import TIMED, new_timed_dir, open_locked
 
 SWEEP_FILE = "multirun.yaml"  # Hydra's record of the sweep's config, in its dir
-_TIMED = "${now:"  # a dir named by the time the sweep started
-_MAX_SAME_SECOND = 1000  # sweeps started in one second that get their own dir
 _held: list[int] = []  # the claimed dirs' locked descriptors, held until the process ends
 
 
 def _quoted(value: str) -> str:
     """`value` as a quoted value of Hydra's override grammar."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _new_timed_dir(base: str) -> str:
-    """`base`, or `base_2`, `base_3`, ...: the first that this process makes (made atomically: two processes never
-    get one)."""
-    Path(base).parent.mkdir(parents=True, exist_ok=True)
-    for n in range(1, _MAX_SAME_SECOND + 1):
-        candidate = base if n == 1 else f"{base}_{n}"
-        try:
-            os.mkdir(candidate)
-        except FileExistsError:
-            continue
-        return candidate
-    raise HydraliError(f"{_MAX_SAME_SECOND} sweeps started in one second under {base}: pass hydra.sweep.dir")
 
 
 def _refuse_another_sweep(folder: Path, config: DictConfig) -> None:
@@ -61,8 +45,8 @@ def claim_sweep_dir(config: DictConfig) -> str:
     every job use it; return it. Refused in one line (nothing written) when it is another sweep's."""
     raw = str(OmegaConf.to_container(config.hydra.sweep, resolve=False)["dir"])
     named = str(config.hydra.sweep.dir)
-    if _TIMED in raw:
-        folder = _new_timed_dir(named)
+    if TIMED in raw:
+        folder = new_timed_dir(named, "hydra.sweep.dir")
     else:
         folder = named
     fd = open_locked(Path(folder))
