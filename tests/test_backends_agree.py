@@ -86,6 +86,16 @@ def test_each_backend_loads_only_its_framework_and_prints_each_line_once(both):
         assert both_streams.count("model: ResNet, ") == 1
 
 
+def test_both_backends_print_the_summary_table_in_one_order(both):
+    _, (lightning_out, _), (keras_out, _) = both
+    names = [
+        [line.split(":", 1)[0].strip() for line in out.stdout.splitlines() if line.startswith("final ")]
+        for out in (lightning_out, keras_out)
+    ]
+    assert names[0] == names[1], names  # before: final val/loss, val/acc, train/loss on Lightning, the reverse on Keras
+    assert names[0][0] == "final train/loss" and names[0].index("final val/acc") < names[0].index("final lr/last")
+
+
 def test_output_to_a_file_is_one_line_per_epoch_on_both_backends(both):
     _, (lightning_out, _), (keras_out, _) = both
     shown = {}

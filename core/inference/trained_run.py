@@ -160,6 +160,23 @@ def _leaves(node, prefix: str = ""):
         yield prefix.rstrip("."), node
 
 
+def _say_when_not_the_best_epoch(run_dir: Path, checkpoint: Path) -> None:
+    """One line when the run's best checkpoint holds another epoch than its best (that epoch was not checkpointed):
+    which epoch is scored, and why."""
+    from hydrali.core.run.summary import read_summary
+
+    summary = read_summary(run_dir) if (run_dir / SUMMARY_FILE).is_file() else None
+    if not summary or Path(str(summary.get("best_checkpoint"))).name != checkpoint.name:
+        return
+    held, best = summary.get("best_checkpoint_epoch"), summary.get("best_epoch")
+    if held is not None and best is not None and held != best:
+        print(
+            f"hydrali: ckpt=best takes {checkpoint.name}, epoch {held}: the run's best epoch, {best}, was not "
+            f"checkpointed (checkpoint_every); ckpt=<file> chooses another of {checkpoint.parent}",
+            flush=True,
+        )
+
+
 def checkpoint_of(run: TrainedRun, newest) -> Path:
     """The checkpoint `ckpt` names in the run (`newest(dir)`: the backend's newest checkpoint in a dir): best (the
     best epoch per the run's summary, else the newest), last, or a file of the run's backend."""
@@ -177,6 +194,8 @@ def checkpoint_of(run: TrainedRun, newest) -> Path:
                 f"resume the run with `hydrali ckpt_path=last hydra.run.dir={run.run_dir}`"
             )
         check_readable(found, f"ckpt={ckpt}")
+        if ckpt == BEST:
+            _say_when_not_the_best_epoch(run.run_dir, found)
         return found
     path = Path(ckpt).expanduser()
     if not path.is_absolute() and not path.exists():

@@ -10,6 +10,7 @@ class FitResult:
     """The outcome of one backend's fit (its per-epoch metrics went to the run record): best checkpoint, throughput."""
 
     best_checkpoint: str | None = None
+    best_checkpoint_epoch: int | None = None  # the epochs best_checkpoint holds (core reads them after fit)
     first_epoch: int = 0  # 0-based index of the first epoch this invocation trained (>0 when resumed)
     epochs_completed: int = 0  # epochs done in total, resumed ones included
     train_seconds: float = 0.0  # time spent in training steps (validation excluded), this invocation

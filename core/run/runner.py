@@ -154,6 +154,8 @@ def _run(attempt: run_dir.Attempt, clock: RunClock, watch: preemption.Preemption
     result = fit_tracked(cfg, contract, backend, task, dataset, start, tracker, record, watch, clock)
     if plan.global_rank != 0:
         return None
+    if result.best_checkpoint:  # the epochs it holds, as the backend reads its checkpoints
+        result.best_checkpoint_epoch = backend.checkpoint_epochs(Path(result.best_checkpoint))
     return report(cfg, result, record, plan, tracker, clock)
 
 

@@ -46,7 +46,8 @@ def build_summary(
     """The summary of a finished run, as written to summary.json, from the whole run record (resumed epochs too);
     `wall_parts`: where this invocation's wall time went (core/run/wall_time.py), kept as "wall_parts"."""
     rows = record.rows
-    final = {k: v for k, v in (rows[-1] if rows else {}).items() if k != "epoch"}  # the last epoch's own metrics
+    # the last epoch's own metrics, in one order on every backend (each logs them in its own)
+    final = metric_order({k: v for k, v in (rows[-1] if rows else {}).items() if k != "epoch"})
     best = record.best(monitor, mode)
     val_images = record.final("val/images")
     # throughput of this invocation: the images of the epochs it trained (the record counts them) over their time
@@ -82,16 +83,41 @@ def build_summary(
         "seed": plan.seed,
         "device": plan.device,
         "best_checkpoint": result.best_checkpoint,
+        # the epoch best_checkpoint holds: the best epoch's when it was checkpointed, else the best of those kept
+        "best_checkpoint_epoch": result.best_checkpoint_epoch,
         "mlflow_run_id": run_id,
         "mlflow_uri": tracking_uri,
         "output_dir": str(output_dir),
     }
 
 
+METRIC_GROUPS = ("train/", "val/", "lr/")  # the order of a summary's metrics: training, validation, lr, then others
+
+
+def metric_order(metrics: dict) -> dict:
+    """`metrics` in the summary's order: by METRIC_GROUPS, then by name."""
+
+    def place(name: str) -> tuple[int, str]:
+        group = next((i for i, prefix in enumerate(METRIC_GROUPS) if name.startswith(prefix)), len(METRIC_GROUPS))
+        return group, name
+
+    return {name: metrics[name] for name in sorted(metrics, key=place)}
+
+
 def write_summary(summary: dict, output_dir: Path) -> Path:
     """Write summary.json into the run's output dir and return its path (atomically: a run killed meanwhile leaves
     the previous one or none, never a part of one, which the same command started again would misread)."""
     return write_atomically(Path(output_dir) / SUMMARY_FILE, (json.dumps(summary, indent=2) + "\n").encode())
+
+
+def best_checkpoint_line(summary: dict) -> str:
+    """Which epoch the run's best checkpoint holds, and whether it is the best epoch (one not checkpointed, with
+    checkpoint_every above 1, leaves the best of the checkpoints kept)."""
+    name = Path(summary["best_checkpoint"]).name
+    held, best = summary.get("best_checkpoint_epoch"), summary.get("best_epoch")
+    if held is None or held == best:
+        return name if held is None else f"{name} (epoch {held}, the best)"
+    return f"{name} (epoch {held}: epoch {best}, the best, was not checkpointed; see checkpoint_every)"
 
 
 def format_table(summary: dict) -> str:
@@ -101,7 +127,8 @@ def format_table(summary: dict) -> str:
         ("task / backend", f"{summary['task']} / {summary['backend']} ({summary['device']})"),
         ("epochs", str(summary["epochs"])),
         (f"best {summary['monitor']}", "n/a" if best is None else f"{best:.4f}"),
-        *((f"final {k}", f"{v:.4g}") for k, v in summary["final"].items() if not k.endswith("/images")),
+        *([("best checkpoint", best_checkpoint_line(summary))] if summary.get("best_checkpoint") else []),
+        *((f"final {k}", f"{v:.4g}") for k, v in metric_order(summary["final"]).items() if not k.endswith("/images")),
         (
             "images per epoch",
             f"{summary['history'][-1].get('train/images', 0):.0f} trained, {summary['val_images']} scored"
