@@ -110,6 +110,16 @@ def test_json_holds_every_repeat_its_median_and_the_ratios(bench_run):
     assert any(r["measurement"].startswith("raw DALI ssd, CPU operators") for r in by_section["detection"])
 
 
+def test_bench_help_explains_the_benchmark_not_training(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "hydrali.bench.cli", "--help"], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("hydrali-bench: how close hydrali trains to the GPU's limit")
+    assert "bench.sections=[loaders,cpu]" in done.stdout and "sections:" in done.stdout  # the config's bench node
+    assert "hydrali eval RUN_DIR" not in done.stdout  # before: hydrali's own usage
+
+
 def test_a_training_window_without_a_warm_up_step_is_one_error_naming_the_setting(tmp_path):
     done = subprocess.run(
         [
