@@ -241,11 +241,15 @@ def test_ctrl_c_during_a_sweep_leaves_no_run_running(tmp_path, data_dir):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=180)
+    stdout, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 130, stderr[-3000:]
     client, parents, children = _runs(tmp_path)
     assert len(children) == 1 and children[0].info.status == "KILLED"
     assert [p.info.status for p in parents] == ["KILLED"]
+    # the stopped job is interrupted (it resumes), not failed: in the table and the parent's counts
+    assert "hydrali sweep summary: 1 job(s), 0 failed, 1 interrupted; parent run KILLED" in stdout
+    metrics = client.get_run(parents[0].info.run_id).data.metrics
+    assert (metrics["sweep/failed"], metrics["sweep/interrupted"]) == (0, 1)
 
 
 def test_an_optuna_search_of_three_trials_records_the_best_and_survives_a_failed_trial(tmp_path, data_dir):

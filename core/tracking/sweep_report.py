@@ -1,8 +1,9 @@
 """The end of a sweep: its jobs read back from the store, a summary table printed and logged to the parent run
 (with the best value and the overrides that gave it), two pictures, and the parent closed.
 
-Logged to the parent run: metrics `sweep/jobs`, `sweep/failed`, `sweep/best`; params `best/<key>` (the best
-job's overrides); artifacts `sweep/summary.txt`, `sweep/summary.json` (an MLflow table),
+Logged to the parent run: metrics `sweep/jobs`, `sweep/failed`, `sweep/interrupted` (KILLED jobs: resumable),
+`sweep/best`; params `best/<key>` (the best job's overrides); artifacts `sweep/summary.txt`, `sweep/summary.json`
+(an MLflow table),
 `sweep/metric_per_epoch.png` (the optimized metric per epoch, one line per job) and
 `sweep/params_vs_metric.png` (each swept parameter against the job's value). A sweep started again in its dir
 reopens its parent (hydrali.core.tracking.mlflow_runs.sweep_parent_unlocked) and closes it again: the artifacts are
@@ -35,6 +36,9 @@ class JobRow:
     error: str | None
 
 
+INTERRUPTED = ("KILLED",)  # MLflow's status of a run stopped by a signal (hydrali marks it so; it resumes)
+
+
 @dataclass(frozen=True)
 class SweepSummary:
     """What the sweep came to: its jobs, how many failed, the best job, the parent's final status."""
@@ -47,8 +51,13 @@ class SweepSummary:
 
     @property
     def failed(self) -> int:
-        """The number of jobs that did not finish."""
-        return sum(row.status != "FINISHED" for row in self.rows)
+        """The number of jobs that failed (an error, a diverged loss): neither finished nor stopped by a signal."""
+        return sum(row.status not in ("FINISHED", *INTERRUPTED) for row in self.rows)
+
+    @property
+    def interrupted(self) -> int:
+        """The number of jobs stopped by Ctrl+C, SIGTERM or a preemption (KILLED: resumable, not failed)."""
+        return sum(row.status in INTERRUPTED for row in self.rows)
 
 
 def _job_rows(client, children) -> list[JobRow]:
@@ -101,7 +110,11 @@ def format_sweep_table(summary: SweepSummary) -> str:
     """The summary as the text table printed at the end of a sweep: a head line, then one line per job with
     its status, value, swept settings and error."""
     keys = swept_keys(summary.rows)
-    head = f"hydrali sweep summary: {len(summary.rows)} job(s), {summary.failed} failed; parent run {summary.status}"
+    stopped = f", {summary.interrupted} interrupted" if summary.interrupted else ""
+    head = (
+        f"hydrali sweep summary: {len(summary.rows)} job(s), {summary.failed} failed{stopped}; "
+        f"parent run {summary.status}"
+    )
     if summary.best is not None:
         head += (
             f"; best {summary.metric} {summary.best.value:.4g} ({summary.mode}), job {summary.best.job}: "
@@ -252,6 +265,7 @@ def _report(client, parent: str, summary: SweepSummary) -> None:
     with tracking.store_lock(client.tracking_uri):
         client.log_metric(parent, "sweep/jobs", len(summary.rows))
         client.log_metric(parent, "sweep/failed", summary.failed)
+        client.log_metric(parent, "sweep/interrupted", summary.interrupted)
         if summary.best is not None:
             client.log_metric(parent, "sweep/best", summary.best.value)
             client.set_tag(parent, "hydrali.best_run_id", summary.best.run_id)
