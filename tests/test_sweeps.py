@@ -265,6 +265,9 @@ def test_an_optuna_search_of_three_trials_records_the_best_and_survives_a_failed
         *QUIET_TINY,
     )
     assert out.returncode == 1, out.stderr[-3000:]  # a trial failed
+    # output that is not a terminal (captured here, as a log file or a scheduler's is): Optuna's lines, uncoloured
+    assert "A new study created in memory with name: classification" in out.stdout + out.stderr
+    assert "\x1b[" not in out.stdout + out.stderr, "a colour code in output that is not a terminal"
     client, parents, children = _runs(tmp_path)
     assert len(children) == 3
     statuses = sorted((c.data.params["data.batch_size"], c.info.status) for c in children)
