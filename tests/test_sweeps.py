@@ -4,9 +4,11 @@ with a child per job, failed jobs recorded and the sweep going on, the parent al
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,8 +23,10 @@ from PIL import Image
 
 from tests.support.cli import REPO, as_from_a_terminal, free_port, run_cli, start_cli
 from tests.support.configs import LIGHTNING_QUIET, TINY
+from tests.support.processes import descendants
 
 pytestmark = pytest.mark.slow
+UI_GONE_WITHIN_S = 30  # the server's processes get 10 s to stop on SIGTERM (core/cli/ui_guard.py), then SIGKILL
 QUIET_TINY = [*TINY, *LIGHTNING_QUIET]  # a narrow network on 16 x 16 images, no progress output: seconds per job
 # matplotlib's first line colours (its default cycle): the pictures draw job i in colour i
 CYCLE = [(0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E), (0x2C, 0xA0, 0x2C), (0xD6, 0x27, 0x28), (0x94, 0x67, 0xBD)]
@@ -136,27 +140,35 @@ def test_the_parent_holds_the_summary_table_and_two_pictures_with_a_line_per_chi
     assert Image.open(scatter).format == "PNG" and Image.open(scatter).width > Image.open(lines).width // 2
 
 
-def test_hydrali_ui_serves_the_sweep_over_rest(grid):
+def test_hydrali_ui_serves_the_sweep_over_rest_once_it_says_so_and_its_server_dies_with_it(grid):
+    """The address line comes once the server answers (before: ~10 s before it did); a `kill -9` of `hydrali ui`
+    leaves none of the server's processes (MLflow's server, uvicorn, huey workers) nor the port (before: all stayed)."""
     root, _ = grid
     port = free_port()
     server = start_cli("ui", f"tracking.ui_port={port}", cwd=root, start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert server.poll() is None, server.communicate()[0][-3000:]
-            try:
-                experiments = _rest(port, "experiments/search", {"max_results": 10})["experiments"]
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the UI server did not answer in 120 s"
-                time.sleep(1)
+        line = server.stdout.readline()  # the server's start under load: no deadline but the test's own
+        assert line.startswith("hydrali: MLflow UI: the runs of experiment 'hydrali' are at"), line
+        experiments = _rest(port, "experiments/search", {"max_results": 10})["experiments"]  # at once: it answers
         (experiment,) = [e for e in experiments if e["name"] == "hydrali"]
         runs = _rest(port, "runs/search", {"experiment_ids": [experiment["experiment_id"]]})["runs"]
         tags = [{t["key"]: t["value"] for t in r["data"].get("tags", [])} for r in runs]
         parents = {t["mlflow.parentRunId"] for t in tags if "mlflow.parentRunId" in t}
         assert len(runs) == 5 and len(parents) == 1
+        below = descendants(server.pid)
+        assert any("mlflow" in command for command in below.values()), below
+        server.kill()  # SIGKILL: hydrali ui cannot stop its server itself
+        server.wait(timeout=60)
+        deadline = time.monotonic() + UI_GONE_WITHIN_S
+        while any(Path(f"/proc/{pid}").exists() for pid in below) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = {pid: command for pid, command in below.items() if Path(f"/proc/{pid}").exists()}
+        assert not left, f"left after {UI_GONE_WITHIN_S} s: {left}"
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", port))  # the port is free again
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
         server.wait(timeout=60)
 
 

@@ -1,8 +1,9 @@
 """`hydrali ui [overrides]`: MLflow's UI over the store hydrali is configured to write (tracking.uri), on
 tracking.ui_host:tracking.ui_port (127.0.0.1:5000 by default). The same overrides as a run choose the store,
 e.g. `hydrali ui paths.root=/experiments` or `hydrali ui tracking.ui_port=5001`. It prints the address of the
-experiment's runs list (MLflow 3 opens on its GenAI welcome page otherwise); a taken port is one line. The server
-runs in a process group of its own, which SIGTERM or Ctrl+C stops whole."""
+experiment's runs list (MLflow 3 opens on its GenAI welcome page otherwise) once the server answers there; a taken
+port is one line. The server runs in a process group of its own, which SIGTERM or Ctrl+C stops whole, and which a
+guard process stops when `hydrali ui` ends any other way (SIGKILL: core/cli/ui_guard.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from hydrali.core.cli import ui_guard
 from hydrali.core.errors import HydraliError
 
 USAGE = (
@@ -80,7 +82,7 @@ CHATTER = ("[MLflow] Security middleware enabled with default settings",)
 # Uvicorn's workers import starlette.middleware.wsgi through MLflow, which warns about it in each of them.
 SERVER_WARNINGS = "ignore:starlette.middleware.wsgi is deprecated"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-STOP_GRACE_S = 10.0  # how long the server's processes get to stop on SIGTERM before they are killed
+READY_POLL_S = 0.2  # how often `hydrali ui` asks whether the server accepts connections, before it prints its address
 
 
 def server_command(uri: str, host: str, port: int) -> list[str]:
@@ -97,22 +99,8 @@ def server_env() -> dict[str, str]:
 
 def stop_group(server: subprocess.Popen) -> None:
     """SIGTERM to the server's whole process group (uvicorn's workers, MLflow's job runner and its huey consumers),
-    SIGKILL to what is left of it after STOP_GRACE_S."""
-    group = server.pid  # the server leads its own group (process_group=0)
-    try:
-        os.killpg(group, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + STOP_GRACE_S
-    while time.monotonic() < deadline:
-        server.poll()  # reaps the server itself, so that a zombie does not keep the group alive
-        try:
-            os.killpg(group, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(group, signal.SIGKILL)
+    SIGKILL to what is left of it after a grace (the server leads its own group: process_group=0)."""
+    ui_guard.stop_group(server.pid, while_waiting=server.poll)
     server.wait()
 
 
@@ -127,8 +115,6 @@ def serve(overrides: list[str]) -> int:
         )
     check_port(host, port)
     url = runs_url(uri, host, port, experiment)
-    print(f"hydrali: MLflow UI: the runs of experiment {experiment!r} are at {url} (store {uri}; Ctrl+C stops it)")
-    sys.stdout.flush()
     server = subprocess.Popen(
         server_command(uri, host, port),
         env=server_env(),
@@ -144,7 +130,14 @@ def serve(overrides: list[str]) -> int:
 
     for signum in STOP_SIGNALS:
         signal.signal(signum, stop)
+    # the server's group ends with this process, even one killed with SIGKILL (core/cli/ui_guard.py)
+    guard = subprocess.Popen([sys.executable, str(Path(__file__).with_name("ui_guard.py")), str(server.pid)])
     try:
+        if answers_when_up(server, host, port):
+            print(
+                f"hydrali: MLflow UI: the runs of experiment {experiment!r} are at {url} (store {uri}; Ctrl+C stops it)"
+            )
+            sys.stdout.flush()
         for line in server.stdout:
             if not line.startswith(CHATTER):
                 sys.stdout.write(line)
@@ -153,4 +146,15 @@ def serve(overrides: list[str]) -> int:
         for signum in STOP_SIGNALS:
             signal.signal(signum, signal.SIG_DFL)
         stop_group(server)
+        guard.terminate()
+        guard.wait()
     return server.returncode
+
+
+def answers_when_up(server: subprocess.Popen, host: str, port: int) -> bool:
+    """Wait until the server accepts connections on host:port (True), or ends first (False: its output says why)."""
+    while server.poll() is None:
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=READY_POLL_S):
+            return True
+        time.sleep(READY_POLL_S)
+    return False
