@@ -4,10 +4,13 @@ one dir; a tracking server that does not answer is one line, before anything is 
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import socket
 import subprocess
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ from tests.support.checks import read_summary
 from tests.support.cli import free_port, lightning_startup_seconds, run_cli, start_cli
 from tests.support.configs import LIGHTNING_QUIET, TINY
 
+HELD_SECONDS = 600  # the seconds held from the test's start: more than a loaded machine takes to start a run
 INTERRUPT = "+backend.callbacks.interrupt={_target_: tests.support.plugins.InterruptAtEpoch, epoch: 2}"
 
 
@@ -120,25 +124,30 @@ def test_two_runs_started_at_the_same_moment_in_one_new_dir_one_trains_to_its_en
 
 
 @pytest.mark.slow
-def test_two_runs_started_at_once_with_a_dir_named_by_the_time_each_train_in_a_dir_of_their_own(tmp_path, data_dir):
-    """The default dir names the second (outputs/<date>/<time>); a dir named by the day makes "the same second"
-    certain: two runs started at once (a script, two terminals) both train, in <day> and <day>_2, each its own MLflow
-    run (before: the second was refused, "is in use")."""
-    timed = "outputs/${now:%Y-%m-%d}"
-    args = ["epochs=1", *TINY, *LIGHTNING_QUIET, f"paths.data_dir={data_dir}", f"hydra.run.dir={timed}"]
-    runs = [start_cli(*args, cwd=tmp_path, stderr=subprocess.PIPE) for _ in range(2)]
-    ended = [(run.wait(timeout=300), *run.communicate()) for run in runs]
-    assert [code for code, _, _ in ended] == [0, 0], [err[-3000:] for _, _, err in ended]
-    (day,) = {path.name.removesuffix("_2") for path in (tmp_path / "outputs").iterdir()}
-    dirs = sorted(p.name for p in (tmp_path / "outputs").iterdir())
-    assert dirs == [day, f"{day}_2"]
-    summaries = [read_summary(tmp_path / "outputs" / name) for name in dirs]
-    assert all([row["epoch"] for row in summary["history"]] == [1] for summary in summaries)
+def test_a_run_with_the_default_dir_whose_second_another_run_holds_gets_a_dir_of_its_own(tmp_path, data_dir):
+    """The default dir is named by the second the run started (outputs/<date>/<time>). Every second of the next
+    minutes is held here as a run holds its dir (flock on it), so that the run started meets "another run started in
+    the same second" for certain: it trains in <time>_2, its own dir and MLflow run (before: refused, "is in use")."""
+    held, start = [], datetime.now()
+    try:
+        for second in range(HELD_SECONDS):
+            moment = start + timedelta(seconds=second)
+            folder = tmp_path / "outputs" / moment.strftime("%Y-%m-%d") / moment.strftime("%H-%M-%S")
+            folder.mkdir(parents=True)
+            held.append(os.open(folder, os.O_RDONLY | os.O_DIRECTORY))
+            fcntl.flock(held[-1], fcntl.LOCK_EX | fcntl.LOCK_NB)
+        out = run_cli("epochs=1", *TINY, *LIGHTNING_QUIET, f"paths.data_dir={data_dir}", cwd=tmp_path)
+    finally:
+        for descriptor in held:
+            os.close(descriptor)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (own,) = [path for path in (tmp_path / "outputs").glob("*/*") if any(path.iterdir())]
+    assert own.name.endswith("_2") and (own.parent / own.name.removesuffix("_2")).is_dir(), own
+    summary = read_summary(own)
+    assert [row["epoch"] for row in summary["history"]] == [1]
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name("hydrali").experiment_id])
-    assert sorted((r.info.run_id, r.info.status) for r in runs) == sorted(
-        (summary["mlflow_run_id"], "FINISHED") for summary in summaries
-    )
+    assert [(r.info.run_id, r.info.status) for r in runs] == [(summary["mlflow_run_id"], "FINISHED")]
 
 
 @pytest.mark.slow

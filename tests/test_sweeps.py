@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -26,6 +27,7 @@ from tests.support.configs import LIGHTNING_QUIET, TINY
 from tests.support.processes import descendants
 
 pytestmark = pytest.mark.slow
+UI_START_WITHIN_S = 300  # MLflow's server starting on a loaded 2-core machine
 UI_GONE_WITHIN_S = 30  # the server's processes get 10 s to stop on SIGTERM (core/cli/ui_guard.py), then SIGKILL
 QUIET_TINY = [*TINY, *LIGHTNING_QUIET]  # a narrow network on 16 x 16 images, no progress output: seconds per job
 # matplotlib's first line colours (its default cycle): the pictures draw job i in colour i
@@ -54,6 +56,14 @@ def _colours_drawn(png: Path) -> int:
     pixels = np.asarray(Image.open(png).convert("RGB")).reshape(-1, 3).astype(int)
     found = [bool((np.abs(pixels - colour).max(axis=1) <= 2).sum() >= 20) for colour in CYCLE]
     return found.index(False) if False in found else len(found)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` still runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _rest(port: int, endpoint: str, body: dict) -> dict:
@@ -147,7 +157,9 @@ def test_hydrali_ui_serves_the_sweep_over_rest_once_it_says_so_and_its_server_di
     port = free_port()
     server = start_cli("ui", f"tracking.ui_port={port}", cwd=root, start_new_session=True)
     try:
-        line = server.stdout.readline()  # the server's start under load: no deadline but the test's own
+        ready, _, _ = select.select([server.stdout], [], [], UI_START_WITHIN_S)  # its start, on a loaded machine
+        assert ready, f"hydrali ui said nothing in {UI_START_WITHIN_S} s"
+        line = server.stdout.readline()
         assert line.startswith("hydrali: MLflow UI: the runs of experiment 'hydrali' are at"), line
         experiments = _rest(port, "experiments/search", {"max_results": 10})["experiments"]  # at once: it answers
         (experiment,) = [e for e in experiments if e["name"] == "hydrali"]
@@ -160,12 +172,13 @@ def test_hydrali_ui_serves_the_sweep_over_rest_once_it_says_so_and_its_server_di
         server.kill()  # SIGKILL: hydrali ui cannot stop its server itself
         server.wait(timeout=60)
         deadline = time.monotonic() + UI_GONE_WITHIN_S
-        while any(Path(f"/proc/{pid}").exists() for pid in below) and time.monotonic() < deadline:
+        while any(_alive(pid) for pid in below) and time.monotonic() < deadline:
             time.sleep(0.2)
-        left = {pid: command for pid, command in below.items() if Path(f"/proc/{pid}").exists()}
+        left = {pid: command for pid, command in below.items() if _alive(pid)}
         assert not left, f"left after {UI_GONE_WITHIN_S} s: {left}"
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", port))  # the port is free again
+        with socket.socket() as probe:  # the port is free again (as a server binds it: TIME_WAIT does not count)
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(("127.0.0.1", port))
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(server.pid, signal.SIGKILL)

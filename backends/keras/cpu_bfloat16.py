@@ -22,20 +22,33 @@ ONE_CONVOLUTION = (
     "images = tf.zeros((1, 4, 4, 1), tf.bfloat16)\n"
     "tf.nn.conv2d(images, tf.zeros((3, 3, 1, 1), tf.bfloat16), 1, 'SAME').numpy()\n"
 )
-KERNEL_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "TF_ENABLE_ONEDNN_OPTS")  # named in the refusal where the caller set them
+KERNEL_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "TF_ENABLE_ONEDNN_OPTS")  # named in the refusal where set
+PROBE_TIMEOUT_S = 300  # TensorFlow's import and one convolution: seconds, minutes on a loaded machine
+
+
+_answered: set[str] = set()  # "yes" once TensorFlow ran one in this process's environment (asked once a process)
 
 
 def check_bfloat16_convolution() -> None:
     """Return if TensorFlow, with this process's environment, runs a bfloat16 convolution on this CPU; otherwise a
     HydraliError naming the settings that would train."""
+    if "yes" in _answered:
+        return
     asked = subprocess.run(
         [sys.executable, "-c", ONE_CONVOLUTION],
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
         capture_output=True,
         text=True,
+        timeout=PROBE_TIMEOUT_S,
     )
     if asked.returncode == 0:
+        _answered.add("yes")
         return
+    if "primitive descriptor" not in asked.stderr:  # not oneDNN's answer: say what went wrong instead
+        raise HydraliError(
+            f"backend.precision=bf16-mixed: asking TensorFlow for a bfloat16 convolution on this CPU failed: "
+            f"{(asked.stderr.strip().splitlines() or ['no output'])[-1]}"
+        )
     kernels = ", ".join(f"{name}={os.environ[name]}" for name in KERNEL_VARIABLES if name in os.environ)
     raise HydraliError(
         f"backend.precision=bf16-mixed: TensorFlow cannot run a bfloat16 convolution on this CPU ({kernels}): "

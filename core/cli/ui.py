@@ -44,6 +44,8 @@ PORTS_TRIED = 100  # how far past a taken port the next free one is looked for
 
 def _is_free(host: str, port: int) -> bool:
     with socket.socket() as sock:
+        # as a server binds it: connections closed in the last minute (TIME_WAIT) do not make it taken
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
@@ -82,6 +84,7 @@ CHATTER = ("[MLflow] Security middleware enabled with default settings",)
 # Uvicorn's workers import starlette.middleware.wsgi through MLflow, which warns about it in each of them.
 SERVER_WARNINGS = "ignore:starlette.middleware.wsgi is deprecated"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+GUARD_WAIT_S = 30.0  # how long `hydrali ui` waits for its guard to end (it stops an empty group at once)
 READY_POLL_S = 0.2  # how often `hydrali ui` asks whether the server accepts connections, before it prints its address
 
 
@@ -131,7 +134,10 @@ def serve(overrides: list[str]) -> int:
     for signum in STOP_SIGNALS:
         signal.signal(signum, stop)
     # the server's group ends with this process, even one killed with SIGKILL (core/cli/ui_guard.py)
-    guard = subprocess.Popen([sys.executable, str(Path(__file__).with_name("ui_guard.py")), str(server.pid)])
+    guard = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("ui_guard.py")), str(server.pid), str(os.getpid())],
+        start_new_session=True,
+    )
     try:
         if answers_when_up(server, host, port):
             print(
@@ -146,8 +152,11 @@ def serve(overrides: list[str]) -> int:
         for signum in STOP_SIGNALS:
             signal.signal(signum, signal.SIG_DFL)
         stop_group(server)
-        guard.terminate()
-        guard.wait()
+        guard.terminate()  # its group is gone: it ends at once
+        try:
+            guard.wait(timeout=GUARD_WAIT_S)
+        except subprocess.TimeoutExpired:
+            guard.kill()
     return server.returncode
 
 

@@ -1,10 +1,11 @@
-"""The guard of `hydrali ui`'s server: run as `python ui_guard.py <server group>` by `hydrali ui` (the standard library
-only, so it starts in a moment), it waits until `hydrali ui` ends, however it ends, and then stops the server's
+"""The guard of `hydrali ui`'s server: run as `python ui_guard.py <server group> <hydrali ui's pid>` by `hydrali ui`
+(the standard library only, so it starts in a moment), in a session of its own (a terminal's Ctrl+C or a kill of
+`hydrali ui`'s group does not reach it), it waits until `hydrali ui` ends, however it ends, and then stops the server's
 whole process group (MLflow's server, uvicorn, its job runner's workers): SIGTERM, then SIGKILL after a grace.
 
 `hydrali ui` stops the group itself when it can (Ctrl+C, SIGTERM, SIGHUP); killed with SIGKILL it cannot, and the
 server's processes, in a group of their own, would keep the port. The kernel tells the guard: the parent-death signal
-(prctl PR_SET_PDEATHSIG, asked for in the guard's own start, before it reads its arguments)."""
+(prctl PR_SET_PDEATHSIG, asked for in the guard's own start; a parent already gone is seen by its pid)."""
 
 import ctypes
 import os
@@ -38,13 +39,12 @@ def stop_group(group: int, while_waiting=lambda: None) -> None:
 
 
 def main() -> None:
-    """Wait for the parent to end (or for SIGTERM from it), then stop the group named on the command line."""
-    parent = os.getppid()
-    signal.signal(signal.SIGTERM, lambda *_: None)  # SIGTERM ends the wait below, whoever sends it
+    """Wait for the parent named on the command line to end (or for SIGTERM from it), then stop the group named."""
+    group, parent = int(sys.argv[1]), int(sys.argv[2])
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # kept pending until sigwait takes it: none is lost
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-    group = int(sys.argv[1])
     if os.getppid() == parent:  # else the parent ended before the request: no signal will come
-        signal.pause()
+        signal.sigwait({signal.SIGTERM})
     stop_group(group)
 
 

@@ -30,7 +30,6 @@ PREPROCESSING_OF_THE_RUN = (
     "data.image_size",
     "pipeline",
     "pipeline.recipe",
-    "pipeline.dtype",
     "pipeline.options.mean",
     "pipeline.options.std",
     "pipeline.options.val_crop_fraction",
@@ -107,14 +106,15 @@ def open_run(command: str, path: str | None, overrides: list[str]) -> TrainedRun
             f"{fixed[0]}= cannot be set: {path} was trained with {fixed[0]}={_recorded(record, fixed[0])}, which "
             f"its checkpoints hold (ckpt= chooses the checkpoint)"
         )
+    cfg, options = compose(command, merged)
     preprocessing = sorted(key for key in named if key in PREPROCESSING_OF_THE_RUN or key.startswith("model."))
-    if preprocessing:
-        key = preprocessing[0]
+    changed = [key for key in preprocessing if _value_of(cfg, key) != _recorded_value(record, key)]
+    if changed:  # the same value again (a script repeating the training overrides) changes nothing
+        key = changed[0]
         raise HydraliError(
             f"{key}= cannot be set: {path} was trained with {key}={_recorded_leaf(record, key)}, and "
             f"hydrali {command} feeds its network as it trained (its preprocessing and network settings are the run's)"
         )
-    cfg, options = compose(command, merged)
     run_dir.pin_locations(cfg, record, overrides, where)
     _take_recorded_values(cfg, record.config, named)
     return TrainedRun(where, cfg, options, record, where / CHECKPOINT_DIR)
@@ -123,6 +123,24 @@ def open_run(command: str, path: str | None, overrides: list[str]) -> TrainedRun
 def _recorded(record: run_dir.RunFile, key: str) -> str:
     node = record.config.get(key, {})
     return str(node.get("name", node.get("_target_", "?"))) if isinstance(node, dict) else str(node)
+
+
+def _value_of(cfg: DictConfig, key: str):
+    """The composed value of the dotted `key` as plain data (a group: its name)."""
+    value = OmegaConf.select(cfg, key)
+    if isinstance(value, DictConfig):
+        return str(value.get("name", value.get("recipe", "?")))
+    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+
+
+def _recorded_value(record: run_dir.RunFile, key: str):
+    """The value the run recorded for the dotted `key` as plain data (a group: its name)."""
+    node = record.config
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        return str(node.get("name", node.get("recipe", "?")))
+    return node
 
 
 def _recorded_leaf(record: run_dir.RunFile, key: str) -> str:

@@ -259,10 +259,10 @@ def open_locked(output_dir: Path) -> int | None:
 def new_timed_dir(base: str, key: str) -> str:
     """`base`, or `base_2`, `base_3`, ...: the first that this process makes (made atomically: two processes never
     get one). `key` names the setting to pass instead when every one is taken."""
-    Path(base).parent.mkdir(parents=True, exist_ok=True)
     for n in range(1, MAX_SAME_SECOND + 1):
         candidate = base if n == 1 else f"{base}_{n}"
         try:
+            Path(base).parent.mkdir(parents=True, exist_ok=True)  # again: a refused run may have removed it
             os.mkdir(candidate)
         except FileExistsError:
             continue

@@ -23,6 +23,7 @@ from hydrali.core.data.image_files import write_skipped_files
 from hydrali.core.distributed import agreement, gather, local_launch, topology
 from hydrali.core.distributed.launchers import LAUNCHED_BY_HYDRALI
 from hydrali.core.distributed.mpi_ranks import adopt_mpi_ranks
+from hydrali.core.errors import HydraliError
 from hydrali.core.run import (
     auto_settings,
     collector,
@@ -154,8 +155,11 @@ def _run(attempt: run_dir.Attempt, clock: RunClock, watch: preemption.Preemption
     result = fit_tracked(cfg, contract, backend, task, dataset, start, tracker, record, watch, clock)
     if plan.global_rank != 0:
         return None
-    if result.best_checkpoint:  # the epochs it holds, as the backend reads its checkpoints
-        result.best_checkpoint_epoch = backend.checkpoint_epochs(Path(result.best_checkpoint))
+    if result.best_checkpoint:  # the epochs it holds, as the backend reads its checkpoints (for the summary only)
+        try:
+            result.best_checkpoint_epoch = backend.checkpoint_epochs(Path(result.best_checkpoint))
+        except (HydraliError, OSError) as err:
+            log.warning("the best checkpoint's epoch is unknown (%s): the summary leaves it out", err)
     return report(cfg, result, record, plan, tracker, clock)
 
 

@@ -115,8 +115,10 @@ def best_checkpoint_line(summary: dict) -> str:
     checkpoint_every above 1, leaves the best of the checkpoints kept)."""
     name = Path(summary["best_checkpoint"]).name
     held, best = summary.get("best_checkpoint_epoch"), summary.get("best_epoch")
-    if held is None or held == best:
-        return name if held is None else f"{name} (epoch {held}, the best)"
+    if held is None or best is None:
+        return name if held is None else f"{name} (epoch {held})"
+    if held == best:
+        return f"{name} (epoch {held}, the best)"
     return f"{name} (epoch {held}: epoch {best}, the best, was not checkpointed; see checkpoint_every)"
 
 
