@@ -35,6 +35,11 @@ def test_ddp_with_two_processes_reads_two_disjoint_shards_and_doubles_the_global
     ]
     res = run_cli(*args, f"hydra.run.dir={out}", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
+    # DDP's set-up lines in the log files only, not on the console (the plan line says the replicas there)
+    assert "distributed_backend=" not in res.stdout + res.stderr and "Initializing distributed" not in res.stdout
+    logs = "".join(path.read_text() for path in out.glob("*.log"))
+    assert "All distributed processes registered. Starting with 2 processes" in logs
+    assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in logs
     summary = read_summary(out)
     assert (summary["world_size"], summary["global_batch"]) == (2, 2 * batch)
     check_each_val_image_counted_once(summary, val_set=classes)

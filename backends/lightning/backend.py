@@ -98,6 +98,10 @@ def _quiet_duplicate_logs() -> None:
     rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
     if not any(isinstance(f, _NoStartupNoise) for f in rank_zero.filters):
         rank_zero.addFilter(_NoStartupNoise())
+    for handler in logging.getLogger().handlers:  # the console's: DDP's set-up lines go to the log file only
+        console = isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler)
+        if console and not any(isinstance(f, _LogFileOnly) for f in handler.filters):
+            handler.addFilter(_LogFileOnly())
 
 
 # Lightning's lines that tell a hydrali user nothing: its tips, the devices it did not use (the plan names the
@@ -110,6 +114,17 @@ LIGHTNING_NOISE = (
     "`Trainer.fit` stopped:",
     "Detected KeyboardInterrupt",
 )
+
+
+# Lightning's lines of DDP's set-up (each process's rank, the backend, the process count): the plan line says the
+# replicas on the console; the log file keeps these for whoever debugs a launch
+DDP_SETUP_LINES = ("Initializing distributed:", "All distributed processes registered")
+
+
+class _LogFileOnly(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        return not any(line in message for line in DDP_SETUP_LINES)
 
 
 class _NoStartupNoise(logging.Filter):
