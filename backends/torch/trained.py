@@ -59,7 +59,7 @@ class TorchTrainedNetwork:
         folder.mkdir(parents=True, exist_ok=True)
         if fmt == "torchscript":
             path = folder / "model.pt"
-            with torch.no_grad():
+            with torch.no_grad(), _torchscript_asked_for():
                 torch.jit.trace(network, images).save(str(path))
             return path
         path = folder / "model.onnx"
@@ -81,7 +81,8 @@ class TorchTrainedNetwork:
         images = np.ascontiguousarray(batch["images"], dtype=np.float32)
         names = _ExportedNetwork(self.side).output_names
         if fmt == "torchscript":
-            program = torch.jit.load(str(path), map_location="cpu")
+            with _torchscript_asked_for():
+                program = torch.jit.load(str(path), map_location="cpu")
             with torch.no_grad():
                 outputs = program(torch.from_numpy(images))
             return {name: _numpy(value) for name, value in zip(names, outputs)}
@@ -89,6 +90,18 @@ class TorchTrainedNetwork:
 
         session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         return dict(zip(names, session.run(names, {"images": images})))
+
+
+@contextlib.contextmanager
+def _torchscript_asked_for():
+    """torch.jit without torch's deprecation warnings: format=torchscript names TorchScript, which serving stacks
+    still load (torch deprecates torch.jit.trace/load in favour of torch.export; format=onnx is the other choice, and
+    README says so), so its FutureWarnings tell the user nothing they can act on in this command."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.\w+` is deprecated", category=FutureWarning)
+        yield
 
 
 @contextlib.contextmanager
