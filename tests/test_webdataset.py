@@ -190,6 +190,27 @@ def test_training_from_an_s3_bucket_equals_training_from_the_same_shards_on_disk
     fails_with(no_credentials, "no credentials", "AWS_ACCESS_KEY_ID")
 
 
+@pytest.mark.slow
+def test_shards_train_at_the_image_size_their_data_was_converted_at_unless_told(tmp_path, shards):
+    """The digits are 32 px photos (conf/data/digits.yaml): converted, their shards say so, and data=webdataset
+    trains them at 32 px without data.image_size (before: data=webdataset's 224 px, 25 s an epoch instead of 4 s)."""
+    manifest = json.loads((shards / "manifest.json").read_text())
+    assert manifest["made_by"]["image_size"] == 32
+    run = tmp_path / "run"
+    args = ["data=webdataset", f"data.root={shards}", "epochs=1", "pipeline=light", "model.widths=[8,16,32]"]
+    out = run_cli(*args, *LIGHTNING_QUIET, "tracking=none", f"hydra.run.dir={run}", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "data.image_size=32: the size the shards' data was converted at" in out.stdout + out.stderr
+    recorded = json.loads((run / "run.json").read_text())["config"]
+    assert recorded["data"]["image_size"] == 32, "the run dir records the number, as eval and export read it"
+    # a manifest written before hydrali recorded the size: one line naming the setting
+    old = tmp_path / "old-shards"
+    shutil.copytree(shards, old)
+    del manifest["made_by"]["image_size"]
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    fails_with(run_cli("data=webdataset", f"data.root={old}", cwd=tmp_path), "pass data.image_size")
+
+
 def test_bad_conversions_and_shards_are_one_line_and_write_nothing(tmp_path, data_dir, shards):
     used = tmp_path / "used"
     used.mkdir()

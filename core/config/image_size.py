@@ -9,6 +9,12 @@ from __future__ import annotations
 SMALL_IMAGES = 64  # the largest image side (data.image_size) the small stem keeps at full resolution
 
 
-def stem_for(image_size: int) -> str:
+UNKNOWN_YET = "decided by the image size"  # the stem while data.image_size is null (data=webdataset, before its
+#   shards' size is read: hydrali.core.data.shards_image_size); nothing builds a network before that
+
+
+def stem_for(image_size: int | None) -> str:
     """The ResNet stem suited to images of `image_size` px: small (3x3, stride 1) or imagenet (stride 4)."""
+    if image_size is None:
+        return UNKNOWN_YET
     return "small" if int(image_size) <= SMALL_IMAGES else "imagenet"

@@ -100,6 +100,7 @@ def convert(path: str | None, overrides: list[str]) -> None:
                 "command": "hydrali convert " + " ".join(shlex.quote(o) for o in overrides),
                 "data": str(cfg.data.name),
                 "source": str(cfg.data.root),
+                "image_size": int(cfg.data.image_size),  # what data=webdataset trains at unless told otherwise
                 "seed": seed,  # null: written in the dataset's order (shuffle=false)
                 "shuffled": bool(options.shuffle),
                 "shard_size": int(options.shard_size),

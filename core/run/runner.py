@@ -18,7 +18,7 @@ from hydrali.core.config.validate import check_batch_keys, check_config
 from hydrali.core.contracts.backend import Backend
 from hydrali.core.contracts.registry import backend_spec, load_backend
 from hydrali.core.contracts.run import RunContract
-from hydrali.core.data import affinity, autotune, devices, image_files, weights_preprocessing
+from hydrali.core.data import affinity, autotune, devices, image_files, shards_image_size, weights_preprocessing
 from hydrali.core.data.image_files import write_skipped_files
 from hydrali.core.distributed import agreement, gather, local_launch, topology
 from hydrali.core.distributed.launchers import LAUNCHED_BY_HYDRALI
@@ -79,6 +79,7 @@ def run(cfg: DictConfig) -> float | None:
     adopt_mpi_ranks()  # mpirun's ranks, as torchrun's variables (the frameworks read those), before anything can fail:
     # a failed job is then recorded by rank 0 alone (sweep.run_job asks is_first_process)
     check_config(cfg)
+    shards_image_size.apply(cfg)  # data=webdataset: the shards' image size where the config leaves it null
     # the pretrained weights' image size, mean and std, before the run dir compares configs or anything reads them
     weights_preprocessing.apply(cfg, job_context.current().overrides)
     resizing.check(cfg)  # against data.image_size as the weights set it
@@ -94,7 +95,8 @@ def run(cfg: DictConfig) -> float | None:
             attempt = run_dir.Attempt(cfg, list(job.overrides), run_dir.read(output_dir))
         else:
             attempt = run_dir.reconcile(cfg, output_dir, list(job.overrides))
-            weights_preprocessing.apply(attempt.cfg, attempt.overrides)  # a config composed again (ckpt_path)
+            shards_image_size.apply(attempt.cfg)  # a config composed again (ckpt_path)
+            weights_preprocessing.apply(attempt.cfg, attempt.overrides)
             check_config(attempt.cfg)
             check_batch_keys(attempt.cfg, attempt.overrides)  # the run's config: a resumed run's recomposed one
             finished = finished_summary(attempt)

@@ -29,7 +29,7 @@ class ClassificationDataConfig:
     root: str = MISSING
     batch_size: int = 64
     global_batch: Optional[int] = None  # images per optimizer step, fixed whatever the replicas (conf/data)
-    image_size: int = 224
+    image_size: Optional[int] = 224  # null: data=webdataset's, the shards' own (hydrali.core.data.shards_image_size)
     num_classes: Optional[int] = None
     val_fraction: float = 0.0
     size: int = 0
