@@ -348,7 +348,7 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(trained_on_both, evalu
         (("export", str(_run_dir(trained_on_both, "keras")), "format=torchscript"), "backend=keras exports"),
         # the run's preprocessing and network: another would feed its network images it never trained on
         (("eval", str(run), "data.image_size=64"), "data.image_size= cannot be set"),
-        (("eval", str(run), "pipeline=standard"), "pipeline= cannot be set"),
+        (("eval", str(run), "pipeline=light"), "pipeline= cannot be set"),  # it trained with pipeline=standard
         (("predict", str(run), f"source={empty}", "model.widths=[4,8,16]"), "model.widths= cannot be set"),
         (("export", str(run), "pipeline.options.mean=[0,0,0]"), "pipeline.options.mean= cannot be set"),
     ]
