@@ -1,28 +1,33 @@
 """Output fit for a file: what a library colours for a terminal is written plain where the output is not one.
 
 Optuna's default handler colours its lines (colorlog) whether or not stderr is a terminal, so a sweep's log file or a
-scheduler's output held escape codes. Where stderr is not a terminal, an Optuna search's lines go through Python's
-logging as every other line of the sweep does (the format Hydra's logging config gives them), without colour."""
+scheduler's output held escape codes. Where stderr is not a terminal, an Optuna search's lines are written by a plain
+handler instead: the same lines and format on stderr, without colour."""
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+OPTUNA_FORMAT = "[%(levelname)1.1s %(asctime)s] %(message)s"  # optuna.logging's default, without colorlog's codes
+
 
 def plain_optuna_lines(config: DictConfig) -> bool:
-    """Send Optuna's lines through Python's logging, uncoloured, when the sweep `config` is an Optuna search and
-    stderr is not a terminal; whether it did."""
+    """Write Optuna's lines uncoloured when the sweep `config` is an Optuna search and stderr is not a terminal;
+    whether it did."""
     sweeper = str(OmegaConf.select(config, "hydra.sweeper._target_", default="") or "")
     if "optuna" not in sweeper.lower() or sys.stderr.isatty():
         return False
     import optuna
 
     optuna.logging.disable_default_handler()  # colorlog's, on stderr
-    optuna.logging.enable_propagation()  # to the root logger, which Hydra configured
+    plain = logging.StreamHandler()  # on stderr as Optuna's own, in its format less the colour; not propagated to the
+    plain.setFormatter(logging.Formatter(OPTUNA_FORMAT))  # root logger, whose file handler is the last job's log
+    logging.getLogger("optuna").addHandler(plain)
     return True
 
 
