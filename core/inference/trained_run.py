@@ -112,7 +112,7 @@ def open_run(command: str, path: str | None, overrides: list[str]) -> TrainedRun
     if changed:  # the same value again (a script repeating the training overrides) changes nothing
         key = changed[0]
         raise HydraliError(
-            f"{key}= cannot be set: {path} was trained with {key}={_recorded_leaf(record, key)}, and "
+            f"{key}= cannot be set: {path} was trained with {key}={_recorded_value(record, key)}, and "
             f"hydrali {command} feeds its network as it trained (its preprocessing and network settings are the run's)"
         )
     run_dir.pin_locations(cfg, record, overrides, where)
@@ -125,32 +125,24 @@ def _recorded(record: run_dir.RunFile, key: str) -> str:
     return str(node.get("name", node.get("_target_", "?"))) if isinstance(node, dict) else str(node)
 
 
-def _value_of(cfg: DictConfig, key: str):
-    """The composed value of the dotted `key` as plain data (a group: its name)."""
-    value = OmegaConf.select(cfg, key)
-    if isinstance(value, DictConfig):
+def _plain(value):
+    """A config value as plain data for comparing: a group's node as its name, a list or node as Python data."""
+    if isinstance(value, (dict, DictConfig)):
         return str(value.get("name", value.get("recipe", "?")))
     return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
 
 
+def _value_of(cfg: DictConfig, key: str):
+    """The composed value of the dotted `key` as plain data (a group: its name)."""
+    return _plain(OmegaConf.select(cfg, key))
+
+
 def _recorded_value(record: run_dir.RunFile, key: str):
-    """The value the run recorded for the dotted `key` as plain data (a group: its name)."""
+    """The value the run recorded for the dotted `key` as plain data (a group: its name; None: not recorded)."""
     node = record.config
     for part in key.split("."):
         node = node.get(part) if isinstance(node, dict) else None
-    if isinstance(node, dict):
-        return str(node.get("name", node.get("recipe", "?")))
-    return node
-
-
-def _recorded_leaf(record: run_dir.RunFile, key: str) -> str:
-    """The value the run recorded for the dotted `key` (a group's name for a group), as text."""
-    node = record.config
-    for part in key.split("."):
-        node = node.get(part, {}) if isinstance(node, dict) else {}
-    if isinstance(node, dict):
-        return str(node.get("name", node.get("recipe", "?")))
-    return str(node)
+    return _plain(node)
 
 
 def _take_recorded_values(cfg: DictConfig, recorded: dict, named: set[str]) -> None:

@@ -130,7 +130,7 @@ def format_table(summary: dict) -> str:
         ("epochs", str(summary["epochs"])),
         (f"best {summary['monitor']}", "n/a" if best is None else f"{best:.4f}"),
         *([("best checkpoint", best_checkpoint_line(summary))] if summary.get("best_checkpoint") else []),
-        *((f"final {k}", f"{v:.4g}") for k, v in metric_order(summary["final"]).items() if not k.endswith("/images")),
+        *((f"final {k}", f"{v:.4g}") for k, v in summary["final"].items() if not k.endswith("/images")),
         (
             "images per epoch",
             f"{summary['history'][-1].get('train/images', 0):.0f} trained, {summary['val_images']} scored"
