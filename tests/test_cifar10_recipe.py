@@ -27,14 +27,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from hydrali.bench.cifar10 import unpack
 from hydrali.core.data.affinity import THREAD_VARIABLES
-from tests.support.cli import REPO, cli_env
+from tests.support.cli import REPO, run_cli
 from tests.support.configs import with_plugin_callback
 
 THRESHOLD = 0.30  # best val/acc both backends reach on every kernel path measured (see above); chance is 0.1
@@ -59,28 +57,20 @@ def test_experiment_cifar10_learns_the_photos_and_the_framework_gets_the_cores_d
     cifar_subset, tmp_path, backend
 ):
     threads_file = tmp_path / "threads.json"
-    env = {key: value for key, value in cli_env().items() if key not in THREAD_VARIABLES}  # cli_env: no Keras variables
     quiet = "backend.trainer.enable_progress_bar=false" if backend == "lightning" else "backend.verbose=0"
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "hydrali.core",
-            "experiment=cifar10",
-            f"backend={backend}",
-            f"data.root={cifar_subset}",
-            *NARROW,
-            quiet,
-            f"pipeline.num_threads={DALI_WORKERS}",
-            "tracking=none",
-            f"hydra.run.dir={tmp_path / 'run'}",
-            with_plugin_callback("threads", "RecordComputeThreads", path=str(threads_file), framework=backend),
-        ],
+    out = run_cli(
+        "experiment=cifar10",
+        f"backend={backend}",
+        f"data.root={cifar_subset}",
+        *NARROW,
+        quiet,
+        f"pipeline.num_threads={DALI_WORKERS}",
+        "tracking=none",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        with_plugin_callback("threads", "RecordComputeThreads", path=str(threads_file), framework=backend),
         cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
         timeout=900,
+        unset=THREAD_VARIABLES,  # cli_env leaves out the Keras variables too
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     # the recipe reads the photos decoded once (pipeline.options.decode_once): each split of the subset decoded once

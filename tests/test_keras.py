@@ -17,7 +17,7 @@ from tests.support.checks import (
     fails_with,
     read_summary,
 )
-from tests.support.cli import HYDRALI, cli_env, run_cli
+from tests.support.cli import cli_env, run_cli
 from tests.support.configs import KERAS_QUIET, SMALL_NET, TINY, compose_config, with_plugin_callback
 from tests.support.datasets import write_one_image_per_class
 from tests.support.plugins import keras_model_without_batchnorm
@@ -220,24 +220,11 @@ def test_keras_trains_in_bf16_mixed_precision_on_the_cpu(data_dir, tmp_path):
     policies = tmp_path / "policies.json"
     record = with_plugin_callback("policies", "KerasRecordPolicies", path=str(policies))
     # a narrow network on 16 x 16 images: bf16 matmuls are slow on a CPU, and the policy is what is checked
-    env = {key: value for key, value in cli_env().items() if key != "ONEDNN_MAX_CPU_ISA"}
-    out = subprocess.run(
-        [
-            sys.executable,
-            *HYDRALI,
-            *BF16_RUN,
-            record,
-            f"paths.data_dir={data_dir}",
-            f"hydra.run.dir={tmp_path / 'bf16'}",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    bf16 = tmp_path / "bf16"
+    args = [*BF16_RUN, record, f"paths.data_dir={data_dir}", f"hydra.run.dir={bf16}"]
+    out = run_cli(*args, cwd=tmp_path, unset=("ONEDNN_MAX_CPU_ISA",))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
-    summary = read_summary(tmp_path / "bf16")
+    summary = read_summary(bf16)
     assert json.loads(policies.read_text()) == ["mixed_bfloat16"]
     assert np.isfinite(summary["final"]["train/loss"]) and summary["val_images"] == 360
 

@@ -18,22 +18,34 @@ REPO = Path(__file__).resolve().parents[2]
 HYDRALI = ("-m", "hydrali.core")  # `python -m hydrali.core` is the `hydrali` command
 
 
-def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+def cli_env(extra: dict[str, str] | None = None, unset: tuple[str, ...] = ()) -> dict[str, str]:
     """This process's environment and `extra`, with this checkout first on PYTHONPATH (so that hydrali and the
     tests' `_target_` plug-ins import) and Hydra's one-line errors, less the variables hydrali's Keras backend sets
-    where they are unset (this process imported it: conftest.py), so that a command sets them itself as in a shell."""
-    inherited = {key: value for key, value in os.environ.items() if key not in KERAS_ENVIRONMENT}
+    where they are unset (this process imported it: conftest.py), so that a command sets them itself as in a shell,
+    and less the variables `unset` names (whatever the caller of the tests set them to)."""
+    inherited = {key: value for key, value in os.environ.items() if key not in (*KERAS_ENVIRONMENT, *unset)}
     env = {**inherited, "HYDRA_FULL_ERROR": "0", **(extra or {})}
     env["PYTHONPATH"] = os.pathsep.join(path for path in (str(REPO), env.get("PYTHONPATH", "")) if path)
     return env
 
 
 def run_cli(
-    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: int = 600, entry: tuple[str, ...] = HYDRALI
+    *args: str,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    timeout: int = 600,
+    entry: tuple[str, ...] = HYDRALI,
+    unset: tuple[str, ...] = (),
 ) -> subprocess.CompletedProcess:
-    """Run `python <entry> <args>` (by default `hydrali <args>`) in `cwd` to its end, its output captured as text."""
+    """Run `python <entry> <args>` (by default `hydrali <args>`) in `cwd` to its end, its output captured as text;
+    `env` added to the environment, `unset` taken out of it (cli_env)."""
     return subprocess.run(
-        [sys.executable, *entry, *args], cwd=cwd, env=cli_env(env), capture_output=True, text=True, timeout=timeout
+        [sys.executable, *entry, *args],
+        cwd=cwd,
+        env=cli_env(env, unset),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
