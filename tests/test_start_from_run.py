@@ -4,6 +4,7 @@ anything is written."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -155,6 +156,39 @@ def test_a_run_started_from_a_run_named_relative_to_the_working_dir_resumes(tmp_
     assert [row["epoch"] for row in read_summary(run_dir)["history"]] == [1, 2]
 
 
+def test_a_run_at_another_image_size_takes_the_network_settings_of_the_run_it_starts_from(
+    tmp_path, digits_sets, first_runs
+):
+    """model.weights=<a 16 px run> at data.image_size=72: small_resnet's stem, which the image size chooses
+    (imagenet above 64 px), is that run's (small), so its weights load; the run records the stem it trained, and eval
+    of it scores its network at 72 px. The same with model.stem=imagenet on the command line is refused, naming it."""
+    earlier = first_runs["lightning"]
+    out, run_dir = _train(
+        tmp_path, "lightning", digits_sets[0], "larger", f"model.weights={earlier}", "data.image_size=72"
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "that run's network settings, where the command line sets none: model.stem=small" in out.stderr + out.stdout
+    assert json.loads((run_dir / "run.json").read_text())["config"]["model"]["stem"] == "small"
+    then, now = (
+        _network_of("lightning", earlier, read_summary(earlier)["best_checkpoint"]),
+        _network_of("lightning", run_dir),
+    )
+    assert then.keys() == now.keys() and all(then[k].shape == now[k].shape for k in then)
+    scored = run_cli("eval", str(run_dir), "tracking=none", cwd=tmp_path)
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    out, refused = _train(
+        tmp_path,
+        "lightning",
+        digits_sets[0],
+        "set",
+        f"model.weights={earlier}",
+        "data.image_size=72",
+        "model.stem=imagenet",
+    )
+    fails_with(out, "trained another network", "stem is 'small' there, 'imagenet' here")
+    assert not refused.exists()
+
+
 REFUSALS = {  # what is asked on top of model.weights=<the Lightning run on digits 0-4>, and the line's words
     "another backend": ("keras", [], ["is a run of backend=lightning", "pass backend=lightning"]),
     "another network": ("lightning", ["model.widths=[8,16,64]"], ["trained another network", "[8, 16, 32] there"]),
@@ -170,6 +204,23 @@ def test_what_cannot_start_from_a_run_is_one_line_and_writes_nothing(tmp_path, d
     fails_with(out, *needles)
     assert not run_dir.exists()
     assert {p: p.stat().st_mtime_ns for p in earlier.rglob("*")} == before
+
+
+def test_a_run_of_another_model_is_one_line_naming_both_builders(tmp_path, digits_sets, first_runs):
+    """model=timm from a run of small_resnet: its settings are not mixed in; one line names both networks' code."""
+    run_dir = tmp_path / "timm"
+    out = run_cli(
+        "data=imagefolder",
+        f"data.root={digits_sets[1]}",
+        "model=timm",
+        "model.name=resnet18",
+        f"model.weights={first_runs['lightning']}",
+        "tracking=none",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+    )
+    fails_with(out, "is a run of another model", "torch_model.ResNet' there", "timm_model.TimmNetwork' here", "model=")
+    assert not run_dir.exists()
 
 
 def test_a_task_that_cannot_tell_backbone_from_head_refuses_a_runs_weights(tmp_path, first_runs):

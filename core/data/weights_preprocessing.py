@@ -11,6 +11,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from hydrali.core.errors import HydraliError
+from hydrali.core.run.run_dir import set_on_command_line
 
 log = logging.getLogger("hydrali")
 
@@ -22,14 +23,6 @@ TARGETS = {
     "crop_fraction": "pipeline.options.val_crop_fraction",
 }
 CHOICES = ("weights", "pipeline")  # model.preprocessing
-
-
-def _overridden(key: str, overrides: list[str]) -> bool:
-    """Whether the command line set `key`, or a node holding it (pipeline.options={...}); choosing a config group
-    (data=imagefolder) sets nothing of the weights'."""
-    from hydrali.core.run.run_dir import override_key
-
-    return any(key == set_ or ("." in set_ and key.startswith(f"{set_}.")) for set_ in map(override_key, overrides))
 
 
 def apply(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
@@ -46,7 +39,7 @@ def apply(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
     applied = {}
     for what, value in found.items():
         key = TARGETS[what]
-        if _overridden(key, overrides) or OmegaConf.select(cfg, key) is None:
+        if set_on_command_line(key, overrides) or OmegaConf.select(cfg, key) is None:
             continue
         if OmegaConf.select(cfg, key) != value:
             OmegaConf.update(cfg, key, value, merge=False)

@@ -166,6 +166,12 @@ def override_key(override: str) -> str:
     return OverridesParser.create().parse_override(override).key_or_group
 
 
+def set_on_command_line(key: str, overrides: list[str]) -> bool:
+    """Whether `overrides` set `key` (dotted), or a node holding it (pipeline.options={...}); choosing a config group
+    (data=imagefolder) sets none of its keys."""
+    return any(key == set_ or ("." in set_ and key.startswith(f"{set_}.")) for set_ in map(override_key, overrides))
+
+
 def merge_overrides(then: list[str], now: list[str]) -> list[str]:
     """The overrides of a run composed again: `then`'s, but for the keys `now` sets, followed by `now`."""
     keys_now = {override_key(o) for o in now}

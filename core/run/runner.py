@@ -82,6 +82,7 @@ def run(cfg: DictConfig) -> float | None:
     shards_image_size.apply(cfg)  # data=webdataset: the shards' image size where the config leaves it null
     # the pretrained weights' image size, mean and std, before the run dir compares configs or anything reads them
     weights_preprocessing.apply(cfg, job_context.current().overrides)
+    weights_from_run.adopt(cfg, job_context.current().overrides)  # a run's network settings with its weights
     resizing.check(cfg)  # against data.image_size as the weights set it
     check_network(cfg)  # e.g. a model name not in its library's registry: one line, before the run dir is touched
     output_dir = Path(cfg.paths.output_dir)
@@ -97,6 +98,7 @@ def run(cfg: DictConfig) -> float | None:
             attempt = run_dir.reconcile(cfg, output_dir, list(job.overrides))
             shards_image_size.apply(attempt.cfg)  # a config composed again (ckpt_path)
             weights_preprocessing.apply(attempt.cfg, attempt.overrides)
+            weights_from_run.adopt(attempt.cfg, attempt.overrides)
             check_config(attempt.cfg)
             check_batch_keys(attempt.cfg, attempt.overrides)  # the run's config: a resumed run's recomposed one
             finished = finished_summary(attempt)

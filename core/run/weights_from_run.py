@@ -6,6 +6,10 @@ checkpoints/ folder. From a dir the network starts from the run's best checkpoin
 from its newest. Only the network's weights are taken, not the optimizer's state or the epoch: the new run trains
 from epoch 1, with a new head when the classes differ. Refused, each in one line, before anything is written: a
 run of another backend, of another task, or of another network (naming both).
+
+The network's settings come with its weights: those of the run's model node that this command line does not set are
+taken (`adopt`), as pretrained weights' config sets data.image_size, so that a run at 224 px starts from one at 32 px
+without restating the stem the image size chose there.
 """
 
 from __future__ import annotations
@@ -17,16 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hydrali.core.contracts.registry import backend_of_checkpoint, backend_spec
 from hydrali.core.contracts.task import FINE_TUNING_KEYS, PREPROCESSING_KEYS, STARTING_POINT_KEYS
 from hydrali.core.errors import HydraliError, first_line
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR, TRAINED_WITH
-from hydrali.core.run.run_dir import differences
+from hydrali.core.run.run_dir import _flat, differences, set_on_command_line
 from hydrali.core.run.summary import SUMMARY_FILE
 
 NOT_THE_NETWORK = FINE_TUNING_KEYS + PREPROCESSING_KEYS + STARTING_POINT_KEYS  # model keys that may differ
+BUILDERS = ("_target_", "keras_target")  # which code builds the network: settings are taken within one
 AS_BUILT = {"weights": None, "pretrained": False, "freeze": None}  # a network as its builder makes it, untrained
 log = logging.getLogger("hydrali")
 
@@ -99,6 +104,48 @@ def find(weights, backend: str, newest: Callable[[Path], Path | None]) -> RunWei
     return RunWeights(checkpoint, trained_with)
 
 
+def adopt(cfg: DictConfig, overrides: list[str]) -> dict:
+    """Set in `cfg.model` the network settings of the run `model.weights` names, but for keys `overrides` set
+    (model.<key> on the command line); return what was set (dotted key -> value), logged once. Nothing when it names
+    no run, a run of another task or of another builder (model=<another network>), or one that cannot be read:
+    `check` then says why in one line."""
+    weights = cfg.model.get("weights")
+    if not names_a_run(weights):
+        return {}
+    try:
+        then = json.loads(_trained_with_file(weights).read_text())
+    except (OSError, ValueError):
+        return {}
+    if then.get("task") != cfg.task.name or not isinstance(then.get("model"), dict):
+        return {}
+    network = _network(then["model"])
+    own = _network(OmegaConf.to_container(cfg.model, resolve=True))
+    if _builders_differ(network, own):
+        return {}
+    network, own = _flat(network, "model."), _flat(own, "model.")
+    taken = {
+        key: value
+        for key, value in network.items()
+        if own.get(key) != value and not set_on_command_line(key, overrides)
+    }
+    with open_dict(cfg):
+        for key, value in taken.items():
+            OmegaConf.update(cfg, key, value, merge=False, force_add=True)
+    if taken:
+        log.info(
+            "model.weights=%s: that run's network settings, where the command line sets none: %s",
+            weights,
+            ", ".join(f"{key}={value}" for key, value in taken.items()),
+        )
+    return taken
+
+
+def _trained_with_file(weights) -> Path:
+    """The trained_with.json of the run `model.weights` names (its dir, or a checkpoint in its checkpoints/)."""
+    path = Path(str(weights)).expanduser()
+    return path.parent / TRAINED_WITH if path.is_file() else path / CHECKPOINT_DIR / TRAINED_WITH
+
+
 def check(cfg: DictConfig, newest: Callable[[Path], Path | None]) -> RunWeights | None:
     """Whether this run's network can start from what `model.weights` names, in one line when it cannot: a run of
     this backend, task and network, or (not a run) a file the model's own builder reads."""
@@ -115,13 +162,25 @@ def check(cfg: DictConfig, newest: Callable[[Path], Path | None]) -> RunWeights 
             f"model.weights={weights} is a run of task={then.get('task')}, this run is task={cfg.task.name}: pass a "
             f"run of task={cfg.task.name}"
         )
-    what = differences(_network(then.get("model", {})), _network(OmegaConf.to_container(cfg.model, resolve=True)))
+    network, own = _network(then.get("model", {})), _network(OmegaConf.to_container(cfg.model, resolve=True))
+    if _builders_differ(network, own):
+        builders = differences(*({key: node.get(key) for key in BUILDERS} for node in (network, own)))
+        raise HydraliError(
+            f"model.weights={weights} is a run of another model ({builders}): pass the model= "
+            f"that run trained (its .hydra/overrides.yaml), or a run of this model"
+        )
+    what = differences(network, own)
     if what:
         raise HydraliError(
-            f"model.weights={weights} trained another network ({what}): pass the model settings of that run (its "
-            f".hydra/config.yaml), or a run of this network"
+            f"model.weights={weights} trained another network ({what}): leave those model settings off the command "
+            f"line (that run's come with its weights), or pass a run of this network"
         )
     return found
+
+
+def _builders_differ(network: dict, own: dict) -> bool:
+    """Whether two model nodes' networks are built by other code (their _target_ or keras_target)."""
+    return any(network.get(key) != own.get(key) for key in BUILDERS)
 
 
 def _network(model: dict) -> dict:
