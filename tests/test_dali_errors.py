@@ -1,6 +1,8 @@
 """DALI failures while training become one line: DALI's words without C++ frames; only a decoder's run-time
 failure looks for the file."""
 
+import pytest
+
 from hydrali.core.data.dali_errors import dali_reason, explain_dali_error, is_decode_failure
 
 DECODE = (
@@ -29,6 +31,27 @@ def test_a_memory_failure_is_not_a_file_search_and_says_what_to_change():
     assert "frame" not in str(err) and "libdali" not in str(err)
     assert "lower data.batch_size" in str(err)
     assert dali_reason(OOM) == "CUDA allocation failed"
+
+
+def test_a_real_dali_failure_is_dalis_words_without_its_cpp_source_line():
+    """A pipeline that fails at run time in DALI itself (a slice out of bounds): the line holds DALI's reason and the
+    operator, not the `C++ context:` DALI appends (a source path, or nothing)."""
+    from nvidia.dali import fn, pipeline_def
+
+    @pipeline_def(batch_size=1, num_threads=1, device_id=None)
+    def out_of_bounds():
+        values = fn.random.uniform(range=[-1, 1], shape=(2, 3))
+        return fn.slice(values, 5, 2, axes=[0], out_of_bounds_policy="error")
+
+    pipe = out_of_bounds()
+    pipe.build()
+    with pytest.raises(RuntimeError) as caught:
+        pipe.run()
+    raised = caught.value
+    assert "C++ context:" in str(raised), "DALI's message as this test knows it"
+    line = str(explain_dali_error(raised, lambda: None))
+    assert line.startswith("DALI's nvidia.dali.fn.slice failed: Slice can't be placed out of bounds"), line
+    assert "C++" not in line and "\n" not in line, line
 
 
 def test_a_lightning_validation_batch_of_padding_only_is_skipped():

@@ -14,6 +14,7 @@ from hydrali.core.errors import HydraliError
 
 _OPERATOR = re.compile(r"Error in \w+ operator `([^`]+)`")
 _ENCOUNTERED = re.compile(r"encountered:\s*(.+?)(?:\nCurrent pipeline object|\Z)", re.S)
+CPP_CONTEXT = "C++ context:"  # DALI's line naming its C++ source file and line (empty in some builds): not the user's
 _HINTS = (
     ("out of memory", "GPU or host memory ran out: lower data.batch_size or pipeline.prefetch_queue_depth"),
     ("allocation failed", "memory ran out: lower data.batch_size or pipeline.prefetch_queue_depth"),
@@ -36,7 +37,8 @@ def dali_reason(message: str) -> str:
     lines = [
         line
         for line in lines
-        if "pipeline object is no longer valid" not in line and not line.startswith("Critical error in pipeline")
+        if "pipeline object is no longer valid" not in line
+        and not line.startswith(("Critical error in pipeline", CPP_CONTEXT))
     ]
     return re.sub(r"\[/[^\]]*\]\s*", "", " ".join(lines[:3]))[:400] or "unknown error"
 
