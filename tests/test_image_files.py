@@ -67,6 +67,16 @@ def test_every_format_dali_decodes_passes_the_check_whatever_its_name(tmp_path):
     assert [(p.name, structural_problem(p), decode_problem(p)) for p in files] == [(p.name, None, None) for p in files]
 
 
+def test_a_decoder_that_is_not_installed_blames_no_file(tmp_path, monkeypatch):
+    """Without simplejpeg (as on a machine set up by hand), a good JPEG is not reported as one that does not
+    decode: the missing module is raised as itself."""
+    good = tmp_path / "good.jpg"
+    _picture().save(good, format="JPEG")
+    monkeypatch.setitem(__import__("sys").modules, "simplejpeg", None)  # `import simplejpeg` raises ImportError
+    with pytest.raises(ImportError):
+        decode_problem(good)
+
+
 def test_foreign_truncated_and_damaged_files_are_told_apart(tmp_path):
     (tmp_path / "notes.jpg").write_text("not an image at all")
     whole = io.BytesIO()

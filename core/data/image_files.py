@@ -104,10 +104,10 @@ def decode_problem(path: Path) -> str | None:
     if problem:
         return problem
     data = Path(path).read_bytes()
+    import simplejpeg  # outside the try: a decoder that is not installed is no fault of the file
+
     try:
         if image_format(data[:HEAD_BYTES]) == "JPEG":
-            import simplejpeg
-
             simplejpeg.decode_jpeg(data, strict=True)  # strict: libjpeg's "Corrupt JPEG data" warnings raise
         else:
             from PIL import Image
