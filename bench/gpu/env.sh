@@ -6,6 +6,8 @@
 C13=$(PYTHONPATH= python3 -c "import nvidia.cudnn; print(list(nvidia.cudnn.__path__)[0])")/lib
 export PYTHONPATH=/tmp/site:/tmp/shim
 mkdir -p /tmp/shim/hydrali && for d in core backends tasks conf bench; do ln -sfn "$PWD/$d" /tmp/shim/hydrali/$d; done
+# hydra/launcher=hydrali, the default of -m: Hydra takes launchers from its hydra_plugins namespace only
+mkdir -p /tmp/shim/hydra_plugins && ln -sfn "$PWD/hydra_plugins/hydrali_launcher" /tmp/shim/hydra_plugins/hydrali_launcher
 if [ -d /tmp/site/nvidia/nccl ]; then mv /tmp/site/nvidia/nccl /tmp/nccl-cu12; fi
 if [ -d /tmp/site/tensorflow ]; then
   TF_LIBS=$C13:$(ls -d /tmp/site/nvidia/*/lib | tr '\n' :)/tmp/nccl-cu12/lib

@@ -39,6 +39,7 @@ def register_schemas() -> None:
     OmegaConf.register_new_resolver("hydrali_slurm_devices", slurm_devices, replace=True)  # hydra/launcher=slurm
     OmegaConf.register_new_resolver("hydrali_stem", stem_for, replace=True)  # conf/model/small_resnet.yaml
     OmegaConf.register_new_resolver("hydrali_output_dir", output_dir, replace=True)  # conf/paths/default.yaml
+    _register_launcher()
     cs = ConfigStore.instance()
     cs.store(name="hydrali_schema", node=HydraliConfig)
     for group, node in GROUP_SCHEMAS.items():
@@ -50,3 +51,13 @@ def register_schemas() -> None:
     for name, spec in task_specs().items():
         cs.store(name=f"{name}_task_schema", node=spec.task_schema)
         cs.store(name=f"{name}_data_schema", node=spec.data_schema)
+
+
+def _register_launcher() -> None:
+    """hydra/launcher=hydrali (the default of -m) with Hydra's plugins: Hydra finds a launcher by scanning its
+    hydra_plugins namespace, which misses the folder of an editable install (`pip install -e .`), so it is named."""
+    from hydra.core.plugins import Plugins
+
+    from hydra_plugins.hydrali_launcher.hydrali_launcher import HydraliLauncher
+
+    Plugins.instance().register(HydraliLauncher)

@@ -119,8 +119,13 @@ def run_job(cfg, run) -> float | None:
 
 
 def failed_here() -> int:
-    """How many jobs run in this process failed."""
+    """How many jobs run in this process failed (with those its worker processes counted: add_failed_elsewhere)."""
     return _failed["jobs"]
+
+
+def add_failed_elsewhere(count: int) -> None:
+    """Count `count` jobs that failed in a worker process of this sweep (a parallel launcher's) as failed here."""
+    _failed["jobs"] += count
 
 
 def record_failed_job(store: SweepStore, output_dir: Path, message: str, trace: str) -> None:

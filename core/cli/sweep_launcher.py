@@ -1,0 +1,242 @@
+"""hydrali's default launcher of a sweep (`-m`, conf/hydra/launcher/hydrali.yaml): on a machine with several GPUs its
+jobs run at once, each on GPUs of its own; with one GPU or none, one after another in this process, as Hydra's basic
+launcher runs them.
+
+The parallel jobs run in the worker processes of Hydra's joblib launcher (joblib's loky pool, reused between jobs,
+so that a worker keeps its imports): each worker takes a slot of GPUs once, for its life
+(hydrali.core.distributed.gpu_placement), and takes the next job as soon as its last one ended. A worker runs jobs of
+one backend only (torch's compiler in a process that ran TensorFlow crashes it): a sweep over backends runs each
+backend's jobs in a pool of its own, one backend after the other. Each job's console output goes to
+`<job dir>.console.log` beside its dir (its hydrali.log holds its log as always); this process prints a line as each
+job starts and ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig
+
+from hydrali.core.distributed import gpu_placement
+from hydrali.core.distributed.device_count import devices_setting
+
+log = logging.getLogger("hydrali")
+BACKEND_GROUP, DEVICES_KEY = "backend", "backend.devices"
+CONSOLE_SUFFIX = ".console.log"  # a parallel job's console output, beside its dir
+
+
+class HydraliLauncher(Launcher):
+    """Jobs at once on GPUs of their own where the machine has several, else one after another (Hydra's basic
+    launcher)."""
+
+    def __init__(self, gpus: Any = gpu_placement.AUTO, gpus_per_job: int = 1) -> None:
+        self.gpus, self.gpus_per_job = gpus, int(gpus_per_job)
+        self.config: DictConfig | None = None
+        self.task_function: TaskFunction | None = None
+        self.hydra_context: HydraContext | None = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        """Keep what launch needs (Hydra's Launcher interface)."""
+        self.config, self.task_function, self.hydra_context = config, task_function, hydra_context
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        """Run the jobs (Hydra's Launcher interface): their JobReturns in the order given."""
+        per_job = job_gpus(self.config, job_overrides, self.gpus_per_job)
+        placement = gpu_placement.plan(gpu_placement.visible_gpus(self.gpus, _count_gpus), per_job)
+        if not placement.parallel:
+            from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+
+            basic = BasicLauncher()
+            basic.setup(hydra_context=self.hydra_context, task_function=self.task_function, config=self.config)
+            return basic.launch(job_overrides, initial_job_idx)
+        return self._parallel(placement, job_overrides, initial_job_idx)
+
+    def _parallel(self, placement, job_overrides, initial_job_idx: int) -> list[JobReturn]:
+        from hydra.core.singleton import Singleton
+        from hydra.core.utils import setup_globals
+        from joblib import Parallel, delayed
+        from joblib.externals.loky import get_reusable_executor
+
+        from hydrali.core.tracking import sweep
+
+        setup_globals()
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        os.environ.update(gpu_placement.offer(placement, sweep_dir))  # the workers start with it
+        print(f"hydrali: sweep of {len(job_overrides)} jobs: {placement.describe()}", flush=True)
+        state = Singleton.get_state()
+        returns: dict[int, JobReturn] = {}
+        exits: list[int] = []
+        with stops_passed_on(sweep_dir) as stop:
+            for group_number, indices in enumerate(by_backend(self.config, job_overrides)):
+                if group_number:  # a fresh pool: a worker runs one backend
+                    get_reusable_executor().shutdown(wait=True)
+                jobs = (
+                    delayed(run_in_worker)(
+                        initial_job_idx + i,
+                        job_overrides[i],
+                        self.hydra_context,
+                        self.config,
+                        self.task_function,
+                        state,
+                    )
+                    for i in indices
+                )
+                pool = Parallel(
+                    n_jobs=len(placement.slots), backend="loky", batch_size=1, pre_dispatch="n_jobs",
+                    return_as="generator_unordered",
+                )  # fmt: skip
+                for ended in pool(jobs):
+                    sweep.add_failed_elsewhere(ended.failed)
+                    if ended.exit_code is not None:
+                        exits.append(ended.exit_code)
+                    if ended.ret is not None:
+                        returns[ended.index] = ended.ret
+                    if ended.started:
+                        print(ended_line(ended, self.config.get("optimized_metric")), flush=True)
+        if stop["signal"] is not None or exits:
+            get_reusable_executor().shutdown(wait=True)  # no worker outlives a stopped sweep
+        if stop["signal"] is not None:
+            raise KeyboardInterrupt  # hydrali's main closes the sweep as KILLED; each stopped job resumes
+        if exits:
+            raise SystemExit(exits[0])
+        return [returns[initial_job_idx + i] for i in range(len(job_overrides))]
+
+
+@contextlib.contextmanager
+def stops_passed_on(sweep_dir: Path):
+    """While a parallel sweep runs: Ctrl+C (SIGINT, which a terminal gives every worker too) and SIGTERM (which a
+    scheduler gives this process only, and which is passed on to the workers as SIGINT) stop it: its workers
+    start no further job, each running job stops as Ctrl+C stops a run (KILLED, resumable), and once they ended the
+    sweep ends as interrupted. Yields {"signal": the signal received, or None}."""
+    import signal
+
+    stop: dict = {"signal": None}
+
+    def on_signal(signum, frame):
+        first = stop["signal"] is None
+        stop["signal"] = signum
+        gpu_placement.ask_to_stop(sweep_dir)
+        if first:
+            print("hydrali: stopping the sweep: its running jobs stop and can be resumed", file=sys.stderr, flush=True)
+        if signum == signal.SIGTERM:
+            for pid in gpu_placement.holders(sweep_dir):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGINT)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _count_gpus() -> int:
+    from hydrali.core.data.devices import dali_cuda_devices
+
+    return dali_cuda_devices()[0]
+
+
+def _override(overrides: Sequence[str], key: str) -> str | None:
+    """The value `overrides` give `key` (the last one), or None."""
+    from hydrali.core.run.run_dir import override_key
+
+    values = [o.split("=", 1)[1] for o in overrides if "=" in o and override_key(o) == key]
+    return values[-1] if values else None
+
+
+def job_gpus(config: DictConfig, job_overrides: Sequence[Sequence[str]], default: int) -> int:
+    """The GPUs a slot holds: the most any job's backend.devices asks for; `default` (hydra.launcher.gpus_per_job)
+    for a job whose backend.devices is auto."""
+    base = config.backend.get("devices", gpu_placement.AUTO) if "backend" in config else gpu_placement.AUTO
+    counts = []
+    for overrides in job_overrides:
+        value = _override(overrides, DEVICES_KEY)
+        counts.append(devices_setting(value if value is not None else base) or default)
+    return max(counts, default=default)
+
+
+def by_backend(config: DictConfig, job_overrides: Sequence[Sequence[str]]) -> list[list[int]]:
+    """The jobs' positions grouped by backend, in the order each backend first appears."""
+    chosen = str(config.hydra.runtime.choices.get(BACKEND_GROUP, "")) if "hydra" in config else ""
+    groups: dict[str, list[int]] = {}
+    for index, overrides in enumerate(job_overrides):
+        groups.setdefault(_override(overrides, BACKEND_GROUP) or chosen, []).append(index)
+    return list(groups.values())
+
+
+@dataclass
+class Ended:
+    """What a worker hands back of one job."""
+
+    index: int
+    ret: JobReturn | None  # None: it did not start (the sweep was stopping), or it exited (exit_code)
+    gpus: tuple[str, ...] | None
+    seconds: float
+    failed: int  # jobs the worker counted as failed (0 or 1)
+    started: bool = True
+    exit_code: int | None = None  # the job ended its process's work with SystemExit (Ctrl+C: 130)
+
+
+def run_in_worker(idx: int, overrides, hydra_context, config, task_function, singleton_state) -> Ended:
+    """One job in a worker process: its slot's GPUs taken first (before any CUDA library reads them), its console
+    output to its console log; what happened back to the launcher. Nothing starts once the sweep is stopping."""
+    from hydra_plugins.hydra_joblib_launcher._core import execute_job
+
+    from hydrali.core.tracking import sweep
+
+    gpus = gpu_placement.take()
+    if gpu_placement.stopping():
+        return Ended(idx, None, gpus, 0.0, 0, started=False)
+    started, failed_before = time.monotonic(), sweep.failed_here()
+    console = Path(str(config.hydra.sweep.dir)) / f"{idx}{CONSOLE_SUFFIX}"
+    ret, code = None, None
+    with output_to(console):
+        print(f"hydrali: job {idx} on GPUs {','.join(gpus or ())}: {' '.join(filter_overrides(overrides))}", flush=True)
+        try:
+            ret = execute_job(idx, overrides, hydra_context, config, task_function, singleton_state)
+        except SystemExit as stop:  # a job stopped by Ctrl+C (130) or a preemption signal ends as its run says
+            code = stop.code if isinstance(stop.code, int) else 1
+    return Ended(idx, ret, gpus, time.monotonic() - started, sweep.failed_here() - failed_before, exit_code=code)
+
+
+@contextlib.contextmanager
+def output_to(path: Path):
+    """This process's stdout and stderr (file descriptors 1 and 2, as its libraries write them) into `path`."""
+    sys.stdout.flush(), sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(path, "a") as sink:
+        os.dup2(sink.fileno(), 1), os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush(), sys.stderr.flush()
+            os.dup2(saved[0], 1), os.dup2(saved[1], 2)
+            os.close(saved[0]), os.close(saved[1])
+
+
+def ended_line(ended: Ended, metric: str | None) -> str:
+    """The launcher's line for a job that ended: its number, GPUs, seconds and outcome."""
+    ret = ended.ret
+    if ended.exit_code is not None:
+        outcome = f"stopped (exit {ended.exit_code})"
+    elif ret is None or ret.status == JobStatus.FAILED or ended.failed:
+        outcome = "failed (its console log says why)"
+    elif isinstance(ret.return_value, float):
+        outcome = f"{metric} {ret.return_value:.4f}"
+    else:
+        outcome = "finished"
+    return (
+        f"hydrali: job {ended.index} ended on GPUs {','.join(ended.gpus or ())} after {ended.seconds:.0f} s: {outcome}"
+    )

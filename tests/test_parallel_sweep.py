@@ -1,0 +1,124 @@
+"""A sweep on a machine with several GPUs (hydra/launcher=hydrali, the default of -m): jobs at once, each on GPUs of
+its own, the next job on the GPUs that free up first, a failed job's included; Ctrl+C or SIGTERM stops every job,
+each resumable, and the sweep started again in its dir goes on. This machine has no GPU: the sweep is given GPU ids
+(hydra.launcher.gpus), which each job's process receives as CUDA_VISIBLE_DEVICES, and trains on the CPU."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from hydrali.core.distributed.gpu_placement import plan
+from hydrali.tasks.classification.datasets import write_digits
+from tests.support.checks import read_summary
+from tests.support.cli import as_from_a_terminal, run_cli, start_cli
+from tests.support.configs import LIGHTNING_QUIET, TINY
+
+TWO_GPUS = "hydra.launcher.gpus=[0,1]"
+STOP_WITHIN_S = 300
+POLL_S = 0.05
+
+
+def test_the_gpus_are_cut_into_disjoint_slots_of_a_jobs_size():
+    assert plan(["0", "1", "2", "3"], 1).slots == (("0",), ("1",), ("2",), ("3",))
+    assert plan(["0", "1", "2", "3", "4"], 2).slots == (("0", "1"), ("2", "3"))  # GPU 4 stays idle
+    assert plan(["5", "7"], 1).slots == (("5",), ("7",))  # CUDA_VISIBLE_DEVICES' own ids
+    assert not plan(["0"], 1).parallel and not plan([], 1).parallel  # one GPU or none: one job after another
+    assert not plan(["0", "1", "2"], 2).parallel  # a job asking for most of the GPUs: one slot
+
+
+def _gpus_of_jobs(sweep: Path) -> dict[int, str]:
+    """The GPUs each job's process saw (its CUDA_VISIBLE_DEVICES), from the first line of its console log."""
+    seen = {}
+    for log in sweep.glob("*.console.log"):
+        match = re.match(r"hydrali: job (\d+) on GPUs (\S*):", log.read_text())
+        assert match, log.read_text()[:500]
+        seen[int(match.group(1))] = match.group(2)
+    return seen
+
+
+@pytest.mark.slow
+def test_jobs_run_at_once_on_gpus_of_their_own_and_a_failed_jobs_gpu_takes_the_next(tmp_path, data_dir, digits_copy):
+    """Job 0 trains, job 1 fails at once (a file that does not decode), job 2 starts on job 1's GPU while job 0
+    still holds the other; the sweep reports the failure and exits 1."""
+    sys_digits = write_digits(data_dir / "digits", size=32, val_fraction=0.2)
+    broken = sorted((digits_copy / "val" / "7").glob("*.jpg"))[2]
+    broken.write_bytes(broken.read_bytes()[:200])
+    sweep = tmp_path / "sweep"
+    out = run_cli(
+        "-m",
+        "data=imagefolder",
+        f"data.root={sys_digits},{digits_copy},{sys_digits}",
+        "epochs=3",
+        *TINY,
+        *LIGHTNING_QUIET,
+        TWO_GPUS,
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "hydrali: sweep of 3 jobs: 2 jobs at once, on GPUs 0 | 1" in out.stdout
+    gpus = _gpus_of_jobs(sweep)
+    assert {gpus[0], gpus[1]} == {"0", "1"}, gpus  # at once, disjoint, every GPU used
+    assert gpus[2] == gpus[1], f"job 2 takes the GPU job 1 freed: {gpus}"
+    assert re.search(r"hydrali: job 1 ended on GPUs \d after \d+ s: failed", out.stdout), out.stdout
+    assert "cannot decode" in (sweep / "1.console.log").read_text()
+    for job in (0, 2):
+        assert [row["epoch"] for row in read_summary(sweep / str(job))["history"]] == [1, 2, 3]
+    assert "1 job(s) of the sweep failed" in out.stderr
+
+
+def _runs(root: Path):
+    client = MlflowClient(f"sqlite:///{root}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("hydrali").experiment_id], max_results=1000)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    return parents, {r.data.tags["hydrali.job"]: r for r in runs if "mlflow.parentRunId" in r.data.tags}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
+def test_a_parallel_sweep_stopped_stops_every_job_resumable_and_goes_on_when_started_again(tmp_path, data_dir, how):
+    """Ctrl+C (SIGINT to the terminal's whole process group) or SIGTERM (to the sweep's process alone, as a scheduler
+    sends it) while both jobs train: exit 130, every job's run KILLED with its epochs kept, no worker left; the
+    same command again resumes both jobs in their own runs and ends with the parent FINISHED."""
+    sweep = tmp_path / "sweep"
+    args = ["-m", "optim.lr=0.05,0.1", "epochs=5", *TINY, *LIGHTNING_QUIET, f"paths.data_dir={data_dir}"]
+    args += [TWO_GPUS, f"hydra.sweep.dir={sweep}"]
+    log = tmp_path / "first.log"
+    with log.open("w") as output:
+        first = start_cli(*args, cwd=tmp_path, stdout=output, preexec_fn=lambda: (as_from_a_terminal(), os.setpgrp()))
+        deadline = time.monotonic() + STOP_WITHIN_S
+        while not all((sweep / job / "history.json").exists() for job in ("0", "1")):
+            assert first.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(POLL_S)
+        if how == "SIGINT":
+            os.killpg(first.pid, signal.SIGINT)
+        else:
+            first.send_signal(signal.SIGTERM)
+        first.wait(timeout=STOP_WITHIN_S)
+    assert first.returncode == 130, log.read_text()[-3000:]
+    group = subprocess.run(["pgrep", "-a", "-g", str(first.pid)], capture_output=True, text=True).stdout.splitlines()
+    left = [line for line in group if not line.endswith("<defunct>")]  # ended, not yet reaped
+    assert not left, f"processes of the sweep still running: {left}"
+    parents, children = _runs(tmp_path)
+    assert [p.info.status for p in parents] == ["KILLED"]
+    assert {job: run.info.status for job, run in children.items()} == {"0": "KILLED", "1": "KILLED"}
+
+    again = run_cli(*args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "hydrali sweep summary: 2 job(s), 0 failed; parent run FINISHED" in again.stdout
+    for job in ("0", "1"):
+        assert "resuming from its newest checkpoint" in (sweep / job / "hydrali.log").read_text()
+        assert [row["epoch"] for row in read_summary(sweep / job)["history"]] == [1, 2, 3, 4, 5]
+    parents_now, children_now = _runs(tmp_path)
+    assert [(p.info.run_id, p.info.status) for p in parents_now] == [(parents[0].info.run_id, "FINISHED")]
+    assert {job: (run.info.run_id, run.info.status) for job, run in children_now.items()} == {
+        job: (run.info.run_id, "FINISHED") for job, run in children.items()
+    }, "each stopped job went on in its own MLflow run"
