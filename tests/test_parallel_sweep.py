@@ -64,7 +64,7 @@ def test_jobs_run_at_once_on_gpus_of_their_own_and_a_failed_jobs_gpu_takes_the_n
         cwd=tmp_path,
     )
     assert out.returncode == 1, out.stderr[-3000:]
-    assert "hydrali: sweep of 3 jobs: 2 jobs at once, on GPUs 0 | 1" in out.stdout
+    assert "hydrali: jobs 0-2 of the sweep: 2 jobs at once, on GPUs 0 | 1" in out.stdout
     gpus = _gpus_of_jobs(sweep)
     assert {gpus[0], gpus[1]} == {"0", "1"}, gpus  # at once, disjoint, every GPU used
     assert gpus[2] == gpus[1], f"job 2 takes the GPU job 1 freed: {gpus}"

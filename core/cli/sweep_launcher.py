@@ -52,7 +52,7 @@ class HydraliLauncher(Launcher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         """Run the jobs (Hydra's Launcher interface): their JobReturns in the order given."""
         per_job = job_gpus(self.config, job_overrides, self.gpus_per_job)
-        placement = gpu_placement.plan(gpu_placement.visible_gpus(self.gpus, _count_gpus), per_job)
+        placement = gpu_placement.plan(gpu_placement.visible_gpus(self.gpus, count_gpus), per_job)
         if not placement.parallel:
             from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 
@@ -73,7 +73,8 @@ class HydraliLauncher(Launcher):
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         os.environ.update(gpu_placement.offer(placement, sweep_dir))  # the workers start with it
-        print(f"hydrali: sweep of {len(job_overrides)} jobs: {placement.describe()}", flush=True)
+        first, last = initial_job_idx, initial_job_idx + len(job_overrides) - 1
+        print(f"hydrali: jobs {first}-{last} of the sweep: {placement.describe()}", flush=True)
         state = Singleton.get_state()
         returns: dict[int, JobReturn] = {}
         exits: list[int] = []
@@ -142,7 +143,8 @@ def stops_passed_on(sweep_dir: Path):
             signal.signal(signum, handler)
 
 
-def _count_gpus() -> int:
+def count_gpus() -> int:
+    """The GPUs of this machine (as DALI counts them: 0 without a driver)."""
     from hydrali.core.data.devices import dali_cuda_devices
 
     return dali_cuda_devices()[0]

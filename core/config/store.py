@@ -31,6 +31,15 @@ def output_dir() -> str:
     return hydra_cfg.runtime.output_dir
 
 
+def parallel_jobs(gpus, gpus_per_job) -> int:
+    """How many jobs hydra/launcher=hydrali runs at once with hydra.launcher.gpus and gpus_per_job (1 with one GPU
+    or none): the trials an Optuna search launches at a time."""
+    from hydrali.core.cli.sweep_launcher import count_gpus
+    from hydrali.core.distributed.gpu_placement import plan, visible_gpus
+
+    return len(plan(visible_gpus(gpus, count_gpus), int(gpus_per_job)).slots)
+
+
 def register_schemas() -> None:
     """Register every schema (idempotent). A YAML option pulls its schema through its defaults list
     (`/<name>_backend_schema`, `/<task>_task_schema@task`, `/<task>_data_schema@data`); a registered backend
@@ -39,6 +48,7 @@ def register_schemas() -> None:
     OmegaConf.register_new_resolver("hydrali_slurm_devices", slurm_devices, replace=True)  # hydra/launcher=slurm
     OmegaConf.register_new_resolver("hydrali_stem", stem_for, replace=True)  # conf/model/small_resnet.yaml
     OmegaConf.register_new_resolver("hydrali_output_dir", output_dir, replace=True)  # conf/paths/default.yaml
+    OmegaConf.register_new_resolver("hydrali_parallel_jobs", parallel_jobs, replace=True)  # conf/hparams_search
     _register_launcher()
     cs = ConfigStore.instance()
     cs.store(name="hydrali_schema", node=HydraliConfig)
