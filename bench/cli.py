@@ -105,12 +105,14 @@ def _entry(cfg: DictConfig) -> None:
     out = Path(cfg.bench.json)
     path = report.write_json(out if out.is_absolute() else run_dir / out, meta(cfg, overrides, machine))
     info = meta(cfg, overrides, machine)
+    sections = [str(s) for s in cfg.bench.sections]
+    sweep = f" (section 8, sweep: {cfg.bench.sweep.repeats})" if "sweep" in sections else ""
     print(
         f"\nhydrali-bench: {info['date']}, {info['gpu'] or 'no GPU'}, {machine.cores} CPU cores; "
-        f"median of {cfg.bench.repeats} interleaved repeats; JSON: {path}\n",
+        f"median of {cfg.bench.repeats} interleaved repeats{sweep}; JSON: {path}\n",
         flush=True,
     )
-    print(report.table([str(s) for s in cfg.bench.sections]), flush=True)
+    print(report.table(sections), flush=True)
     if any(r.skipped and r.skipped.startswith("failed") for r in report.rows.values()):
         sys.exit(1)
 

@@ -4,7 +4,9 @@ A row holds every repeat's images/s; its figure is their median. Training rows t
 repeat's images/s at its median step (the table's "at the median step"): a window slower than its median step
 had steps that waited, as for a batch that arrived late. A row may name baselines (other rows of the same run,
 by key): its ratio against each is median / the baseline's median. A section that could not run on this machine
-is a row with no figures and a reason, so that an absence is always visible.
+is a row with no figures and a reason, so that an absence is always visible. A section whose figures are not
+images/s alone (OWN_COLUMNS: section 8, sweep, of whole commands' wall times) has a table of its own after the main
+one, its rows' cells filled by the section.
 """
 
 from __future__ import annotations
@@ -22,8 +24,28 @@ SECTION_TITLES = {
     "detection": "5 detection",
     "scaling": "6 scaling",
     "small": "7 small images",
+    "sweep": "8 sweep",
 }
 COLUMNS = ("section", "measurement", "device", "images/s (median)", "at the median step", "ratio vs baselines")
+# sections with a table of their own, after the main one: its columns (the first three as the main table's; a row's
+# cells, Row.cells, under the others)
+OWN_COLUMNS = {
+    "sweep": (
+        "section",
+        "measurement",
+        "device",
+        "wall s (median)",
+        "jobs",
+        "train s x GPUs",
+        "GPUs",
+        "bound s",
+        "efficiency",
+        "within bound",
+        "best per job",
+        "largest best difference",
+        "speedup",
+    ),
+}
 
 
 @dataclass
@@ -40,6 +62,7 @@ class Row:
     skipped: str | None = None  # why it did not run (no GPU, no TensorFlow, ...)
     notes: dict = field(default_factory=dict)  # settings worth recording (threads, batch, precision, ...)
     short: str = ""  # how ratios against this row name it (its label when empty)
+    cells: list[str] = field(default_factory=list)  # a section of OWN_COLUMNS: its cells after `device`, in order
 
     @property
     def name(self) -> str:
@@ -88,7 +111,14 @@ class Report:
         return out
 
     def table(self, sections: list[str]) -> str:
-        """The Markdown table of `sections`' rows (a row measured for several sections appears under each)."""
+        """The Markdown table of `sections`' rows (a row measured for several sections appears under each), then a
+        table of its own for each of them in OWN_COLUMNS (the main one left out when it has no section)."""
+        main = [section for section in sections if section not in OWN_COLUMNS]
+        tables = [self._main_table(main)] if main else []
+        tables += [self._own_table(section) for section in sections if section in OWN_COLUMNS]
+        return "\n\n".join(tables)
+
+    def _main_table(self, sections: list[str]) -> str:
         lines = ["| " + " | ".join(COLUMNS) + " |", "| " + " | ".join("---" for _ in COLUMNS) + " |"]
         for section in sections:
             for row in self.rows.values():
@@ -101,6 +131,18 @@ class Report:
                 ratios = ", ".join(f"{v:.2f}x {name}" for name, v in self.ratios(row).items()) or "(baseline)"
                 step = f"{row.median_step:,.0f}" if row.median_step is not None else "-"
                 lines.append(f"| {title} | {row.label} | {row.device} | {row.median:,.0f} | {step} | {ratios} |")
+        return "\n".join(lines)
+
+    def _own_table(self, section: str) -> str:
+        columns = OWN_COLUMNS[section]
+        lines = ["| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
+        title, count = SECTION_TITLES.get(section, section), len(columns) - 3
+        for row in self.rows.values():
+            if row.section != section:
+                continue
+            cells = [f"skipped: {row.skipped}"] if row.skipped is not None else row.cells
+            cells = [*cells, *["-"] * (count - len(cells))]
+            lines.append("| " + " | ".join([title, row.label, row.device, *cells]) + " |")
         return "\n".join(lines)
 
     def to_json(self, meta: dict) -> dict:

@@ -29,6 +29,14 @@ def device_counts(requested: list[int], visible_gpus: int) -> list[int]:
     return sorted(set(counts))
 
 
+def environment(library_path: str | None) -> dict:
+    """A run's environment: this process's, `library_path` first on LD_LIBRARY_PATH when given."""
+    env = dict(os.environ)
+    if library_path:
+        env[LIBRARY_PATH] = os.pathsep.join(p for p in (library_path, env.get(LIBRARY_PATH)) if p)
+    return env
+
+
 class ScalingRun:
     """One `hydrali` command on `devices` devices; once() = one run, its steady images/s (summary.json)."""
 
@@ -51,10 +59,7 @@ class ScalingRun:
 
     def environment(self) -> dict:
         """The run's environment: this process's, `library_path` first on LD_LIBRARY_PATH when given."""
-        env = dict(os.environ)
-        if self.library_path:
-            env[LIBRARY_PATH] = os.pathsep.join(p for p in (self.library_path, env.get(LIBRARY_PATH)) if p)
-        return env
+        return environment(self.library_path)
 
     def once(self) -> Timing:
         """Run the command once in a new run dir; its steady-state images/s (all devices together)."""

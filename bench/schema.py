@@ -27,6 +27,7 @@ class Section(Choice):
     detection = "detection"  # 5: the ssd recipe's images/s and the detector's training images/s on each backend
     scaling = "scaling"  # 6: whole hydrali runs on 1 GPU and on several, per backend (the ratio is the scaling)
     small = "small"  # 7: experiment=cifar10 (32 px) through Lightning, from the files and decoded once, its bound
+    sweep = "sweep"  # 8: one sweep (hydrali -m) with Hydra's sequential launcher and hydrali's parallel one
 
 
 class Layer(Choice):
@@ -87,6 +88,18 @@ class SmallBenchConfig:
 
 
 @dataclass
+class SweepBenchConfig:
+    """bench.sweep: section 8 (one sweep on each launcher). Its values are conf/bench.yaml's (the one place they are
+    set, with their comments): a key left out of it is an error, not a silent default."""
+
+    overrides: List[str] = MISSING
+    root: Optional[str] = MISSING
+    grid: str = MISSING
+    gpus_per_job: int = MISSING
+    repeats: int = MISSING
+
+
+@dataclass
 class BenchConfig:
     """bench: what `hydrali-bench` measures and how much (documented in conf/bench.yaml)."""
 
@@ -103,6 +116,7 @@ class BenchConfig:
     detection: DetectionBenchConfig = field(default_factory=DetectionBenchConfig)
     scaling: ScalingBenchConfig = field(default_factory=ScalingBenchConfig)
     small: SmallBenchConfig = field(default_factory=SmallBenchConfig)
+    sweep: SweepBenchConfig = field(default_factory=SweepBenchConfig)
     keras_library_path: Optional[str] = None
     json: str = "bench.json"
 

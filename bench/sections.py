@@ -141,7 +141,7 @@ class Bench:
         try:
             if "loaders" in sections or "cpu" in sections:
                 self.loaders(sections)
-            for name in ("lightning", "keras", "detection", "scaling", "small"):
+            for name in ("lightning", "keras", "detection", "scaling", "small", "sweep"):
                 if name in sections:
                     getattr(self, name)()
         finally:
@@ -585,14 +585,20 @@ class Bench:
                 base = base or row
         interleave(pairs, self.bench.repeats)
 
+    def small_synthetic(self, data_dir: str) -> str:
+        """The synthetic CIFAR-like folder of bench.small.synthetic under `data_dir` (written there once)."""
+        from hydrali.bench.synthetic import write_small_synthetic
+
+        size = self.bench.small.synthetic
+        name = f"synthetic-small-{size.classes}x{size.train_per_class}x{size.val_per_class}"
+        return str(write_small_synthetic(Path(data_dir) / name, **size))
+
     def small_configs(self) -> dict[str, DictConfig]:
         """Section 7's two hydrali configs, by decode_once ("false", "true"): bench.small.overrides (experiment=cifar10)
         with the experiment's own batch and image size, then the command line's pipeline.*, seed and paths.*
         overrides, the Lightning backend, and the photos of bench.small.root or the synthetic folder (written here
         once, under paths.data_dir)."""
         from hydra import compose
-
-        from hydrali.bench.synthetic import write_small_synthetic
 
         small = self.bench.small
         keep = [o for o in self.overrides if override_key(o).startswith(DETECTION_KEEPS)]
@@ -601,11 +607,7 @@ class Bench:
         own = compose("config", overrides=base)
         batch = own.data.get("global_batch") or own.data.batch_size  # one GPU: a fixed global batch is its batch
         base = [*base, f"data.batch_size={batch}", "data.global_batch=null", f"data.image_size={own.data.image_size}"]
-        root = small.root
-        if root is None:
-            size = small.synthetic
-            name = f"synthetic-small-{size.classes}x{size.train_per_class}x{size.val_per_class}"
-            root = str(write_small_synthetic(Path(own.paths.data_dir) / name, **size))
+        root = small.root if small.root is not None else self.small_synthetic(own.paths.data_dir)
         base = [*base, "data=imagefolder", f"data.root={root}", "backend=lightning"]
         return {once: self.compose([*base, f"pipeline.options.decode_once={once}"]) for once in ("false", "true")}
 
@@ -669,3 +671,120 @@ class Bench:
             HydraliTraining(plain(configs["true"]), "small-decode-once", str(self.run_dir / "runs"), **steps),
         )
         interleave(pairs, self.bench.repeats)
+
+    def sweep_data(self, overrides: list[str]) -> list[str]:
+        """Section 8's data.root override for a sweep of `overrides`: bench.sweep.root's photos, or where the
+        overrides' data has no root of its own (experiment=cifar10's data=imagefolder), section 7's synthetic folder
+        (written once, under paths.data_dir); none otherwise (e.g. the bundled digits)."""
+        from hydra import compose
+
+        from hydrali.core.errors import first_line
+
+        root = self.bench.sweep.root
+        if root is None:
+            try:
+                own = compose(
+                    "config", overrides=[o for o in overrides if not override_key(o).startswith(("hydra.", "hydra/"))]
+                )
+            except Exception as err:  # noqa: BLE001 - Hydra's composition errors have no common type
+                raise HydraliError(f"bench.sweep.overrides: {first_line(err)}") from err
+            if not OmegaConf.is_missing(own.data, "root"):
+                return []
+            root = self.small_synthetic(own.paths.data_dir)
+        return [f"data.root={root}"]
+
+    def sweep(self) -> None:
+        """8: one sweep (bench.sweep.grid over bench.sweep.overrides), each repeat a whole `hydrali -m` command with
+        Hydra's basic launcher (the baseline: one job after another, each on every GPU) and one with hydrali's
+        launcher (jobs at once, each on bench.sweep.gpus_per_job GPUs), interleaved: each sweep's wall time against
+        issue 49's bound, the share of the GPUs' wall time its jobs trained, and each job's best metric on both.
+        Without a GPU it sweeps on the CPU when the overrides give the parallel launcher GPU ids
+        (hydra.launcher.gpus=[0,1]: G is their count); else it is skipped.
+
+        On the GPU machine, from the repository root, after `source bench/gpu/env.sh`:
+
+            python3 -m hydrali.bench.cli bench.sections=[sweep] paths.data_dir=/tmp/data [bench.sweep.root=...]"""
+        from hydrali.bench.sweep import (
+            BASIC_LAUNCHER,
+            GPUS_PER_JOB_KEY,
+            PARALLEL,
+            SEQUENTIAL,
+            Figures,
+            SweepRun,
+            given_gpu_ids,
+            launcher_only,
+        )
+
+        s = self.bench.sweep
+        for key in ("gpus_per_job", "repeats"):
+            if s[key] < 1:
+                raise HydraliError(f"bench.sweep.{key}={s[key]}: give at least 1")
+        both, launcher = launcher_only(list(s.overrides))
+        ids = given_gpu_ids(launcher)
+        if not self.machine.gpus and not ids:
+            self.report.skip(
+                "sweep",
+                f"sweep {s.grid}: one job after another against at once",
+                f"needs a GPU ({self.machine.no_gpu}); hydra.launcher.gpus=[0,1] in bench.sweep.overrides sweeps on "
+                f"the CPU",
+            )
+            return
+        keep = [o for o in self.overrides if override_key(o).startswith(DETECTION_KEEPS)]
+        base = [*both, *keep]
+        base += self.sweep_data(base)
+        settings = [*base, *s.grid.split()]
+        if any(override_key(o) == "backend" and "keras" in o.partition("=")[2] for o in settings):
+            if not self.machine.tensorflow:
+                self.report.skip(
+                    "sweep", f"sweep {s.grid}", "needs TensorFlow and DALI's TF plugin (pip install -e '.[keras]')"
+                )
+                return
+            library = self.bench.keras_library_path
+        else:
+            library = None
+        gpus = self.machine.gpus or len(ids)
+        device = "gpu" if self.machine.gpus else "cpu"
+        folder = self.run_dir / "sweep"
+        sequential = SweepRun(SEQUENTIAL, base, s.grid, [BASIC_LAUNCHER], folder / SEQUENTIAL, gpus, library)
+        parallel = SweepRun(
+            PARALLEL,
+            base,
+            s.grid,
+            [f"{GPUS_PER_JOB_KEY}={s.gpus_per_job}", *launcher],
+            folder / PARALLEL,
+            gpus,
+            library,
+        )
+        jobs, pairs = sequential.jobs, []
+        baseline = self._add(
+            pairs,
+            Row(
+                "sweep",
+                f"sweep/{SEQUENTIAL}",
+                f"{jobs} jobs ({s.grid}), hydra/launcher=basic: one after another, each on every GPU",
+                device,
+                short=SEQUENTIAL,
+            ),
+            sequential,
+        )
+        row = self._add(
+            pairs,
+            Row(
+                "sweep",
+                f"sweep/{PARALLEL}",
+                f"{jobs} jobs ({s.grid}), hydrali's launcher: at once, {s.gpus_per_job} GPU(s) each",
+                device,
+                (baseline.key,),
+                short=PARALLEL,
+            ),
+            parallel,
+        )
+        interleave(pairs, s.repeats)
+        done = baseline.skipped is None
+        for measured, figures in (
+            (baseline, Figures(sequential.results, is_baseline=True)),
+            (row, Figures(parallel.results, sequential.results if done else None)),
+        ):
+            if measured.skipped is None:
+                measured.notes.update(figures.notes())
+                measured.cells = figures.cells()

@@ -130,7 +130,9 @@ def test_an_installed_hydrali_is_one_namespace_that_runs_from_anywhere(tmp_path,
         cwd=tmp_path,
     )
     top = {p.name for p in target.iterdir() if p.name not in ("bin", "__pycache__")}
-    assert top == {"hydrali", "hydrali-0.1.0.dist-info"}, top
+    assert top == {"hydrali", "hydra_plugins", "hydrali-0.1.0.dist-info"}, top
+    # Hydra takes launchers from its hydra_plugins namespace only: hydrali's own there, the namespace left open
+    assert {p.name for p in (target / "hydra_plugins").iterdir()} == {"hydrali_launcher"}
     assert (target / "hydrali" / "conf" / "pipeline" / "standard.yaml").is_file(), "the configs ship in the wheel"
     # every module ships (the finder of the venv's editable install would otherwise hide a missing package)
     shipped = {str(p.relative_to(target / "hydrali")) for p in (target / "hydrali").rglob("*.py")}

@@ -10,6 +10,7 @@ import hydra
 from omegaconf import DictConfig
 
 from hydrali.core.cli.exit_codes import EXIT_FAILED_SWEEP, EXIT_INTERRUPTED, EXIT_SIGNAL_BASE, EXIT_USER_ERROR
+from hydrali.core.cli.sweep_launcher import register as register_launcher
 from hydrali.core.cli.use import COMMANDS
 from hydrali.core.config.store import register_schemas
 from hydrali.core.errors import HydraliError
@@ -123,6 +124,7 @@ def _main() -> None:
     sys.argv[1:] = expand_home(sys.argv[1:])  # data.root=~/photos: no shell expands that `~`
     try:
         register_schemas()  # reads the registry: a broken plug-in ends here in one line
+        register_launcher()  # hydra/launcher=hydrali, the default of -m
     except HydraliError as err:
         print(f"hydrali: error: {err}", file=sys.stderr, flush=True)
         sys.exit(EXIT_USER_ERROR)

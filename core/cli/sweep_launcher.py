@@ -52,7 +52,7 @@ class HydraliLauncher(Launcher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         """Run the jobs (Hydra's Launcher interface): their JobReturns in the order given."""
         per_job = job_gpus(self.config, job_overrides, self.gpus_per_job)
-        placement = gpu_placement.plan(gpu_placement.visible_gpus(self.gpus, count_gpus), per_job)
+        placement = gpu_placement.plan(gpu_placement.visible_gpus(self.gpus, gpu_placement.count_gpus), per_job)
         if not placement.parallel:
             from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 
@@ -141,13 +141,6 @@ def stops_passed_on(sweep_dir: Path):
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-
-
-def count_gpus() -> int:
-    """The GPUs of this machine (as DALI counts them: 0 without a driver)."""
-    from hydrali.core.data.devices import dali_cuda_devices
-
-    return dali_cuda_devices()[0]
 
 
 def _override(overrides: Sequence[str], key: str) -> str | None:
@@ -242,3 +235,13 @@ def ended_line(ended: Ended, metric: str | None) -> str:
     return (
         f"hydrali: job {ended.index} ended on GPUs {','.join(ended.gpus or ())} after {ended.seconds:.0f} s: {outcome}"
     )
+
+
+def register() -> None:
+    """hydra/launcher=hydrali (the default of -m) with Hydra's plugins: Hydra finds a launcher by scanning its
+    hydra_plugins namespace, which misses the folder of an editable install (`pip install -e .`), so it is named."""
+    from hydra.core.plugins import Plugins
+
+    from hydra_plugins.hydrali_launcher.hydrali_launcher import HydraliLauncher as Registered
+
+    Plugins.instance().register(Registered)

@@ -34,8 +34,7 @@ def output_dir() -> str:
 def parallel_jobs(gpus, gpus_per_job) -> int:
     """How many jobs hydra/launcher=hydrali runs at once with hydra.launcher.gpus and gpus_per_job (1 with one GPU
     or none): the trials an Optuna search launches at a time."""
-    from hydrali.core.cli.sweep_launcher import count_gpus
-    from hydrali.core.distributed.gpu_placement import plan, visible_gpus
+    from hydrali.core.distributed.gpu_placement import count_gpus, plan, visible_gpus
 
     return len(plan(visible_gpus(gpus, count_gpus), int(gpus_per_job)).slots)
 
@@ -49,7 +48,6 @@ def register_schemas() -> None:
     OmegaConf.register_new_resolver("hydrali_stem", stem_for, replace=True)  # conf/model/small_resnet.yaml
     OmegaConf.register_new_resolver("hydrali_output_dir", output_dir, replace=True)  # conf/paths/default.yaml
     OmegaConf.register_new_resolver("hydrali_parallel_jobs", parallel_jobs, replace=True)  # conf/hparams_search
-    _register_launcher()
     cs = ConfigStore.instance()
     cs.store(name="hydrali_schema", node=HydraliConfig)
     for group, node in GROUP_SCHEMAS.items():
@@ -61,13 +59,3 @@ def register_schemas() -> None:
     for name, spec in task_specs().items():
         cs.store(name=f"{name}_task_schema", node=spec.task_schema)
         cs.store(name=f"{name}_data_schema", node=spec.data_schema)
-
-
-def _register_launcher() -> None:
-    """hydra/launcher=hydrali (the default of -m) with Hydra's plugins: Hydra finds a launcher by scanning its
-    hydra_plugins namespace, which misses the folder of an editable install (`pip install -e .`), so it is named."""
-    from hydra.core.plugins import Plugins
-
-    from hydra_plugins.hydrali_launcher.hydrali_launcher import HydraliLauncher
-
-    Plugins.instance().register(HydraliLauncher)

@@ -46,6 +46,13 @@ class Placement:
         return f"{len(self.slots)} jobs at once, on GPUs " + " | ".join(",".join(s) for s in self.slots)
 
 
+def count_gpus() -> int:
+    """The GPUs of this machine, as DALI counts them (0 without a driver)."""
+    from hydrali.core.data.devices import dali_cuda_devices
+
+    return dali_cuda_devices()[0]
+
+
 def visible_gpus(gpus, count_gpus) -> list[str]:
     """The GPU ids a sweep may use: `gpus` (a list of ids, or auto: those of CUDA_VISIBLE_DEVICES when it is set,
     else 0..n-1 for the `count_gpus()` GPUs of the machine)."""
