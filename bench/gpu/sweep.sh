@@ -20,6 +20,5 @@ sed -n '/^| section/,$p' /tmp/bench-sweep.log
 [ $status -eq 0 ] || tail -30 /tmp/bench-sweep.log
 mkdir -p "${OUT:-/tmp/out}/sweep"
 cp /tmp/bench-sweep.log "${OUT:-/tmp/out}/sweep/bench.log"; cp "$BENCH/bench.json" "${OUT:-/tmp/out}/sweep/" 2>/dev/null
-(cd "$BENCH" && find sweep -maxdepth 5 \( -name '*.log' -o -name summary.json \) | tar -cf - -T - 2>/dev/null) \
-  | tar -xf - -C "${OUT:-/tmp/out}/sweep" 2>/dev/null
+(cd "$BENCH" && find sweep \( -name '*.log' -o -name summary.json \) | tar -cf "${OUT:-/tmp/out}/sweep/logs.tar" -T -)
 exit $status
