@@ -29,6 +29,7 @@ TAIL_BYTES = 4096  # an end marker may be followed by padding: look for it this 
 HEAD_BYTES = 16
 READ_WORKERS = 8  # threads reading heads and tails (I/O bound)
 CHUNK = 512  # files checked between two looks at how many bad ones were found
+SHARE = CHUNK // READ_WORKERS  # files one thread checks per task (a task per file cost more than the quick check)
 
 
 class Verify(str, Enum):
@@ -128,10 +129,16 @@ def find_bad_files(paths: list[Path], level: Verify | str, limit: int | None = 3
     check = structural_problem if level is Verify.quick else decode_problem
     workers = READ_WORKERS if level is Verify.quick else max(1, os.cpu_count() or 1)
     bad: list[tuple[Path, str]] = []
+
+    def check_all(files: list[Path]) -> list[str | None]:  # a thread's share: one task per share, not per file
+        return [check(path) for path in files]
+
     with ThreadPoolExecutor(workers) as pool:
         for i in range(0, len(paths), CHUNK):
             part = paths[i : i + CHUNK]
-            bad += [(p, why) for p, why in zip(part, pool.map(check, part)) if why]
+            shares = [part[j : j + SHARE] for j in range(0, len(part), SHARE)]
+            reasons = [why for share in pool.map(check_all, shares) for why in share]
+            bad += [(p, why) for p, why in zip(part, reasons) if why]
             if limit is not None and len(bad) >= limit:
                 break
     return bad if limit is None else bad[:limit]
