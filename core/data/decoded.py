@@ -22,7 +22,9 @@ import math
 import os
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Callable, Hashable
 
 import numpy as np
 
@@ -96,6 +98,26 @@ def decode_shard(pipe, *, shard_id: int, num_shards: int, side: int, split: str)
         time.monotonic() - started,
     )
     return DecodedImages(images, labels, largest_shard=max(shard_sizes(total, num_shards)))
+
+
+KEPT_SHARDS = 2  # decoded shards a process keeps for its next run: a sweep's worker (or an in-process sweep) reads
+#   the same training and validation shards again in its next job of another lr
+_kept: OrderedDict = OrderedDict()  # key -> DecodedImages, the newest last
+
+
+def kept_or_decoded(key: Hashable, decode: Callable[[], DecodedImages], split: str) -> DecodedImages:
+    """The shard that `key` names (everything that decides its images and their order: the source with its files and
+    shard, the image size and padding, the decoder and the reader's seed), decoded by `decode()` unless this process
+    decoded it for an earlier run (the next job of a sweep in the same worker), then kept for the next one."""
+    if key in _kept:
+        _kept.move_to_end(key)
+        log.info("the %s split decoded once by an earlier run of this process, kept in memory", split)
+        return _kept[key]
+    decoded = decode()
+    _kept[key] = decoded
+    while len(_kept) > KEPT_SHARDS:
+        _kept.popitem(last=False)
+    return decoded
 
 
 def _as_array(outputs) -> np.ndarray:

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from omegaconf import DictConfig, OmegaConf
 
 from hydrali.core.data import affinity, webdataset
-from hydrali.core.data.decoded import DecodedBatches, decode_shard
+from hydrali.core.data.decoded import DecodedBatches, decode_shard, kept_or_decoded
 from hydrali.core.data.image_files import Verify
 from hydrali.core.data.pipelines import load_recipe
 from hydrali.core.errors import HydraliError
@@ -102,13 +102,19 @@ class ClassificationTask(DaliTask):
                 prefetch_queue_depth=pipeline.prefetch_queue_depth,
                 **affinity.dali_arguments(),
             )
-            self._decoded[key] = decode_shard(
-                decoder,
-                shard_id=shard.shard_id,
-                num_shards=plan.num_shards,
-                side=data.image_size + 2 * padding.get("pad", 0),
-                split="training" if source.is_training else "validation",
-            )
+            split = "training" if source.is_training else "validation"
+            self._decoded[key] = kept_or_decoded(
+                (source, data.image_size, tuple(padding.items()), plan.device, pipeline.hw_decoder_load,
+                 shard.pipeline_seed),
+                lambda: decode_shard(
+                    decoder,
+                    shard_id=shard.shard_id,
+                    num_shards=plan.num_shards,
+                    side=data.image_size + 2 * padding.get("pad", 0),
+                    split=split,
+                ),
+                split,
+            )  # fmt: skip
             del decoder
         decoded = self._decoded[key]
         return DecodedBatches(
