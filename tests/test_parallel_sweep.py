@@ -75,6 +75,18 @@ def test_jobs_run_at_once_on_gpus_of_their_own_and_a_failed_jobs_gpu_takes_the_n
     assert "1 job(s) of the sweep failed" in out.stderr
 
 
+def _left_in_group(group: int, within_s: float = 10.0) -> list[str]:
+    """The processes of process group `group` still running after `within_s` seconds (multiprocessing's resource
+    tracker ends a moment after the process it served; ended ones not yet reaped do not count)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        listed = subprocess.run(["pgrep", "-a", "-g", str(group)], capture_output=True, text=True).stdout
+        left = [line for line in listed.splitlines() if not line.endswith("<defunct>")]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(POLL_S)
+
+
 def _runs(root: Path):
     client = MlflowClient(f"sqlite:///{root}/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name("hydrali").experiment_id], max_results=1000)
@@ -82,20 +94,30 @@ def _runs(root: Path):
     return parents, {r.data.tags["hydrali.job"]: r for r in runs if "mlflow.parentRunId" in r.data.tags}
 
 
+STOPS = {  # how the sweep is stopped, its jobs, and the jobs training (the others finished) when it is
+    "SIGINT": ("optim.lr=0.05,0.1", ("0", "1")),
+    "SIGTERM": ("optim.lr=0.05,0.1", ("0", "1")),
+    "SIGINT with a worker idle": ("optim.lr=0.05,0.1,0.2", ("2",)),  # job 2 trains, the other worker waits
+}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
-def test_a_parallel_sweep_stopped_stops_every_job_resumable_and_goes_on_when_started_again(tmp_path, data_dir, how):
+@pytest.mark.parametrize("stop", STOPS, ids=list(STOPS))
+def test_a_parallel_sweep_stopped_stops_every_job_resumable_and_goes_on_when_started_again(tmp_path, data_dir, stop):
     """Ctrl+C (SIGINT to the terminal's whole process group) or SIGTERM (to the sweep's process alone, as a scheduler
-    sends it) while both jobs train: exit 130, every job's run KILLED with its epochs kept, no worker left; the
-    same command again resumes both jobs in their own runs and ends with the parent FINISHED."""
+    sends it) while jobs train: exit 130, every training job's run KILLED with its epochs kept, the finished ones
+    FINISHED, no worker left (an idle one included); the same command again resumes the stopped jobs in their own
+    runs and ends with the parent FINISHED."""
+    grid, training = STOPS[stop]
+    how = stop.split()[0]
     sweep = tmp_path / "sweep"
-    args = ["-m", "optim.lr=0.05,0.1", "epochs=5", *TINY, *LIGHTNING_QUIET, f"paths.data_dir={data_dir}"]
+    args = ["-m", grid, "epochs=5", *TINY, *LIGHTNING_QUIET, f"paths.data_dir={data_dir}"]
     args += [TWO_GPUS, f"hydra.sweep.dir={sweep}"]
     log = tmp_path / "first.log"
     with log.open("w") as output:
         first = start_cli(*args, cwd=tmp_path, stdout=output, preexec_fn=lambda: (as_from_a_terminal(), os.setpgrp()))
         deadline = time.monotonic() + STOP_WITHIN_S
-        while not all((sweep / job / "history.json").exists() for job in ("0", "1")):
+        while not all(any((sweep / job / "checkpoints").glob("epoch*")) for job in training):  # a checkpoint each
             assert first.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(POLL_S)
         if how == "SIGINT":
@@ -104,18 +126,20 @@ def test_a_parallel_sweep_stopped_stops_every_job_resumable_and_goes_on_when_sta
             first.send_signal(signal.SIGTERM)
         first.wait(timeout=STOP_WITHIN_S)
     assert first.returncode == 130, log.read_text()[-3000:]
-    group = subprocess.run(["pgrep", "-a", "-g", str(first.pid)], capture_output=True, text=True).stdout.splitlines()
-    left = [line for line in group if not line.endswith("<defunct>")]  # ended, not yet reaped
-    assert not left, f"processes of the sweep still running: {left}"
+    assert not _left_in_group(first.pid), "processes of the sweep still running"
     parents, children = _runs(tmp_path)
     assert [p.info.status for p in parents] == ["KILLED"]
-    assert {job: run.info.status for job, run in children.items()} == {"0": "KILLED", "1": "KILLED"}
+    assert {job: run.info.status for job, run in children.items()} == {
+        job: "KILLED" if job in training else "FINISHED" for job in children
+    }
+    assert len(children) == len(grid.split(","))
 
     again = run_cli(*args, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "hydrali sweep summary: 2 job(s), 0 failed; parent run FINISHED" in again.stdout
-    for job in ("0", "1"):
-        assert "resuming from its newest checkpoint" in (sweep / job / "hydrali.log").read_text()
+    assert f"hydrali sweep summary: {len(children)} job(s), 0 failed; parent run FINISHED" in again.stdout
+    for job in children:
+        resumed = "resuming from its newest checkpoint" in (sweep / job / "hydrali.log").read_text()
+        assert resumed == (job in training), job
         assert [row["epoch"] for row in read_summary(sweep / job)["history"]] == [1, 2, 3, 4, 5]
     parents_now, children_now = _runs(tmp_path)
     assert [(p.info.run_id, p.info.status) for p in parents_now] == [(parents[0].info.run_id, "FINISHED")]

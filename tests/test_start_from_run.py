@@ -187,6 +187,10 @@ def test_a_run_at_another_image_size_takes_the_network_settings_of_the_run_it_st
     )
     fails_with(out, "trained another network", "stem is 'small' there, 'imagenet' here")
     assert not refused.exists()
+    named = ("model=small_resnet", "data.image_size=72")  # a network named on the command line is taken as named
+    out, refused = _train(tmp_path, "lightning", digits_sets[0], "named", f"model.weights={earlier}", *named)
+    fails_with(out, "trained another network", "stem is 'small' there, 'imagenet' here")
+    assert not refused.exists()
 
 
 REFUSALS = {  # what is asked on top of model.weights=<the Lightning run on digits 0-4>, and the line's words

@@ -8,7 +8,7 @@ so that a worker keeps its imports): each worker takes a slot of GPUs once, for 
 one backend only (torch's compiler in a process that ran TensorFlow crashes it): a sweep over backends runs each
 backend's jobs in a pool of its own, one backend after the other. Each job's console output goes to
 `<job dir>.console.log` beside its dir (its hydrali.log holds its log as always); this process prints a line as each
-job starts and ends.
+job ends.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -25,14 +26,16 @@ from typing import Any, Sequence
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from hydrali.core.cli.exit_codes import EXIT_FAILED_SWEEP, EXIT_INTERRUPTED
 from hydrali.core.distributed import gpu_placement
 from hydrali.core.distributed.device_count import devices_setting
 
 log = logging.getLogger("hydrali")
 BACKEND_GROUP, DEVICES_KEY = "backend", "backend.devices"
 CONSOLE_SUFFIX = ".console.log"  # a parallel job's console output, beside its dir
+_pool: dict = {"backend": None}  # the backend the workers of this process's pool ran (kept between launch calls)
 
 
 class HydraliLauncher(Launcher):
@@ -56,6 +59,9 @@ class HydraliLauncher(Launcher):
         if not placement.parallel:
             from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 
+            if str(self.gpus).lower() != gpu_placement.AUTO and placement.slots[0]:  # GPUs named: only those
+                os.environ[gpu_placement.CUDA_VISIBLE_DEVICES] = ",".join(placement.slots[0])
+
             basic = BasicLauncher()
             basic.setup(hydra_context=self.hydra_context, task_function=self.task_function, config=self.config)
             return basic.launch(job_overrides, initial_job_idx)
@@ -78,10 +84,13 @@ class HydraliLauncher(Launcher):
         state = Singleton.get_state()
         returns: dict[int, JobReturn] = {}
         exits: list[int] = []
-        with stops_passed_on(sweep_dir) as stop:
-            for group_number, indices in enumerate(by_backend(self.config, job_overrides)):
-                if group_number:  # a fresh pool: a worker runs one backend
+        with stops_passed_on(sweep_dir, self.config) as stop:
+            for backend, indices in by_backend(self.config, job_overrides).items():
+                if stop["signal"] is not None or exits:
+                    break
+                if _pool["backend"] not in (None, backend):  # a fresh pool: a worker runs one backend
                     get_reusable_executor().shutdown(wait=True)
+                _pool["backend"] = backend
                 jobs = (
                     delayed(run_in_worker)(
                         initial_job_idx + i,
@@ -94,13 +103,17 @@ class HydraliLauncher(Launcher):
                     for i in indices
                 )
                 pool = Parallel(
-                    n_jobs=len(placement.slots), backend="loky", batch_size=1, pre_dispatch="n_jobs",
+                    n_jobs=min(len(placement.slots), len(indices)),
+                    backend="loky",
+                    batch_size=1,
+                    pre_dispatch="n_jobs",
                     return_as="generator_unordered",
-                )  # fmt: skip
+                )  # fmt: skip (no more workers than jobs: an idle worker is one more to stop)
                 for ended in pool(jobs):
                     sweep.add_failed_elsewhere(ended.failed)
                     if ended.exit_code is not None:
                         exits.append(ended.exit_code)
+                        gpu_placement.ask_to_stop(sweep_dir)  # as a single job's exit ends a sweep: no other starts
                     if ended.ret is not None:
                         returns[ended.index] = ended.ret
                     if ended.started:
@@ -115,14 +128,15 @@ class HydraliLauncher(Launcher):
 
 
 @contextlib.contextmanager
-def stops_passed_on(sweep_dir: Path):
-    """While a parallel sweep runs: Ctrl+C (SIGINT, which a terminal gives every worker too) and SIGTERM (which a
-    scheduler gives this process only, and which is passed on to the workers as SIGINT) stop it: its workers
-    start no further job, each running job stops as Ctrl+C stops a run (KILLED, resumable), and once they ended the
-    sweep ends as interrupted. Yields {"signal": the signal received, or None}."""
-    import signal
-
+def stops_passed_on(sweep_dir: Path, config: DictConfig):
+    """While a parallel sweep runs: Ctrl+C (SIGINT, which a terminal gives every worker too), SIGTERM (which a
+    scheduler gives this process only: passed on to the workers as SIGINT) and the run's preemption signals
+    (preemption.signals, passed on as they are: each job saves where it is) stop it: its workers start no further
+    job, each running job stops as it would alone (KILLED, resumable), and once they ended the sweep ends as
+    interrupted. Yields {"signal": the signal received, or None}."""
     stop: dict = {"signal": None}
+    preemption = {signal.Signals[str(name)] for name in OmegaConf.select(config, "preemption.signals", default=[])}
+    relayed = {signal.SIGTERM: signal.SIGINT, **{s: s for s in preemption}}
 
     def on_signal(signum, frame):
         first = stop["signal"] is None
@@ -130,12 +144,13 @@ def stops_passed_on(sweep_dir: Path):
         gpu_placement.ask_to_stop(sweep_dir)
         if first:
             print("hydrali: stopping the sweep: its running jobs stop and can be resumed", file=sys.stderr, flush=True)
-        if signum == signal.SIGTERM:
+        if signum in relayed:
             for pid in gpu_placement.holders(sweep_dir):
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGINT)
+                    os.kill(pid, relayed[signum])
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    watched = {signal.SIGINT, signal.SIGTERM, *preemption}
+    previous = {s: signal.signal(s, on_signal) for s in watched}
     try:
         yield stop
     finally:
@@ -162,13 +177,13 @@ def job_gpus(config: DictConfig, job_overrides: Sequence[Sequence[str]], default
     return max(counts, default=default)
 
 
-def by_backend(config: DictConfig, job_overrides: Sequence[Sequence[str]]) -> list[list[int]]:
-    """The jobs' positions grouped by backend, in the order each backend first appears."""
+def by_backend(config: DictConfig, job_overrides: Sequence[Sequence[str]]) -> dict[str, list[int]]:
+    """The jobs' positions grouped by backend (its name), in the order each backend first appears."""
     chosen = str(config.hydra.runtime.choices.get(BACKEND_GROUP, "")) if "hydra" in config else ""
     groups: dict[str, list[int]] = {}
     for index, overrides in enumerate(job_overrides):
         groups.setdefault(_override(overrides, BACKEND_GROUP) or chosen, []).append(index)
-    return list(groups.values())
+    return groups
 
 
 @dataclass
@@ -191,18 +206,25 @@ def run_in_worker(idx: int, overrides, hydra_context, config, task_function, sin
 
     from hydrali.core.tracking import sweep
 
-    gpus = gpu_placement.take()
-    if gpu_placement.stopping():
-        return Ended(idx, None, gpus, 0.0, 0, started=False)
-    started, failed_before = time.monotonic(), sweep.failed_here()
-    console = Path(str(config.hydra.sweep.dir)) / f"{idx}{CONSOLE_SUFFIX}"
+    gpus, started, failed_before = None, time.monotonic(), sweep.failed_here()
     ret, code = None, None
-    with output_to(console):
-        print(f"hydrali: job {idx} on GPUs {','.join(gpus or ())}: {' '.join(filter_overrides(overrides))}", flush=True)
-        try:
-            ret = execute_job(idx, overrides, hydra_context, config, task_function, singleton_state)
-        except SystemExit as stop:  # a job stopped by Ctrl+C (130) or a preemption signal ends as its run says
-            code = stop.code if isinstance(stop.code, int) else 1
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl+C stops the job this worker runs now
+    try:
+        gpus = gpu_placement.take()
+        if gpu_placement.stopping():
+            return Ended(idx, None, gpus, 0.0, 0, started=False)
+        console = Path(str(config.hydra.sweep.dir)) / f"{idx}{CONSOLE_SUFFIX}"
+        with output_to(console):
+            line = f"hydrali: job {idx} on GPUs {','.join(gpus or ())}: {' '.join(filter_overrides(overrides))}"
+            print(line, flush=True)
+            try:
+                ret = execute_job(idx, overrides, hydra_context, config, task_function, singleton_state)
+            except SystemExit as stop:  # a job stopped by Ctrl+C (130) or a preemption signal ends as its run says
+                code = stop.code if isinstance(stop.code, int) and stop.code else EXIT_FAILED_SWEEP
+    except KeyboardInterrupt:  # outside the run's own handling (its set-up, its end): the job is interrupted
+        code = EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # an idle worker outlives a Ctrl+C: the launcher stops the pool
     return Ended(idx, ret, gpus, time.monotonic() - started, sweep.failed_here() - failed_before, exit_code=code)
 
 

@@ -102,7 +102,7 @@ def decode_shard(pipe, *, shard_id: int, num_shards: int, side: int, split: str)
 
 KEPT_SHARDS = 2  # decoded shards a process keeps for its next run: a sweep's worker (or an in-process sweep) reads
 #   the same training and validation shards again in its next job of another lr
-_kept: OrderedDict = OrderedDict()  # key -> DecodedImages, the newest last
+_kept: OrderedDict = OrderedDict()  # key -> (split, DecodedImages), the newest last
 
 
 def kept_or_decoded(key: Hashable, decode: Callable[[], DecodedImages], split: str) -> DecodedImages:
@@ -112,9 +112,11 @@ def kept_or_decoded(key: Hashable, decode: Callable[[], DecodedImages], split: s
     if key in _kept:
         _kept.move_to_end(key)
         log.info("the %s split decoded once by an earlier run of this process, kept in memory", split)
-        return _kept[key]
+        return _kept[key][1]
+    for other in [k for k, (of_split, _) in _kept.items() if of_split == split]:
+        del _kept[other]  # freed before decoding: the memory check and the decode see only what this run needs
     decoded = decode()
-    _kept[key] = decoded
+    _kept[key] = (split, decoded)
     while len(_kept) > KEPT_SHARDS:
         _kept.popitem(last=False)
     return decoded

@@ -29,7 +29,6 @@ TAIL_BYTES = 4096  # an end marker may be followed by padding: look for it this 
 HEAD_BYTES = 16
 READ_WORKERS = 8  # threads reading heads and tails (I/O bound)
 CHUNK = 512  # files checked between two looks at how many bad ones were found
-SHARE = CHUNK // READ_WORKERS  # files one thread checks per task (a task per file cost more than the quick check)
 
 
 class Verify(str, Enum):
@@ -130,13 +129,14 @@ def find_bad_files(paths: list[Path], level: Verify | str, limit: int | None = 3
     workers = READ_WORKERS if level is Verify.quick else max(1, os.cpu_count() or 1)
     bad: list[tuple[Path, str]] = []
 
-    def check_all(files: list[Path]) -> list[str | None]:  # a thread's share: one task per share, not per file
+    def check_all(files: list[Path]) -> list[str | None]:  # a thread's share (a task per file cost more than the check)
         return [check(path) for path in files]
 
     with ThreadPoolExecutor(workers) as pool:
         for i in range(0, len(paths), CHUNK):
             part = paths[i : i + CHUNK]
-            shares = [part[j : j + SHARE] for j in range(0, len(part), SHARE)]
+            share = max(1, -(-len(part) // workers))  # one task per thread and chunk
+            shares = [part[j : j + share] for j in range(0, len(part), share)]
             reasons = [why for share in pool.map(check_all, shares) for why in share]
             bad += [(p, why) for p, why in zip(part, reasons) if why]
             if limit is not None and len(bad) >= limit:

@@ -116,8 +116,18 @@ def take() -> tuple[str, ...] | None:
             handle.flush()
             _held.update(index=index, gpus=gpus, file=handle)
             os.environ[CUDA_VISIBLE_DEVICES] = ",".join(gpus)
+            _keep_to_cpu_share(index, len(slots))
             return gpus
         time.sleep(WAIT_SECONDS)
+
+
+def _keep_to_cpu_share(index: int, count: int) -> None:
+    """Bind this worker to the `index`-th of `count` contiguous parts of its cores, so that the jobs at once do not
+    pin their DALI threads to the same cores (hydrali.core.data.affinity takes a process's binding as its share)."""
+    cores = sorted(os.sched_getaffinity(0))
+    per_slot = len(cores) // count
+    if per_slot >= 1:
+        os.sched_setaffinity(0, cores[index * per_slot : (index + 1) * per_slot])
 
 
 def held() -> tuple[str, ...] | None:

@@ -27,7 +27,7 @@ from hydrali.core.contracts.registry import backend_of_checkpoint, backend_spec
 from hydrali.core.contracts.task import FINE_TUNING_KEYS, PREPROCESSING_KEYS, STARTING_POINT_KEYS
 from hydrali.core.errors import HydraliError, first_line
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR, TRAINED_WITH
-from hydrali.core.run.run_dir import _flat, differences, set_on_command_line
+from hydrali.core.run.run_dir import _flat, differences, override_key, set_on_command_line
 from hydrali.core.run.summary import SUMMARY_FILE
 
 NOT_THE_NETWORK = FINE_TUNING_KEYS + PREPROCESSING_KEYS + STARTING_POINT_KEYS  # model keys that may differ
@@ -106,9 +106,9 @@ def find(weights, backend: str, newest: Callable[[Path], Path | None]) -> RunWei
 
 def adopt(cfg: DictConfig, overrides: list[str]) -> dict:
     """Set in `cfg.model` the network settings of the run `model.weights` names, but for keys `overrides` set
-    (model.<key> on the command line); return what was set (dotted key -> value), logged once. Nothing when it names
-    no run, a run of another task or of another builder (model=<another network>), or one that cannot be read:
-    `check` then says why in one line."""
+    (model.<key> on the command line); return what was set (dotted key -> value), logged once. Nothing when the
+    command line names a network (model=...), or `model.weights` names no run, a run of another task or of another
+    builder, or one that cannot be read: `check` then says why in one line where they differ."""
     weights = cfg.model.get("weights")
     if not names_a_run(weights):
         return {}
@@ -117,6 +117,8 @@ def adopt(cfg: DictConfig, overrides: list[str]) -> dict:
     except (OSError, ValueError):
         return {}
     if then.get("task") != cfg.task.name or not isinstance(then.get("model"), dict):
+        return {}
+    if any(override_key(o) == "model" for o in overrides):  # model=<a network> named: its settings, or `check` says
         return {}
     network = _network(then["model"])
     own = _network(OmegaConf.to_container(cfg.model, resolve=True))
