@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 
 from hydrali.core.distributed.gpu_placement import plan
 from hydrali.tasks.classification.datasets import write_digits
-from tests.support.checks import read_summary
+from tests.support.checks import fails_with, read_summary
 from tests.support.cli import as_from_a_terminal, run_cli, start_cli
 from tests.support.configs import LIGHTNING_QUIET, TINY
 
@@ -163,3 +163,16 @@ def test_a_workers_next_job_reuses_its_decoded_splits_and_trains_as_the_same_job
     assert out.returncode == 0, out.stderr[-3000:]
     assert "kept in memory" not in (alone / "hydrali.log").read_text()
     assert read_summary(sweep / "2")["history"] == read_summary(alone)["history"]
+
+
+@pytest.mark.parametrize(
+    "setting, words",
+    [
+        ("hydra.launcher.gpus=[0,0]", "give distinct GPU ids"),
+        ("hydra.launcher.gpus_per_job=0", "hydra.launcher.gpus_per_job=0: give a number of GPUs, at least 1"),
+    ],
+)
+def test_a_launcher_setting_that_cannot_place_jobs_is_one_line_and_writes_nothing(tmp_path, setting, words):
+    sweep = tmp_path / "sweep"
+    fails_with(run_cli("-m", "optim.lr=0.1,0.2", setting, f"hydra.sweep.dir={sweep}", cwd=tmp_path), words)
+    assert not sweep.exists() and not (tmp_path / "mlflow.db").exists()

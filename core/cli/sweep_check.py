@@ -105,6 +105,19 @@ def check_sweep_jobs(config: DictConfig) -> None:
             HydraConfig.instance().set_config(launcher_config)
 
 
+def check_launcher(config: DictConfig) -> None:
+    """hydrali's launcher's settings (hydra.launcher.gpus, gpus_per_job, the jobs' backend.devices): GPU ids that
+    are not distinct, a size below one GPU; one line before anything is written."""
+    from hydrali.core.cli.sweep_launcher import HydraliLauncher, job_gpus
+    from hydrali.core.distributed.gpu_placement import count_gpus, plan, visible_gpus
+
+    launcher = OmegaConf.select(config, "hydra.launcher", default=None)
+    if launcher is None or not str(launcher.get("_target_", "")).endswith(f".{HydraliLauncher.__name__}"):
+        return
+    per_job = job_gpus(config, job_overrides(sweep_arguments(config)), int(launcher.get("gpus_per_job", 1)))
+    plan(visible_gpus(launcher.get("gpus"), count_gpus), per_job)
+
+
 class CheckSweepJobs(Callback):
     """Under -m, before any other callback claims the sweep's dir: every job checked (check_sweep_jobs); the first
     mistake ends the sweep in one line with exit 2."""
@@ -114,6 +127,7 @@ class CheckSweepJobs(Callback):
         try:
             check_sweeper(config)
             check_sweep_jobs(config)
+            check_launcher(config)
         except HydraliError as err:  # Hydra turns a callback's exception into a warning: the sweep ends here
             print(f"hydrali: error: {err}", file=sys.stderr, flush=True)
             raise SystemExit(EXIT_USER_ERROR) from err
