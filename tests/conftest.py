@@ -92,3 +92,30 @@ def make_cfg(tmp_path, data_dir):
         return compose_config(list(overrides), tmp_path, data_dir, output_dir)
 
     return make
+
+
+@pytest.fixture
+def bench_with(tmp_path):
+    """A benchmark of this machine built from `hydrali-bench <overrides>`'s config (HydraConfig set, as at run time),
+    its data under tmp_path/data."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    from hydrali.bench.schema import register_bench_schema
+    from hydrali.bench.sections import Bench, detect_machine
+    from hydrali.core.config.store import register_schemas
+
+    register_schemas()
+    register_bench_schema()
+    GlobalHydra.instance().clear()
+
+    def make(*overrides: str):
+        overrides = [f"paths.data_dir={tmp_path}/data", *overrides]
+        full = compose("bench", overrides=[*overrides, f"hydra.run.dir={tmp_path}/run"], return_hydra_config=True)
+        HydraConfig.instance().set_config(full)
+        return Bench(compose("bench", overrides=overrides).bench, overrides, tmp_path / "run", detect_machine())
+
+    with initialize_config_module(config_module="hydrali.conf", version_base="1.3"):
+        yield make
+    GlobalHydra.instance().clear()

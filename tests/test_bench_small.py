@@ -11,13 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_module
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
+from hydra import compose
 
-from hydrali.bench.schema import register_bench_schema
 from hydrali.bench.synthetic import write_small_synthetic
-from hydrali.core.config.store import register_schemas
 from hydrali.core.errors import HydraliError
 
 
@@ -44,29 +40,6 @@ def test_a_wrong_small_setting_is_one_error_naming_it(override, named, tmp_path)
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("hydrali-bench: error: ") and named in line
-
-
-@pytest.fixture
-def bench_with(tmp_path):
-    """A benchmark of this machine built from `hydrali-bench <overrides>`'s config (HydraConfig set, as at run time),
-    its data under tmp_path/data."""
-    from hydrali.bench.sections import Bench, detect_machine
-
-    register_schemas()
-    register_bench_schema()
-    GlobalHydra.instance().clear()
-    context = initialize_config_module(config_module="hydrali.conf", version_base="1.3")
-    context.__enter__()
-
-    def make(*overrides: str):
-        overrides = [f"paths.data_dir={tmp_path}/data", *overrides]
-        full = compose("bench", overrides=[*overrides, f"hydra.run.dir={tmp_path}/run"], return_hydra_config=True)
-        HydraConfig.instance().set_config(full)
-        return Bench(compose("bench", overrides=overrides).bench, overrides, tmp_path / "run", detect_machine())
-
-    yield make
-    context.__exit__(None, None, None)
-    GlobalHydra.instance().clear()
 
 
 def test_without_a_gpu_the_section_is_one_skipped_row_with_its_reason_and_writes_nothing(bench_with, tmp_path):

@@ -39,33 +39,6 @@ def test_the_grid_makes_one_job_per_combination_of_its_values():
         job_count("epochs=2")
 
 
-@pytest.fixture
-def bench_with(tmp_path):
-    """A benchmark of this machine built from `hydrali-bench <overrides>`'s config (HydraConfig set, as at run time),
-    its data under tmp_path/data."""
-    from hydra import compose, initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.hydra_config import HydraConfig
-
-    from hydrali.bench.schema import register_bench_schema
-    from hydrali.bench.sections import Bench, detect_machine
-    from hydrali.core.config.store import register_schemas
-
-    register_schemas()
-    register_bench_schema()
-    GlobalHydra.instance().clear()
-
-    def make(*overrides: str):
-        overrides = [f"paths.data_dir={tmp_path}/data", *overrides]
-        full = compose("bench", overrides=[*overrides, f"hydra.run.dir={tmp_path}/run"], return_hydra_config=True)
-        HydraConfig.instance().set_config(full)
-        return Bench(compose("bench", overrides=overrides).bench, overrides, tmp_path / "run", detect_machine())
-
-    with initialize_config_module(config_module="hydrali.conf", version_base="1.3"):
-        yield make
-    GlobalHydra.instance().clear()
-
-
 def test_a_sweep_reads_bench_sweep_root_or_section_7s_folder_where_its_data_needs_a_root(bench_with, tmp_path):
     small = ["bench.small.synthetic.classes=2", "bench.small.synthetic.train_per_class=2"]
     bench = bench_with(*small, "bench.small.synthetic.val_per_class=1")
