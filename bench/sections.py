@@ -742,7 +742,7 @@ class Bench:
             library = self.bench.keras_library_path
         else:
             library = None
-        gpus = self.machine.gpus or len(ids)
+        gpus = len(ids) if ids else self.machine.gpus  # G: the GPUs the sweep may use
         device = "gpu" if self.machine.gpus else "cpu"
         folder = self.run_dir / "sweep"
         sequential = SweepRun(SEQUENTIAL, base, s.grid, [BASIC_LAUNCHER], folder / SEQUENTIAL, gpus, library)
