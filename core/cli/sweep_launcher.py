@@ -108,7 +108,7 @@ class HydraliLauncher(Launcher):
                     batch_size=1,
                     pre_dispatch="n_jobs",
                     return_as="generator_unordered",
-                )  # fmt: skip (no more workers than jobs: an idle worker is one more to stop)
+                )  # no more workers than jobs: an idle worker is one more to stop
                 for ended in pool(jobs):
                     sweep.add_failed_elsewhere(ended.failed)
                     if ended.exit_code is not None:
