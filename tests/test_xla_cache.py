@@ -64,3 +64,13 @@ def test_a_later_keras_run_reads_the_compiled_steps_an_earlier_one_kept(tmp_path
     assert _tensorflow_notices(first) == 0
     assert _entries(tmp_path) == kept, "nothing kept twice, nothing rewritten"
     assert not (tmp_path / "parent-process-folder").exists(), "the child used a folder of its own"
+
+
+def test_a_job_of_an_lr_sweep_reads_the_steps_another_lr_compiled(tmp_path, data_dir):
+    """The jobs of a sweep over optim.lr compile one step between them: the lr is read by the step, not part of it."""
+    first = _run(tmp_path, data_dir, "lr-0.1", "optim.lr=0.1")
+    kept = _entries(tmp_path)
+    assert len(kept) >= 1, first[-3000:]
+    other = _run(tmp_path, data_dir, "lr-0.3", "optim.lr=0.3")
+    assert _tensorflow_notices(other) >= len(kept), "TensorFlow read every kept entry: " + other[-3000:]
+    assert _entries(tmp_path) == kept, "the other lr compiled nothing new"

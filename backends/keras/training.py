@@ -50,17 +50,20 @@ POLICIES = {
 class PlanSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """The plan's effective lr times hydrali.core.optim.schedule.lr_factor, tabulated per optimizer step: the same
     lr at the same step as the Lightning backend, by construction. Keras asks it with the number of batches trained
-    (its optimizer's `_iterations`, which gradient accumulation does not divide): `accumulate` batches make a step."""
+    (its optimizer's `_iterations`, which gradient accumulation does not divide): `accumulate` batches make a step.
+    The effective lr is read from a variable, not written into the graph: jobs of a sweep over the lr compile the same
+    step, which XLA's kept compiled steps (backend.xla_cache) then serve to all of them."""
 
     def __init__(self, effective_lr: float, factors, accumulate: int = 1):
         self.effective_lr = float(effective_lr)
         self.factors = np.asarray(factors, dtype="float32")
         self.accumulate = int(accumulate)
+        self._lr = keras.Variable(self.effective_lr, dtype="float32", trainable=False, name="effective_lr")
 
     def __call__(self, step):
         last = self.factors.shape[0] - 1
         index = ops.minimum(ops.floor_divide(ops.cast(step, "int32"), self.accumulate), last)
-        return self.effective_lr * ops.take(ops.convert_to_tensor(self.factors), index)
+        return self._lr * ops.take(ops.convert_to_tensor(self.factors), index)
 
     def get_config(self) -> dict:
         return {"effective_lr": self.effective_lr, "factors": self.factors.tolist(), "accumulate": self.accumulate}
