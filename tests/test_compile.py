@@ -8,7 +8,8 @@ import torch
 from hydrali.core.run.runner import run
 from hydrali.core.run.summary import format_table
 from tests.support.checks import read_summary
-from tests.support.configs import SMALL_NET, with_plugin_callback
+from tests.support.cli import run_cli
+from tests.support.configs import LIGHTNING_QUIET, SMALL_NET, with_plugin_callback
 
 pytestmark = pytest.mark.slow
 # 3 batches of 120 score the 360 validation images: one shape for every step, so one graph per mode (train, eval).
@@ -78,3 +79,36 @@ def test_keras_compile_trains_with_xla(make_cfg, tmp_path):
     summary = read_summary(out)
     assert summary["compiled"] is True and summary["first_step_seconds"] > 0
     assert summary["history"][0]["train/images"] == 11 * 120 and summary["history"][0]["val/images"] == 360
+
+
+def test_a_later_lightning_run_at_another_lr_reads_the_compiled_graphs_kept(tmp_path, data_dir):
+    """backend.compile_cache: torch.compile's graphs kept under paths.cache_dir by one run are read by a later run in
+    another process (as a sweep's next job, at another lr) instead of compiled again (torch's own cache counters)."""
+
+    def compiled_run(name: str, lr: str) -> dict:
+        counts = tmp_path / f"{name}.json"
+        out = run_cli(
+            *TINY,
+            "epochs=1",
+            "backend.compile=true",
+            f"optim.lr={lr}",
+            *LIGHTNING_QUIET,
+            with_plugin_callback("graphs", "RecordDynamoGraphs", path=str(counts)),
+            f"paths.root={tmp_path}",
+            f"paths.data_dir={data_dir}",
+            f"hydra.run.dir={tmp_path / name}",
+            cwd=tmp_path,
+            unset=("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"),
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(counts.read_text())
+
+    first = compiled_run("first", "0.1")
+    assert first["graphs"] >= 2 and first["fxgraph_cache_miss"] >= 2 and first["fxgraph_cache_hit"] == 0, first
+    kept = tmp_path / ".hydrali_cache" / "torch"
+    assert any(kept.rglob("*.py")), "Inductor's generated code is kept under paths.cache_dir"
+
+    other_lr = compiled_run("other-lr", "0.3")
+    assert other_lr["graphs"] == first["graphs"]
+    assert other_lr["fxgraph_cache_miss"] == 0 and other_lr["autograd_cache_miss"] == 0, other_lr
+    assert other_lr["fxgraph_cache_hit"] + other_lr["autograd_cache_hit"] >= first["graphs"], other_lr

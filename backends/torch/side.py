@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from hydra.errors import InstantiationException
 
+from hydrali.backends.torch import compile_cache
 from hydrali.core.contracts.task import side_builder
 from hydrali.core.errors import HydraliError, first_line
 from hydrali.core.run.weights_from_run import RunWeights
@@ -62,12 +63,21 @@ def compile_network(
             f"backend.compile=true: the task's torch side ({type(torch_task).__name__}) keeps no "
             f"network in `.model` to compile: set backend.compile=false"
         )
+    global _compiled_in_process
+    if _compiled_in_process:  # an earlier run of this process (a sweep's worker): its compiled code goes, so that
+        torch.compiler.reset()  # Dynamo's limit of recompiles per function is not reached by runs; the kept caches stay
+    _compiled_in_process = True
     network.forward = torch.compile(network.forward, mode=mode, fullgraph=fullgraph, dynamic=dynamic)
     return network
 
 
+_compiled_in_process = False  # whether compile_network ran in this process before
+
+
 def compile_torch_side(torch_task: torch.nn.Module, backend: Any) -> torch.nn.Module:
-    """compile_network with the backend settings' compile_mode, compile_fullgraph and compile_dynamic."""
+    """compile_network with the backend settings' compile_mode, compile_fullgraph and compile_dynamic, its compiled
+    code kept in and read from backend.compile_cache (hydrali.backends.torch.compile_cache)."""
+    compile_cache.use_kept_compiles(backend.compile_cache)
     return compile_network(
         torch_task, mode=str(backend.compile_mode), fullgraph=backend.compile_fullgraph, dynamic=backend.compile_dynamic
     )

@@ -223,26 +223,31 @@ def torch_model_without_batchnorm(
 
 
 class RecordDynamoGraphs:
-    """Write, as JSON to `path`, how many graphs TorchDynamo compiled while Lightning trained and validated
-    (torch._dynamo's own counters, read at the start and the end of fit)."""
+    """Write, as JSON to `path`, how many graphs TorchDynamo compiled while Lightning trained and validated, and how
+    many of them Inductor's and AOTAutograd's caches served or missed (torch._dynamo's own counters, read at the
+    start and the end of fit)."""
 
     def __new__(cls, path: str):
         import json
 
         import lightning as L
 
-        def graphs() -> int:
+        def counts() -> dict[str, int]:
             from torch._dynamo.utils import counters
 
-            return int(counters["stats"]["unique_graphs"])
+            return {
+                "graphs": int(counters["stats"]["unique_graphs"]),
+                **{name: int(counters["inductor"][name]) for name in ("fxgraph_cache_hit", "fxgraph_cache_miss")},
+                **{name: int(counters["aot_autograd"][name]) for name in ("autograd_cache_hit", "autograd_cache_miss")},
+            }
 
         class _Record(L.Callback):
             def on_fit_start(self, trainer, pl_module) -> None:
-                self.before = graphs()
+                self.before = counts()
 
             def on_fit_end(self, trainer, pl_module) -> None:
                 with open(path, "w") as fh:
-                    json.dump({"graphs": graphs() - self.before}, fh)
+                    json.dump({name: count - self.before[name] for name, count in counts().items()}, fh)
 
         return _Record()
 
