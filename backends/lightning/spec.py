@@ -25,7 +25,7 @@ class LightningBackendConfig:
     compile_mode: CompileMode = CompileMode.default
     compile_fullgraph: bool = False
     compile_dynamic: Optional[bool] = None
-    compile_cache: Optional[str] = None  # a folder: torch.compile's code kept for later runs (backends/torch/compile_cache.py)
+    compile_cache: Optional[str] = None  # a folder: torch.compile's code kept for later runs (torch/compile_cache.py)
     save_top_k: int = 1
     callbacks: Dict[str, Any] = field(default_factory=dict)
     trainer: Dict[str, Any] = field(default_factory=dict)
