@@ -7,18 +7,21 @@
 #   bash bench/gpu/sweep.sh                                        # 4 jobs (optim.lr=0.05,0.1,0.2,0.4), Lightning
 #   bash bench/gpu/sweep.sh "bench.sweep.grid='optim.lr=0.05,0.1,0.2,0.4 seed=1,2'"   # 8 jobs
 #   bash bench/gpu/sweep.sh "bench.sweep.overrides=[experiment=cifar10,tracking=none,backend=keras]"
+# SWEEP_LABEL (default sweep) names the log and $OUT's folder, so that two sweeps can run at once on disjoint GPUs
+# (CUDA_VISIBLE_DEVICES) and cores (taskset).
 set -uo pipefail
+label=${SWEEP_LABEL:-sweep}
 source bench/gpu/env.sh
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 if [ ! -d /tmp/cifar/cifar ]; then mkdir -p /tmp/cifar && tar -xzf .devdata/cifar10.tgz -C /tmp/cifar; fi
-BENCH=/tmp/bench/sweep-$(date +%H-%M-%S)   # a run dir per call
+BENCH=/tmp/bench/$label-$(date +%H-%M-%S)   # a run dir per call
 python3 -m hydrali.bench.cli "bench.sections=[sweep]" bench.sweep.root=/tmp/cifar/cifar "hydra.run.dir=$BENCH" \
-  paths.data_dir=/tmp/data ${TF_LIBS:+bench.keras_library_path=$TF_LIBS} "$@" > /tmp/bench-sweep.log 2>&1
+  paths.data_dir=/tmp/data ${TF_LIBS:+bench.keras_library_path=$TF_LIBS} "$@" > /tmp/bench-$label.log 2>&1
 status=$?
-grep -E "^hydrali-bench|bench: |sweep" /tmp/bench-sweep.log | grep -v "^|" | tail -30
-sed -n '/^| section/,$p' /tmp/bench-sweep.log
-[ $status -eq 0 ] || tail -30 /tmp/bench-sweep.log
-mkdir -p "${OUT:-/tmp/out}/sweep"
-cp /tmp/bench-sweep.log "${OUT:-/tmp/out}/sweep/bench.log"; cp "$BENCH/bench.json" "${OUT:-/tmp/out}/sweep/" 2>/dev/null
-(cd "$BENCH" && find sweep \( -name '*.log' -o -name summary.json \) | tar -cf "${OUT:-/tmp/out}/sweep/logs.tar" -T -)
+grep -E "^hydrali-bench|bench: |sweep" /tmp/bench-$label.log | grep -v "^|" | tail -30
+sed -n '/^| section/,$p' /tmp/bench-$label.log
+[ $status -eq 0 ] || tail -30 /tmp/bench-$label.log
+mkdir -p "${OUT:-/tmp/out}/$label"
+cp /tmp/bench-$label.log "${OUT:-/tmp/out}/$label/bench.log"; cp "$BENCH/bench.json" "${OUT:-/tmp/out}/$label/" 2>/dev/null
+(cd "$BENCH" && find sweep \( -name '*.log' -o -name summary.json \) | tar -cf "${OUT:-/tmp/out}/$label/logs.tar" -T -)
 exit $status
