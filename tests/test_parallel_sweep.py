@@ -19,7 +19,7 @@ from hydrali.core.distributed.gpu_placement import plan
 from hydrali.tasks.classification.datasets import write_digits
 from tests.support.checks import fails_with, read_summary
 from tests.support.cli import as_from_a_terminal, run_cli, start_cli
-from tests.support.configs import LIGHTNING_QUIET, TINY
+from tests.support.configs import LIGHTNING_QUIET, TINY, with_plugin_callback
 
 TWO_GPUS = "hydra.launcher.gpus=[0,1]"
 STOP_WITHIN_S = 300
@@ -117,7 +117,11 @@ def test_a_parallel_sweep_stopped_stops_every_job_resumable_and_goes_on_when_sta
     with log.open("w") as output:
         first = start_cli(*args, cwd=tmp_path, stdout=output, preexec_fn=lambda: (as_from_a_terminal(), os.setpgrp()))
         deadline = time.monotonic() + STOP_WITHIN_S
-        while not all(any((sweep / job / "checkpoints").glob("epoch*")) for job in training):  # a checkpoint each
+        finished = [str(job) for job in range(len(grid.split(","))) if str(job) not in training]
+        while not (  # a checkpoint each, the jobs that finish before the stop finished (a worker idle)
+            all(any((sweep / job / "checkpoints").glob("epoch*")) for job in training)
+            and all((sweep / job / "summary.json").exists() for job in finished)
+        ):
             assert first.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(POLL_S)
         if how == "SIGINT":
@@ -176,3 +180,35 @@ def test_a_launcher_setting_that_cannot_place_jobs_is_one_line_and_writes_nothin
     sweep = tmp_path / "sweep"
     fails_with(run_cli("-m", "optim.lr=0.1,0.2", setting, f"hydra.sweep.dir={sweep}", cwd=tmp_path), words)
     assert not sweep.exists() and not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.slow
+def test_a_worker_killed_by_the_system_fails_its_job_alone_and_the_jobs_beside_it_resume(tmp_path, data_dir):
+    """Job 1's process is SIGKILLed (as the out-of-memory killer does) at the end of its third epoch, every time it
+    runs; loky stops the pool's other worker with it. Job 0, stopped beside it, runs again by itself and resumes
+    from its checkpoint; job 1, run by itself, dies again and is the sweep's one failed job; job 2 runs; exit 1."""
+    sweep = tmp_path / "sweep"
+    kill = with_plugin_callback("kill", "KillOwnProcess", job="1", epoch="3")
+    out = run_cli(
+        "-m",
+        "optim.lr=0.05,0.1,0.2",
+        "epochs=4",
+        *TINY,
+        *LIGHTNING_QUIET,
+        f"paths.data_dir={data_dir}",
+        TWO_GPUS,
+        kill,
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    assert re.search(r"hydrali: a worker process died \(exit codes .*SIGKILL.*\) while jobs 0, 1 ran", out.stdout)
+    assert "hydrali: job 1 failed: its worker process died (exit codes {SIGKILL(-9)}" in out.stdout, out.stdout
+    assert "1 job(s) of the sweep failed" in out.stderr
+    assert "resuming from its newest checkpoint" in (sweep / "0" / "hydrali.log").read_text()
+    for job in ("0", "2"):
+        assert [row["epoch"] for row in read_summary(sweep / job)["history"]] == [1, 2, 3, 4], job
+    assert not (sweep / "1" / "summary.json").exists()
+    _, children = _runs(tmp_path)
+    statuses = {job: run.info.status for job, run in children.items()}
+    assert statuses == {"0": "FINISHED", "1": "FAILED", "2": "FINISHED"}, out.stdout[-2000:]

@@ -2,23 +2,28 @@
 jobs run at once, each on GPUs of its own; with one GPU or none, one after another in this process, as Hydra's basic
 launcher runs them.
 
-The parallel jobs run in the worker processes of Hydra's joblib launcher (joblib's loky pool, reused between jobs,
-so that a worker keeps its imports): each worker takes a slot of GPUs once, for its life
-(hydrali.core.distributed.gpu_placement), and takes the next job as soon as its last one ended. A worker runs jobs of
-one backend only (torch's compiler in a process that ran TensorFlow crashes it): a sweep over backends runs each
-backend's jobs in a pool of its own, one backend after the other. Each job's console output goes to
-`<job dir>.console.log` beside its dir (its hydrali.log holds its log as always); this process prints a line as each
-job ends.
+The parallel jobs run as Hydra's joblib launcher runs its jobs (its execute_job), in the worker processes of loky's
+reusable pool (joblib's; reused between jobs, so that a worker keeps its imports, and never this process, even for
+one job): each worker takes a slot of GPUs once, for its life (hydrali.core.distributed.gpu_placement), and takes the
+next job as soon as its last one ended. A worker runs jobs of one backend only (torch's compiler in a process that
+ran TensorFlow crashes it): a sweep over backends runs each backend's jobs in a pool of its own, one backend after the
+other. Each job's console output goes to `<job dir>.console.log` beside its dir (its hydrali.log holds its log as
+always); this process prints a line as each job ends. A worker that dies (the out-of-memory killer, a crash in a
+library) makes loky stop the pool's other workers too: the jobs they ran run again, each by itself (so that a death
+names its job), and resume from their checkpoints; a job whose worker dies while it runs alone is a failed job.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import os
+import re
 import signal
 import sys
 import time
+from concurrent.futures import as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -26,7 +31,7 @@ from typing import Any, Sequence
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from hydrali.core.cli.exit_codes import EXIT_FAILED_SWEEP, EXIT_INTERRUPTED
 from hydrali.core.distributed import gpu_placement
@@ -70,8 +75,8 @@ class HydraliLauncher(Launcher):
     def _parallel(self, placement, job_overrides, initial_job_idx: int) -> list[JobReturn]:
         from hydra.core.singleton import Singleton
         from hydra.core.utils import setup_globals
-        from joblib import Parallel, delayed
         from joblib.externals.loky import get_reusable_executor
+        from joblib.externals.loky.process_executor import TerminatedWorkerError
 
         from hydrali.core.tracking import sweep
 
@@ -91,33 +96,64 @@ class HydraliLauncher(Launcher):
                 if _pool["backend"] not in (None, backend):  # a fresh pool: a worker runs one backend
                     get_reusable_executor().shutdown(wait=True)
                 _pool["backend"] = backend
-                jobs = (
-                    delayed(run_in_worker)(
-                        initial_job_idx + i,
-                        job_overrides[i],
-                        self.hydra_context,
-                        self.config,
-                        self.task_function,
-                        state,
-                    )
-                    for i in indices
-                )
-                pool = Parallel(
-                    n_jobs=min(len(placement.slots), len(indices)),
-                    backend="loky",
-                    batch_size=1,
-                    pre_dispatch="n_jobs",
-                    return_as="generator_unordered",
-                )  # no more workers than jobs: an idle worker is one more to stop
-                for ended in pool(jobs):
-                    sweep.add_failed_elsewhere(ended.failed)
-                    if ended.exit_code is not None:
-                        exits.append(ended.exit_code)
-                        gpu_placement.ask_to_stop(sweep_dir)  # as a single job's exit ends a sweep: no other starts
-                    if ended.ret is not None:
-                        returns[ended.index] = ended.ret
-                    if ended.started:
-                        print(ended_line(ended, self.config.get("optimized_metric")), flush=True)
+                pending, alone = list(indices), []  # alone: the jobs a dead worker took with it, each run by itself
+                deaths_unnamed = 0
+                while pending and stop["signal"] is None and not exits:
+                    batch = alone[:1] or pending
+                    executor = get_reusable_executor(max_workers=min(len(placement.slots), len(batch)))
+                    # no more workers than jobs (an idle worker is one more to stop); never in this process
+                    futures = [
+                        executor.submit(
+                            run_in_worker,
+                            initial_job_idx + i,
+                            job_overrides[i],
+                            self.hydra_context,
+                            self.config,
+                            self.task_function,
+                            state,
+                        )
+                        for i in batch
+                    ]
+                    try:
+                        for future in as_completed(futures):
+                            ended = future.result()
+                            pending.remove(ended.index - initial_job_idx)
+                            if alone and alone[0] == ended.index - initial_job_idx:
+                                alone.pop(0)
+                            sweep.add_failed_elsewhere(ended.failed)
+                            if ended.exit_code is not None:
+                                exits.append(ended.exit_code)
+                                gpu_placement.ask_to_stop(sweep_dir)  # as a single job's exit ends a sweep
+                            if ended.ret is not None:
+                                returns[ended.index] = ended.ret
+                            if ended.started:
+                                print(ended_line(ended, self.config.get("optimized_metric")), flush=True)
+                    except TerminatedWorkerError as died:  # loky stops every worker of the pool when one dies
+                        taken = [job - initial_job_idx for job in gpu_placement.left_running(sweep_dir)]
+                        how = worker_death(died)
+                        if alone:  # it ran by itself: the death was its own
+                            position = alone.pop(0)
+                            pending.remove(position)
+                            returns[initial_job_idx + position] = dead_job_return(job_overrides[position])
+                            sweep.add_failed_elsewhere(1)
+                            print(
+                                f"hydrali: job {initial_job_idx + position} failed: its worker process died ({how})",
+                                flush=True,
+                            )
+                            record_dead_job(
+                                self.config, sweep_dir, initial_job_idx + position, f"its worker process died ({how})"
+                            )
+                            continue
+                        alone = [position for position in pending if position in taken]
+                        deaths_unnamed = 0 if alone else deaths_unnamed + 1
+                        if deaths_unnamed > 1:  # workers die with no job running: nothing a job can fix
+                            raise
+                        jobs_taken = ", ".join(str(initial_job_idx + p) for p in alone) or "none"
+                        print(
+                            f"hydrali: a worker process died ({how}) while jobs {jobs_taken} ran (the pool's other "
+                            "workers are stopped with it): each runs again by itself, from its last checkpoint",
+                            flush=True,
+                        )
         if stop["signal"] is not None or exits:
             get_reusable_executor().shutdown(wait=True)  # no worker outlives a stopped sweep
         if stop["signal"] is not None:
@@ -218,7 +254,8 @@ def run_in_worker(idx: int, overrides, hydra_context, config, task_function, sin
             line = f"hydrali: job {idx} on GPUs {','.join(gpus or ())}: {' '.join(filter_overrides(overrides))}"
             print(line, flush=True)
             try:
-                ret = execute_job(idx, overrides, hydra_context, config, task_function, singleton_state)
+                with gpu_placement.running(idx):  # a worker that dies leaves the mark
+                    ret = execute_job(idx, overrides, hydra_context, config, task_function, singleton_state)
             except SystemExit as stop:  # a job stopped by Ctrl+C (130) or a preemption signal ends as its run says
                 code = stop.code if isinstance(stop.code, int) and stop.code else EXIT_FAILED_SWEEP
     except KeyboardInterrupt:  # outside the run's own handling (its set-up, its end): the job is interrupted
@@ -226,6 +263,39 @@ def run_in_worker(idx: int, overrides, hydra_context, config, task_function, sin
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # an idle worker outlives a Ctrl+C: the launcher stops the pool
     return Ended(idx, ret, gpus, time.monotonic() - started, sweep.failed_here() - failed_before, exit_code=code)
+
+
+def worker_death(died: Exception) -> str:
+    """Why a worker process died, in a few words, from loky's error (its exit codes)."""
+    codes = re.search(r"exit codes of the workers are (\{[^}]*\})", str(died))
+    cause = f"exit codes {codes.group(1)}" if codes else "an unexpected end"
+    return f"{cause}: the system's out-of-memory killer, or a crash in a library"
+
+
+def dead_job_return(overrides: Sequence[str]) -> JobReturn:
+    """The JobReturn of a job whose worker died: a failed job, as a sweeper sees one (no value)."""
+    from hydrali.core.tracking.sweep import FAILED_VALUE
+
+    ret = JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED)
+    ret.return_value = FAILED_VALUE
+    return ret
+
+
+def record_dead_job(config: DictConfig, sweep_dir: Path, job: int, how: str) -> None:
+    """Mark the MLflow child run of job `job`, whose worker died (it could not close its run), FAILED with `how`."""
+    from hydrali.core.tracking import sweep
+
+    store = sweep.SweepStore.from_config(config.tracking, str(sweep_dir)) if "tracking" in config else None
+    if store is None:
+        return
+    try:
+        job_config = copy.deepcopy(config)
+        with read_write(job_config.hydra.job), open_dict(job_config.hydra.job):
+            job_config.hydra.job.num = job
+        job_dir = sweep_dir / str(job_config.hydra.sweep.subdir)  # the job's dir as Hydra names it
+        sweep.record_failed_job(store, job_dir, f"job {job} failed: {how}", how)
+    except Exception as err:  # noqa: BLE001 - the store's trouble must not end the sweep
+        log.warning("job %s: its failure could not be recorded in MLflow: %s", job, err)
 
 
 @contextlib.contextmanager

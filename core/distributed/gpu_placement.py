@@ -15,8 +15,10 @@ import json
 import logging
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from hydrali.core.errors import HydraliError
 
@@ -85,6 +87,8 @@ def offer(placement: Placement, sweep_dir: Path) -> dict[str, str]:
     folder = Path(sweep_dir) / SLOTS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     (folder / STOP_FILE).unlink(missing_ok=True)  # a sweep started again in its dir
+    for mark in folder.glob(f"{RUNNING_PREFIX}*"):  # of a launcher that ended before its jobs
+        mark.unlink(missing_ok=True)
     for index in range(len(placement.slots)):
         (folder / f"slot-{index}.lock").touch()
     return {SLOTS_VARIABLE: json.dumps({"dir": str(folder), "slots": [list(s) for s in placement.slots]})}
@@ -162,3 +166,32 @@ def stopping() -> bool:
     """In a worker of a parallel sweep: whether the sweep is stopping."""
     offered = os.environ.get(SLOTS_VARIABLE)
     return bool(offered) and (Path(json.loads(offered)["dir"]) / STOP_FILE).exists()
+
+
+RUNNING_PREFIX = "running-"  # in SLOTS_DIR: a job a worker runs now (its number), removed when it ends
+
+
+@contextmanager
+def running(job: int) -> Iterator[None]:
+    """In a worker of a parallel sweep: mark job `job` as running in it while the body runs (a worker that dies
+    leaves its mark, which names the jobs it took with it)."""
+    offered = os.environ.get(SLOTS_VARIABLE)
+    if not offered:
+        yield
+        return
+    mark = Path(json.loads(offered)["dir"]) / f"{RUNNING_PREFIX}{job}"
+    mark.touch()
+    try:
+        yield
+    finally:
+        mark.unlink(missing_ok=True)
+
+
+def left_running(sweep_dir: Path) -> list[int]:
+    """The jobs marked running in the sweep in `sweep_dir` whose workers ended without ending them (their marks
+    taken away)."""
+    jobs = []
+    for mark in (Path(sweep_dir) / SLOTS_DIR).glob(f"{RUNNING_PREFIX}*"):
+        jobs.append(int(mark.name[len(RUNNING_PREFIX) :]))
+        mark.unlink(missing_ok=True)
+    return sorted(jobs)

@@ -469,3 +469,22 @@ class RecordComputeThreads:
                 record(torch.get_num_threads())
 
         return _Record()
+
+
+class KillOwnProcess:
+    """A Lightning callback that SIGKILLs its own process (as the out-of-memory killer does) at the end of training
+    epoch `epoch` of sweep job `job` (Hydra's job number), every time that job runs."""
+
+    def __new__(cls, job: int, epoch: int = 1):
+        import os
+        import signal
+
+        import lightning as L
+        from hydra.core.hydra_config import HydraConfig
+
+        class _Kill(L.Callback):
+            def on_train_epoch_end(self, trainer, pl_module) -> None:
+                if HydraConfig.get().job.num == int(job) and trainer.current_epoch + 1 == int(epoch):
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+        return _Kill()
