@@ -6,7 +6,7 @@
 # ../shared/data/cifar10.tgz, git-ignored: the device call carries .devdata), unpacked here. From the repo root:
 #   bash bench/gpu/sweep.sh                                        # 4 jobs (optim.lr=0.05,0.1,0.2,0.4), Lightning
 #   bash bench/gpu/sweep.sh "bench.sweep.grid='optim.lr=0.05,0.1,0.2,0.4 seed=1,2'"   # 8 jobs
-#   bash bench/gpu/sweep.sh "bench.sweep.overrides=[experiment=cifar10,tracking=none,backend=keras]"
+#   bash bench/gpu/sweep.sh 'bench.sweep.overrides=["experiment=cifar10","tracking=none","backend=keras"]'
 # SWEEP_LABEL (default sweep) names the log and $OUT's folder, so that two sweeps can run at once on disjoint GPUs
 # (CUDA_VISIBLE_DEVICES) and cores (taskset).
 set -uo pipefail
