@@ -137,3 +137,17 @@ def test_without_a_gpu_or_gpu_ids_the_section_is_one_skipped_row(tmp_path):
     [row] = _sweep_rows(done.stdout)
     assert row[3].startswith("skipped: needs a GPU (") and "hydra.launcher.gpus=[0,1]" in row[3]
     assert not (tmp_path / "run" / "sweep").exists()
+
+
+def test_a_list_of_overrides_unquoted_says_how_to_quote_its_items_and_that_form_parses(tmp_path):
+    """hydrali-bench's list of hydrali overrides, given as `[experiment=cifar10,tracking=none]` (each item holds
+    '='): one line naming the form Hydra parses, and that form gives the list."""
+    out = run_cli("bench.sweep.overrides=[experiment=cifar10,tracking=none]", "--cfg", "job", cwd=tmp_path, entry=BENCH)
+    suggested = "bench.sweep.overrides=['experiment=cifar10','tracking=none']"
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    [line] = out.stderr.strip().splitlines()
+    assert line.startswith("hydrali-bench: error: ") and "quote each item of the list" in line, line
+    assert f'"{suggested}"' in line, line
+    parsed = run_cli(suggested, "--cfg", "job", cwd=tmp_path, entry=BENCH)
+    assert parsed.returncode == 0, parsed.stderr[-2000:]
+    assert "    overrides:\n    - experiment=cifar10\n    - tracking=none\n" in parsed.stdout

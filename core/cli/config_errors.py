@@ -68,6 +68,12 @@ def _parse_error(overrides: list[str]) -> str:
             f"{bad}: Hydra reads non-ASCII characters only inside quotes: write {key}='{value}' "
             f"(in a shell: \"{key}='{value}'\")"
         )
+    if value.startswith("[") and value.endswith("]"):  # a list: its items quoted, not the list (then a string)
+        items = ",".join(f"'{item.strip()}'" for item in value[1:-1].split(","))
+        return (
+            f"{bad} cannot be parsed: quote each item of the list that holds special characters such as '=', "
+            f'e.g. "{key}=[{items}]" (see {QUOTING})'
+        )
     return (
         f"{bad} cannot be parsed: quote a value holding spaces or special characters, e.g. "
         f"\"{key}='{value}'\" (see {QUOTING})"
