@@ -27,6 +27,7 @@ log = logging.getLogger("hydrali")
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 SLOTS_VARIABLE = "HYDRALI_GPU_SLOTS"  # set by the launcher for its workers: {"dir": ..., "slots": [[ids], ...]}
 SLOTS_DIR = ".gpu-slots"  # in the sweep dir
+RUNNING_PREFIX = "running-"  # in SLOTS_DIR: a job a worker runs now (its number), removed when it ends
 STOP_FILE = "stop"  # in SLOTS_DIR: the sweep is stopping (Ctrl+C, SIGTERM): a worker starts no further job
 WAIT_SECONDS = 0.2  # between tries while every slot is held (a replaced worker waits for its predecessor's exit)
 AUTO = "auto"
@@ -166,9 +167,6 @@ def stopping() -> bool:
     """In a worker of a parallel sweep: whether the sweep is stopping."""
     offered = os.environ.get(SLOTS_VARIABLE)
     return bool(offered) and (Path(json.loads(offered)["dir"]) / STOP_FILE).exists()
-
-
-RUNNING_PREFIX = "running-"  # in SLOTS_DIR: a job a worker runs now (its number), removed when it ends
 
 
 @contextmanager
