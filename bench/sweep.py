@@ -92,6 +92,13 @@ class Job:
     train_seconds: float
     best: float | None  # its best value of the metric it monitored
     train_images: int
+    wall_seconds: float = 0.0  # from its start to its summary
+    wall_parts: dict = dataclasses.field(default_factory=dict)  # where that time went (summary.json's wall_parts)
+
+    def parts_line(self) -> str:
+        """Its wall time and its parts, e.g. `wall 31.2 s: startup 0.0, data_check 2.4, build 0.7, ...`."""
+        parts = ", ".join(f"{name.removesuffix('_s')} {seconds:.1f}" for name, seconds in self.wall_parts.items())
+        return f"wall {self.wall_seconds:.1f} s" + (f": {parts}" if parts else "")
 
 
 @dataclass(frozen=True)
@@ -169,6 +176,8 @@ def read_jobs(sweep_dir: Path, jobs: int) -> tuple[Job, ...]:
                 train_seconds=float(summary["train_seconds"]),
                 best=summary["best"].get(summary["monitor"]),
                 train_images=int(summary["train_images"]),
+                wall_seconds=float(summary.get("wall_seconds", 0.0)),
+                wall_parts=dict(summary.get("wall_parts") or {}),
             )
         )
     return tuple(out)
@@ -231,13 +240,14 @@ class SweepRun:
         self.results.append(result)
         for job in result.jobs:
             log.info(
-                "bench: sweep, %s launcher, repeat %d: job %d on %d GPU(s), %.1f s of training, best %s",
+                "bench: sweep, %s launcher, repeat %d: job %d on %d GPU(s), %.1f s of training, best %s; %s",
                 self.launcher,
                 self.repeat,
                 job.number,
                 job.gpus,
                 job.train_seconds,
                 "-" if job.best is None else f"{job.best:.4f}",
+                job.parts_line(),
             )
         return Timing(result.images_per_s)
 

@@ -110,6 +110,10 @@ def test_the_sweep_section_runs_both_launchers_on_the_cpu_and_compares_their_job
         for job in run["per_job"]:  # the figures are the jobs' own summaries'
             summary = json.loads((sweep / str(job["number"]) / "summary.json").read_text())
             assert job["train_seconds"] == summary["train_seconds"] and job["best"] == summary["best"]["val/acc"]
+            assert job["wall_parts"] == summary["wall_parts"]  # where each job's time went, logged on its line
+            name = f"{launcher} launcher, repeat 1: job {job['number']} on 1 GPU(s)"
+            line = next(line for line in done.stdout.splitlines() if name in line)
+            assert f"wall {summary['wall_seconds']:.1f} s: startup {summary['wall_parts']['startup_s']:.1f}" in line
             assert job["gpus"] == 1
         gpu_seconds = sum(j["train_seconds"] for j in run["per_job"])
         assert notes["gpu_seconds"] == pytest.approx(gpu_seconds)
