@@ -10,6 +10,7 @@ import pytest
 from PIL import Image
 
 from hydrali.core.data.image_files import (
+    absolute_names,
     decode_problem,
     find_bad_files,
     remembering,
@@ -193,3 +194,25 @@ def test_a_file_unchanged_since_it_passed_is_not_read_again_and_a_touched_one_is
         assert [(p, why.split(" (")[0]) for p, why in verify_files(files, "quick")] == [
             (victim, "it is not an image file of a format DALI decodes")
         ]
+
+
+def test_the_check_record_names_each_file_as_abspath_does(tmp_path, monkeypatch):
+    """The record's keys (each file's absolute name, its folder made absolute once) are os.path.abspath's, for
+    relative, dotted, doubled and root paths alike: a record written by one run matches the next run's files."""
+    monkeypatch.chdir(tmp_path)
+    paths = [
+        "a/b.jpg",
+        "/x/y/../z.jpg",
+        "./c.jpg",
+        "d.jpg",
+        "/e.jpg",
+        "//f/g.jpg",
+        "a//b/./c.jpg",
+        "a/..",
+        "a/.",
+        "a/",
+        "/",
+        "../x.jpg",
+        Path("cls") / "img.png",
+    ]
+    assert absolute_names(paths) == [os.path.abspath(p) for p in paths]

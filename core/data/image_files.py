@@ -166,6 +166,24 @@ def checked_already_holds() -> bool:
     return _checked is not None
 
 
+def absolute_names(paths: Iterable[Path | str]) -> list[str]:
+    """Each path as os.path.abspath names it, each distinct folder made absolute once (a dataset's tens of thousands
+    of files share a few folders)."""
+    folders: dict[str, str] = {}
+    names = []
+    for path in paths:
+        name = os.fspath(path)
+        folder, separator, file = name.rpartition(os.sep)
+        if not separator or file in ("", os.curdir, os.pardir):  # no folder, or one that abspath resolves itself
+            names.append(os.path.abspath(name))
+            continue
+        within = folders.get(folder)
+        if within is None:  # the folder's absolute name with its separator ("/" alone for the root)
+            within = folders[folder] = os.path.join(os.path.abspath(folder or os.sep), "")
+        names.append(within + file)
+    return names
+
+
 class CheckRecord:
     """The image files that passed a level of the check in earlier runs, kept in `folder` (one JSON file per dataset
     root and level: each file's absolute path, size and modification time when it passed), so that a later run reads
@@ -175,18 +193,22 @@ class CheckRecord:
     def __init__(self, folder: Path | None):
         self.folder = Path(folder) if folder is not None else None
         self._pending: list[tuple[Path, dict]] = []  # (record file, its content) to write on keep()
+        self._named: tuple[list[Path], list[str]] | None = None  # the last list of paths unchanged() read, named
 
     def _file(self, names: list[str], level: Verify) -> Path | None:
         if self.folder is None or not names:
             return None
-        key = hashlib.sha1(f"{os.path.commonpath(names)}\n{level.value}".encode()).hexdigest()[:16]
+        # the files' common folder: that of their folders (the same, and far cheaper, for two files or more)
+        root = names[0] if len(names) == 1 else os.path.commonpath({name.rpartition(os.sep)[0] for name in names})
+        key = hashlib.sha1(f"{root}\n{level.value}".encode()).hexdigest()[:16]
         return self.folder / f"verified-{level.value}-{key}.json"
 
-    def unchanged(self, paths: list[Path], level: Verify) -> tuple[set[Path], dict[str, list[int]]]:
-        """(the paths that passed `level` before and are unchanged since; each readable file's [size, mtime_ns] now,
-        by absolute path)."""
+    def unchanged(self, paths: list[Path], level: Verify) -> tuple[list[bool], dict[str, list[int]]]:
+        """(for each path, whether it passed `level` before and is unchanged since; each readable file's
+        [size, mtime_ns] now, by absolute path)."""
         now: dict[str, list[int]] = {}
-        names = [os.path.abspath(path) for path in paths]
+        names = absolute_names(paths)
+        self._named = (paths, names)
         for name in names:
             try:
                 stat = os.stat(name)
@@ -198,12 +220,11 @@ class CheckRecord:
             kept = json.loads(record.read_text())["files"] if record is not None else {}
         except (OSError, ValueError, KeyError, TypeError):  # none yet, or unreadable: every file is read
             kept = {}
-        same = {path for path, name in zip(paths, names) if name in now and kept.get(name) == now[name]}
-        return same, now
+        return [kept.get(name, False) == now.get(name, True) for name in names], now
 
     def passed(self, paths: list[Path], level: Verify, stats: dict[str, list[int]]) -> None:
         """`paths` passed `level` (unchanged since an earlier pass, or read now): kept on keep(), with `stats`."""
-        names = [os.path.abspath(path) for path in paths]
+        names = self._named[1] if self._named is not None and self._named[0] is paths else absolute_names(paths)
         record = self._file(names, level)
         if record is not None:
             files = {name: stats[name] for name in names if name in stats}
@@ -251,12 +272,13 @@ def verify_files(paths: list[Path], level: Verify | str, limit: int | None = 3) 
         return known if limit is None else known[:limit]
     started = time.perf_counter()
     log.info("checking %d image files (data.verify=%s)", len(paths), level.value)
-    unchanged, stats = _record.unchanged(paths, level) if _record is not None else (set(), {})
-    bad = find_bad_files([p for p in paths if p not in unchanged], level, limit)
+    unchanged, stats = _record.unchanged(paths, level) if _record is not None else ([False] * len(paths), {})
+    bad = find_bad_files([p for p, same in zip(paths, unchanged) if not same], level, limit)
     if _record is not None and (limit is None or not bad):  # every file read or remembered: what passed is known
         named = {str(p) for p, _ in bad}
-        _record.passed([p for p in paths if str(p) not in named], level, stats)
-    remembered = f" ({len(unchanged)} unchanged since an earlier run's check, not read again)" if unchanged else ""
+        _record.passed([p for p in paths if str(p) not in named] if named else paths, level, stats)
+    kept = sum(unchanged)
+    remembered = f" ({kept} unchanged since an earlier run's check, not read again)" if kept else ""
     log.info(
         "checked %d image files in %.1f s: %s%s",
         len(paths),
