@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -212,3 +213,22 @@ def test_a_worker_killed_by_the_system_fails_its_job_alone_and_the_jobs_beside_i
     _, children = _runs(tmp_path)
     statuses = {job: run.info.status for job, run in children.items()}
     assert statuses == {"0": "FINISHED", "1": "FAILED", "2": "FINISHED"}, out.stdout[-2000:]
+
+
+def test_a_workers_backend_is_imported_while_its_first_job_checks_its_data():
+    """A worker starts importing its backend's framework as it takes its GPUs, so that its first job's config and
+    data check run meanwhile; the run's own load then finds the framework imported (in a fresh process here)."""
+    code = (
+        "import sys\n"
+        "from hydrali.core.contracts.registry import import_ahead, load_backend\n"
+        "assert 'torch' not in sys.modules\n"
+        "thread = import_ahead('lightning')\n"
+        "alive = thread.is_alive()\n"  # this thread goes on while torch is imported
+        "again, unknown = import_ahead('lightning'), import_ahead('nothing')\n"
+        "thread.join()\n"
+        "print(alive, again, unknown, 'torch' in sys.modules, 'lightning' in sys.modules)\n"
+        "print(type(load_backend('lightning')).__module__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["True None None True True", "hydrali.backends.lightning.backend"]

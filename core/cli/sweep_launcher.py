@@ -106,6 +106,7 @@ class HydraliLauncher(Launcher):
                         executor.submit(
                             run_in_worker,
                             initial_job_idx + i,
+                            backend,
                             job_overrides[i],
                             self.hydra_context,
                             self.config,
@@ -235,11 +236,14 @@ class Ended:
     exit_code: int | None = None  # the job ended its process's work with SystemExit (Ctrl+C: 130)
 
 
-def run_in_worker(idx: int, overrides, hydra_context, config, task_function, singleton_state) -> Ended:
-    """One job in a worker process: its slot's GPUs taken first (before any CUDA library reads them), its console
-    output to its console log; what happened back to the launcher. Nothing starts once the sweep is stopping."""
+def run_in_worker(idx: int, backend: str, overrides, hydra_context, config, task_function, singleton_state) -> Ended:
+    """One job of `backend` in a worker process: its slot's GPUs taken first (before any CUDA library reads them),
+    the backend's framework imported meanwhile (a fresh worker's first job checks its data as it imports), its
+    console output to its console log; what happened back to the launcher. Nothing starts once the sweep is
+    stopping."""
     from hydra_plugins.hydra_joblib_launcher._core import execute_job
 
+    from hydrali.core.contracts.registry import import_ahead
     from hydrali.core.tracking import sweep
 
     gpus, started, failed_before = None, time.monotonic(), sweep.failed_here()
@@ -249,6 +253,7 @@ def run_in_worker(idx: int, overrides, hydra_context, config, task_function, sin
         gpus = gpu_placement.take()
         if gpu_placement.stopping():
             return Ended(idx, None, gpus, 0.0, 0, started=False)
+        import_ahead(backend)  # once a worker: its GPUs are fixed now
         console = Path(str(config.hydra.sweep.dir)) / f"{idx}{CONSOLE_SUFFIX}"
         with output_to(console):
             line = f"hydrali: job {idx} on GPUs {','.join(gpus or ())}: {' '.join(filter_overrides(overrides))}"

@@ -11,6 +11,7 @@ one backend's implementation.
 from __future__ import annotations
 
 import importlib
+import threading
 from functools import cache
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -86,6 +87,29 @@ def load_backend(name: str) -> Backend:
             raise HydraliError(f"backend={name}: its implementation {spec.implementation} cannot be found") from err
         raise HydraliError(f"backend={name} needs a package that is not installed: {err.name}") from err
     return implementation()
+
+
+_imports_ahead: dict[str, threading.Thread] = {}  # backend name -> the thread importing its implementation
+
+
+def import_ahead(name: str) -> threading.Thread | None:
+    """Start importing backend `name`'s implementation (its framework: torch, TensorFlow) in a thread of this
+    process, once, so that the work done meanwhile (a job's config, its data check) overlaps it; load_backend then
+    finds it imported, or waits for the import to end. For a process that outlives a failed job (a sweep's worker):
+    what the import raises is left to load_backend, which reports it. None where it started before or is unknown."""
+    if name in _imports_ahead or name not in backend_specs():
+        return None
+    module = backend_specs()[name].implementation.partition(":")[0]
+
+    def import_quietly() -> None:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - the job's own load_backend imports it again and names what is wrong
+            pass
+
+    thread = _imports_ahead[name] = threading.Thread(target=import_quietly, name=f"import-{name}", daemon=False)
+    thread.start()
+    return thread
 
 
 def backend_of_checkpoint(path: Path) -> str | None:
