@@ -232,3 +232,27 @@ def test_a_workers_backend_is_imported_while_its_first_job_checks_its_data():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == ["True None None True True", "hydrali.backends.lightning.backend"]
+
+
+def test_a_worker_that_keeps_memory_between_jobs_runs_the_sweeps_next_jobs(tmp_path, data_dir):
+    """Each job keeps 400 MB in its worker (as a worker keeps a job's decoded splits for the next): the 6 jobs still
+    run in the 2 workers the sweep started, none replaced (loky, where psutil is installed, replaces a worker that
+    grew 300 MB past its size after its first job: its third job would run in a fresh one)."""
+    sweep = tmp_path / "sweep"
+    out = run_cli(
+        "-m",
+        "optim.lr=0.05,0.1,0.2,0.3,0.4,0.5",
+        "epochs=1",
+        *TINY,
+        *LIGHTNING_QUIET,
+        f"paths.data_dir={data_dir}",
+        "tracking=none",
+        TWO_GPUS,
+        with_plugin_callback("hold", "HoldMemory", mb="400"),
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    workers = {job: (sweep / str(job) / "worker.pid").read_text() for job in range(6)}
+    assert len(set(workers.values())) == 2, workers
+    assert "A worker stopped" not in out.stderr

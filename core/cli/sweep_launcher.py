@@ -40,6 +40,7 @@ from hydrali.core.distributed.device_count import devices_setting
 log = logging.getLogger("hydrali")
 BACKEND_GROUP, DEVICES_KEY = "backend", "backend.devices"
 CONSOLE_SUFFIX = ".console.log"  # a parallel job's console output, beside its dir
+LOKY_MEMORY_GUARD = "_MAX_MEMORY_LEAK_SIZE"  # loky's process_executor: the growth past which it replaces a worker
 _pool: dict = {"backend": None}  # the backend the workers of this process's pool ran (kept between launch calls)
 
 
@@ -244,6 +245,7 @@ def run_in_worker(idx: int, backend: str, overrides, hydra_context, config, task
     from hydra_plugins.hydra_joblib_launcher._core import execute_job
 
     from hydrali.core.contracts.registry import import_ahead
+    from hydrali.core.run import collector
     from hydrali.core.tracking import sweep
 
     gpus, started, failed_before = None, time.monotonic(), sweep.failed_here()
@@ -253,13 +255,14 @@ def run_in_worker(idx: int, backend: str, overrides, hydra_context, config, task
         gpus = gpu_placement.take()
         if gpu_placement.stopping():
             return Ended(idx, None, gpus, 0.0, 0, started=False)
-        import_ahead(backend)  # once a worker: its GPUs are fixed now
+        first = import_ahead(backend) is not None  # once a worker: its GPUs are fixed now
+        keep_worker_memory()
         console = Path(str(config.hydra.sweep.dir)) / f"{idx}{CONSOLE_SUFFIX}"
         with output_to(console):
             line = f"hydrali: job {idx} on GPUs {','.join(gpus or ())}: {' '.join(filter_overrides(overrides))}"
             print(line, flush=True)
             try:
-                with gpu_placement.running(idx):  # a worker that dies leaves the mark
+                with gpu_placement.running(idx), collector.worker_job(first=first):  # a worker's death leaves the mark
                     ret = execute_job(idx, overrides, hydra_context, config, task_function, singleton_state)
             except SystemExit as stop:  # a job stopped by Ctrl+C (130) or a preemption signal ends as its run says
                 code = stop.code if isinstance(stop.code, int) and stop.code else EXIT_FAILED_SWEEP
@@ -268,6 +271,17 @@ def run_in_worker(idx: int, backend: str, overrides, hydra_context, config, task
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # an idle worker outlives a Ctrl+C: the launcher stops the pool
     return Ended(idx, ret, gpus, time.monotonic() - started, sweep.failed_here() - failed_before, exit_code=code)
+
+
+def keep_worker_memory() -> None:
+    """Keep this worker for the sweep's next jobs whatever memory its jobs keep. Where psutil is installed, loky ends a
+    worker whose memory grew past its size after its first job by 300 MB (its guard against leaks; no public
+    setting) and starts a fresh one, which imports, checks and decodes everything again; a worker keeps
+    its decoded splits for its next job on purpose, at most one per split (core/data/decoded.py)."""
+    from joblib.externals.loky import process_executor
+
+    if getattr(process_executor, LOKY_MEMORY_GUARD, None) is not None:
+        setattr(process_executor, LOKY_MEMORY_GUARD, sys.maxsize)
 
 
 def worker_death(died: Exception) -> str:

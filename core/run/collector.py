@@ -5,8 +5,9 @@ collection walks all of them again, and so does the interpreter's last one at ex
 3 s of full collections during a run's start-up and 3-5 s after its summary (measured with gc.callbacks and py-spy:
 `gc_collect_main` alone at exit). A command's process therefore pauses the collector until the run's frameworks are
 loaded, then freezes what is alive (gc.freeze: those objects leave later collections, not memory), and freezes what
-is left when the command ends. A run called from Python (a notebook, the tests) never pauses or freezes: its
-process's objects are its own.
+is left when the command ends. A sweep's worker process does the same for its first job, and after each job collects
+what the job left and freezes the rest (`worker_job`). A run called from Python (a notebook, the tests) never pauses
+or freezes: its process's objects are its own.
 """
 
 from __future__ import annotations
@@ -30,6 +31,23 @@ def command_process(*, paused_until_loaded: bool) -> Iterator[None]:
         yield
     finally:
         _resume()
+        gc.freeze()
+
+
+@contextmanager
+def worker_job(*, first: bool) -> Iterator[None]:
+    """Within it, one job of a process that exists to run a sweep's jobs one after another (a launcher's worker): its
+    `first` job's imports are walked once (the collector paused until `frameworks_loaded()`, as in command_process);
+    after each job, what it left is collected and what survives (the frameworks, the splits a worker keeps for its
+    next job) is frozen out of later collections, so that the next job's collections walk its own objects only."""
+    if first and gc.isenabled():
+        gc.disable()
+        _state["paused"] = True
+    try:
+        yield
+    finally:
+        _resume()
+        gc.collect()
         gc.freeze()
 
 

@@ -488,3 +488,25 @@ class KillOwnProcess:
                     os.kill(os.getpid(), signal.SIGKILL)
 
         return _Kill()
+
+
+_held: list = []  # HoldMemory's blocks: alive as long as the process
+
+
+class HoldMemory:
+    """A Lightning callback that, as its job starts training, keeps `mb` MB more in its process for the process's
+    life (as a worker keeps a job's decoded splits) and writes the process's id to `<run dir>/worker.pid`."""
+
+    def __new__(cls, mb: int = 400):
+        import os
+        from pathlib import Path
+
+        import lightning as L
+        from hydra.core.hydra_config import HydraConfig
+
+        class _Hold(L.Callback):
+            def on_train_start(self, trainer, pl_module) -> None:
+                _held.append(b"\x01" * (int(mb) << 20))  # written, so resident
+                Path(HydraConfig.get().runtime.output_dir, "worker.pid").write_text(str(os.getpid()))
+
+        return _Hold()
