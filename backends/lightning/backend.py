@@ -29,6 +29,7 @@ from hydrali.backends.lightning.spec import SPEC, LightningBackendConfig
 from hydrali.backends.torch.collectives import all_gather_bytes
 from hydrali.backends.torch.device import training_device_of, use_cpu_threads
 from hydrali.backends.torch.loaders import LAYOUT, ResumableDaliLoader
+from hydrali.backends.torch.seeding import seed_torch
 from hydrali.backends.torch.side import build_torch_side, compile_torch_side, start_side_from
 from hydrali.core.contracts.backend import TrainingDevice
 from hydrali.core.contracts.run import RunContract, TrainedRunSpec
@@ -145,6 +146,7 @@ def _fit(
 ) -> FitResult:
     _quiet_duplicate_logs()
     plan, settings = contract.plan, contract.backend
+    seed_torch(plan.seed, contract.deterministic)
     checkpoint_dir = output_dir / CHECKPOINT_DIR
     datamodule = DaliDataModule(task=task, contract=contract, dataset=dataset)
     datamodule.setup("fit")

@@ -8,9 +8,9 @@ class that trains, imported only when a run uses the backend.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from hydrali.core.contracts.run import RunContract, TrainedRunSpec
@@ -18,6 +18,15 @@ if TYPE_CHECKING:
     from hydrali.core.run.preemption import PreemptionWatch
     from hydrali.core.run.record import RunRecord
     from hydrali.core.run.results import FitResult
+
+
+@dataclass(frozen=True)
+class AutoSwitch:
+    """A true | false | auto key of a backend's config that core decides for the device (core/run/auto_settings.py):
+    `auto` is true on a GPU and false on a CPU; false also under deterministic=true where `off_when_deterministic`."""
+
+    key: str  # its key under `backend`
+    off_when_deterministic: bool = False
 
 
 @dataclass(frozen=True)
@@ -34,6 +43,14 @@ class BackendSpec:
     # whether a resume restores DALI's reader position (pipeline.checkpointing) rather than starting the pipelines
     #   afresh at the resumed epoch (core then seeds them for that epoch: core.run.plan.Plan.resumed_at)
     resumes_reader_position: bool = False
+    # its true | false | auto keys, which core decides for the device the run trains on
+    auto_switches: tuple[AutoSwitch, ...] = ()
+    # keys of its config (under `backend`) that core refuses, each with the key that does its job on every backend
+    replaced_keys: Mapping[str, str] = field(default_factory=dict)
+    # a check of its settings beyond its schema's types (raises a HydraliError naming the key), or None
+    check_settings: Callable[[Any], None] | None = None
+    # the key of a model config naming the builder of its framework's network (torch: _target_)
+    network_key: str = "_target_"
 
 
 @dataclass(frozen=True)
@@ -142,7 +159,8 @@ class Backend(Protocol):
         preemption: PreemptionWatch | None = None,
     ) -> FitResult:
         """Train `task` on this process's shards as `contract` says (core.contracts.run: the plan and every setting
-        the backend trains by; it reads no config), recording each epoch into `record` and saving
+        the backend trains by; it reads no config), its framework's generators seeded first with the plan's seed
+        (deterministic algorithms under contract.deterministic), recording each epoch into `record` and saving
         checkpoints under `output_dir`; resume from `resume_from` when given. After each training step, when the
         job's processes agree that `preemption` noted a signal, save a checkpoint to resume from as the backend
         can (mid-epoch where its data loader keeps DALI's state) and raise core.run.preemption.Preempted."""

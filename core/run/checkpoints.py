@@ -52,33 +52,44 @@ def resolve_checkpoint(
     return path, done
 
 
-_ZIP, _HDF5 = b"PK\x03\x04", b"\x89HDF\r\n\x1a\n"  # how torch's checkpoints (a zip archive) and Keras' (HDF5) begin
+def _zip_damage(path: Path) -> str | None:
+    try:
+        with zipfile.ZipFile(path):
+            return None
+    except (zipfile.BadZipFile, OSError) as err:
+        return f"a zip archive cut short or damaged: {err}"
+
+
+def _hdf5_damage(path: Path) -> str | None:
+    try:
+        import h5py  # installed beside the frameworks that write HDF5; without it the backend's loader judges the file
+    except ImportError:
+        return None
+    try:
+        with h5py.File(path, "r"):
+            return None
+    except OSError as err:
+        return f"an HDF5 file cut short or damaged: {str(err).splitlines()[0]}"
+
+
+# the file containers that checkpoints are written as (zip archives, HDF5 files): how each begins, and its check
+CONTAINERS: dict[str, tuple[bytes, Callable[[Path], str | None]]] = {
+    "zip": (b"PK\x03\x04", _zip_damage),
+    "hdf5": (b"\x89HDF\r\n\x1a\n", _hdf5_damage),
+}
 
 
 def _damage(path: Path) -> str | None:
-    """What makes the checkpoint file `path` unreadable (empty, cut short, not an archive), or None when its container
-    reads (its contents are the backend's to judge)."""
+    """What makes the checkpoint file `path` unreadable (empty, or a container of CONTAINERS cut short or damaged),
+    or None when its container reads (its contents are the backend's to judge)."""
     with open(path, "rb") as file:
         head = file.read(8)
     if not head:
         return "it is empty"
-    if head.startswith(_ZIP):
-        try:
-            with zipfile.ZipFile(path):
-                return None
-        except (zipfile.BadZipFile, OSError) as err:
-            return f"a zip archive cut short or damaged: {err}"
-    if head == _HDF5:
-        try:
-            import h5py  # beside Keras; without it the backend's loader judges the file
-        except ImportError:
-            return None
-        try:
-            with h5py.File(path, "r"):
-                return None
-        except OSError as err:
-            return f"an HDF5 file cut short or damaged: {str(err).splitlines()[0]}"
-    return None
+    for signature, damage in CONTAINERS.values():
+        if head.startswith(signature):
+            return damage(path)
+    return None  # another container (an older framework's format): the backend's loader judges it
 
 
 def check_readable(path: Path, setting: str) -> None:

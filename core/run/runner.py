@@ -258,7 +258,7 @@ def tune(cfg: DictConfig, backend: Backend, task, dataset, plan: Plan) -> DictCo
     if cfg.pipeline.autotune:  # every process probes its own DALI pipeline; the choice goes into cfg (and MLflow)
         autotune.apply(cfg, task, dataset, plan, backend)
     use_cpu_threads(cfg, backend, plan, per_node // max(1, per_process))  # DALI's workers as autotune chose them
-    seeding.seed_everything(plan.seed, cfg.deterministic)
+    seeding.seed_everything(plan.seed)
     log.info(describe_plan(plan, cfg.optim.ref_batch))
     return asked
 

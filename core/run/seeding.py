@@ -1,4 +1,5 @@
-"""Seeds: one global seed for Python, NumPy and torch, and one DALI seed per shard derived from it.
+"""Seeds: one global seed for Python and NumPy (each backend seeds its own framework with it as its fit starts),
+and one DALI seed per shard derived from it.
 
 DALI pipeline seed = (seed * 1_000_003 + shard_id) mod 2**31: every shard gets its own stream of
 random crops and flips, and the same (seed, shard) always gets the same stream.
@@ -10,7 +11,6 @@ import logging
 import os
 import random
 import secrets
-import sys
 
 log = logging.getLogger(__name__)
 
@@ -39,17 +39,10 @@ def pipeline_seed(seed: int, shard_id: int, start_epoch: int = 0) -> int:
     return (seed * _DALI_SEED_MULTIPLIER + shard_id + start_epoch * _EPOCH_STRIDE) % _DALI_SEED_MODULUS
 
 
-def seed_everything(seed: int, deterministic: bool = False) -> None:
-    """Seed Python's and NumPy's generators, and torch's when torch is loaded (never imports it)."""
+def seed_everything(seed: int) -> None:
+    """Seed Python's and NumPy's generators (a backend seeds its framework's in its fit: Backend.fit)."""
     random.seed(seed)
     os.environ["PYTHONHASHSEED"] = str(seed)
     import numpy as np
 
     np.random.seed(seed % 2**32)
-    if "torch" in sys.modules:
-        import torch
-
-        torch.manual_seed(seed)
-        if deterministic:
-            torch.use_deterministic_algorithms(True, warn_only=True)
-            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")

@@ -22,6 +22,7 @@ from hydrali.backends.torch.device import training_device_of, use_cpu_threads
 from hydrali.backends.torch.ema import WeightAverage
 from hydrali.backends.torch.loaders import LAYOUT, DaliLoader, dali_loader
 from hydrali.backends.torch.optim import make_optimizer, make_schedule
+from hydrali.backends.torch.seeding import seed_torch
 from hydrali.backends.torch.side import SIDE, build_torch_side
 from hydrali.core.contracts.backend import TrainingDevice
 from hydrali.core.contracts.run import RunContract, TrainedRunSpec
@@ -102,7 +103,8 @@ def fit(
     plan = contract.plan
     if contract.start_weights is not None:
         raise HydraliError(f"model.weights={contract.start_weights}: backend=plain starts from its builder's weights")
-    # as Lightning builds them: the loaders first, then the side (the same draw of initial weights after core seeded)
+    seed_torch(plan.seed, contract.deterministic)  # a backend seeds its framework, as Lightning's does
+    # as Lightning builds them: the loaders first, then the side (the same draw of initial weights after the seed)
     loaders = {
         split: dali_loader(task=task, contract=contract, dataset=dataset, is_training=split == "train")
         for split in ("train", "val")
