@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from hydrali.core.contracts.registry import network_key, network_keys
 from hydrali.core.contracts.task import FINE_TUNING_KEYS, PREPROCESSING_KEYS, Dataset
 from hydrali.core.data.image_files import (
     SKIPPED_FILES,
@@ -30,18 +31,21 @@ log = logging.getLogger("hydrali")
 
 
 def network_spec(model_cfg: DictConfig, framework: str) -> DictConfig:
-    """What to instantiate for the network on `framework` (torch: the config's `_target_`; keras: its
-    `keras_target`), without the settings that are not its builder's (the other framework's builder, fine-tuning,
+    """What to instantiate for the network on `framework` (the builder its key names: core's network_key, e.g. torch's
+    `_target_`), without the settings that are not its builder's (the other frameworks' builders, fine-tuning,
     model.weights but when they are files the builder reads itself)."""
     spec = model_cfg.copy()
+    key = network_key(framework)
     with open_dict(spec):
-        keras_target = spec.pop("keras_target", None)
-        for key in FINE_TUNING_KEYS + PREPROCESSING_KEYS:
-            spec.pop(key, None)
-        if framework == "keras":
-            if keras_target is None:
-                raise ValueError(f"model={spec.get('_target_')} has no keras_target: it cannot be built on Keras")
-            spec._target_ = keras_target
+        target = spec.get(key)
+        for other in network_keys():
+            if other != "_target_":
+                spec.pop(other, None)
+        for setting in FINE_TUNING_KEYS + PREPROCESSING_KEYS:
+            spec.pop(setting, None)
+        if target is None:
+            raise ValueError(f"model={spec.get('_target_')} has no {key}: it cannot be built on {framework}")
+        spec._target_ = target
         weights = spec.get("weights")  # a run's weights: the backend loads them; files: a builder that reads them
         if weights is None or names_a_run(weights) or not builder_reads_files(spec._target_):
             spec.pop("weights", None)

@@ -45,7 +45,8 @@ def test_on_a_cpu_both_backends_default_to_float32_without_compiling(both):
 
 
 def _backend(**values):
-    return OmegaConf.create({"deterministic": False, "backend": {"precision": "auto", **values}})
+    """A run's config with backend=lightning's `values` (its spec declares compile and channels_last as switches)."""
+    return OmegaConf.create({"deterministic": False, "backend": {"name": "lightning", "precision": "auto", **values}})
 
 
 def test_the_rule_picks_bf16_where_the_gpu_has_it_float16_where_not_and_compiles_on_gpus_only():

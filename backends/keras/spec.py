@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
-from hydrali.core.contracts.backend import BackendSpec
+from hydrali.core.contracts.backend import AutoSwitch, BackendSpec
 
 
 @dataclass
@@ -17,7 +17,7 @@ class KerasBackendConfig:
     precision: str = "auto"  # auto | a Precision name (checked by hydrali.core.run.auto_settings)
     validation_freq: int = 1
     verbose: Any = "auto"
-    compile: Any = "auto"  # true | false | auto (hydrali.core.run.auto_settings)
+    compile: Any = "auto"  # true | false | auto (SPEC's auto_switches)
     keep_checkpoints: int = 3
     xla_cache: Optional[str] = None  # a folder: XLA's compiled steps kept for later runs (backends/keras/xla_cache.py)
     callbacks: Dict[str, Any] = field(default_factory=dict)
@@ -31,4 +31,6 @@ SPEC = BackendSpec(
     schema=KerasBackendConfig,
     checkpoint_suffix=".weights.h5",
     implementation="hydrali.backends.keras.backend:KerasBackend",
+    auto_switches=(AutoSwitch("compile", off_when_deterministic=True),),  # XLA (auto: on a GPU, not deterministic)
+    network_key="keras_target",  # a model config's builder of the Keras network
 )

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
 from hydrali.core.config.schema import CompileMode
-from hydrali.core.contracts.backend import BackendSpec
+from hydrali.core.contracts.backend import AutoSwitch, BackendSpec
+from hydrali.core.errors import HydraliError
 
 
 @dataclass
@@ -20,8 +21,8 @@ class LightningBackendConfig:
     strategy: str = "auto"
     ddp_bucket_mb: float = 25.0  # DDP's gradient bucket size, in MiB (hydrali.backends.lightning.backend)
     precision: str = "auto"  # auto | a Precision name (checked by hydrali.core.run.auto_settings)
-    channels_last: Any = "auto"  # true | false | auto
-    compile: Any = False  # true | false | auto (hydrali.core.run.auto_settings)
+    channels_last: Any = "auto"  # true | false | auto (SPEC's auto_switches)
+    compile: Any = False  # true | false | auto (SPEC's auto_switches)
     compile_mode: CompileMode = CompileMode.default
     compile_fullgraph: bool = False
     compile_dynamic: Optional[bool] = None
@@ -29,6 +30,12 @@ class LightningBackendConfig:
     save_top_k: int = 1
     callbacks: Dict[str, Any] = field(default_factory=dict)
     trainer: Dict[str, Any] = field(default_factory=dict)
+
+
+def check_settings(backend) -> None:
+    """backend.ddp_bucket_mb is above 0 (a HydraliError naming it otherwise)."""
+    if "ddp_bucket_mb" in backend and not backend.ddp_bucket_mb > 0:
+        raise HydraliError(f"backend.ddp_bucket_mb={backend.ddp_bucket_mb}: DDP's gradient buckets need a size above 0")
 
 
 SPEC = BackendSpec(
@@ -40,4 +47,9 @@ SPEC = BackendSpec(
     checkpoint_suffix=".ckpt",
     implementation="hydrali.backends.lightning.backend:LightningBackend",
     resumes_reader_position=True,  # with pipeline.checkpointing (ResumableDaliLoader)
+    # torch.compile (auto: on a GPU, not under deterministic=true) and channels-last memory (auto: on a GPU)
+    auto_switches=(AutoSwitch("compile", off_when_deterministic=True), AutoSwitch("channels_last")),
+    # Lightning Trainer's own gradient accumulation: the plan's global batch and lr count optim's
+    replaced_keys={"trainer.accumulate_grad_batches": "optim.accumulate_grad_batches"},
+    check_settings=check_settings,
 )

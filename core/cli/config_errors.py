@@ -12,7 +12,7 @@ import re
 from hydra.errors import MissingConfigException, OverrideParseException
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from hydrali.core.config.validate import RENAMED, closest_hint
+from hydrali.core.config.validate import closest_hint, replaced_keys
 
 QUOTING = "https://hydra.cc/docs/advanced/override_grammar/basic/"
 _MISSING_OPTION = re.compile(r"Could not find '([^']+)/([^']+)'")
@@ -85,7 +85,7 @@ def _unknown_key(err: OmegaConfBaseException) -> str:
     group, _, _ = key.rpartition(".")
     fields = [f.name for f in dataclasses.fields(err.object_type)] if dataclasses.is_dataclass(err.object_type) else []
     where = f"a setting of {group}" if group else "a hydrali setting"
-    known = fields or key in RENAMED
+    known = fields or key in replaced_keys()
     hint = closest_hint(key, [f"{group}.{name}" if group else name for name in fields]) if known else ""
     return f"{key} is not {where}{hint}"
 

@@ -1,8 +1,9 @@
 """A network's own check of its settings (its name in its library's registry), run before anything is written.
 
-The builder that a model config names (`_target_` on torch, `keras_target` on Keras) may carry a `check` attribute:
-a callable taking the model config, raising HydraliError in one line that names the fix (timm's builders check
-model.name against timm's registry, with a did-you-mean). A builder that cannot be imported is left to the build.
+The builder that a model config names for the run's framework (its backend spec's network_key: `_target_` on
+torch) may carry a `check` attribute: a callable taking the model config, raising HydraliError in one line that names
+the fix (timm's builders check model.name against timm's registry, with a did-you-mean). A builder that cannot be
+imported is left to the build.
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ def check_network(cfg: DictConfig) -> None:
     framework is imported as it imports it (TensorFlow without its start-up chatter)."""
     from hydra.utils import get_method
 
-    framework = backend_spec(cfg.backend.name).framework
-    target = cfg.model.get("keras_target") if framework == "keras" else cfg.model.get("_target_")
+    target = cfg.model.get(backend_spec(cfg.backend.name).network_key)
     if not target or cfg.model.get("name") is None:
         return
     load_backend(cfg.backend.name)

@@ -65,15 +65,22 @@ def check_pipeline_fits_task(cfg: DictConfig) -> None:
 
 RENAMED = {  # keys of earlier releases -> the key that took their job
     "backend.replicas": "backend.devices",
-    "backend.trainer.accumulate_grad_batches": "optim.accumulate_grad_batches",  # Lightning Trainer's own
 }
 
 
+def replaced_keys() -> dict[str, str]:
+    """Keys that core refuses, each with the key that does its job on every backend: those of earlier releases and
+    the backends' own that core decides (their specs' replaced_keys, e.g. a framework's gradient accumulation)."""
+    declared = {f"backend.{key}": core for spec in backend_specs().values() for key, core in spec.replaced_keys.items()}
+    return {**RENAMED, **declared}
+
+
 def closest_hint(key: str, choices) -> str:
-    """`: did you mean <the closest choice>?`, or the list of choices when none is close; for a key of an earlier
-    release, the key that replaced it."""
-    if key in RENAMED:
-        return f": it is now {RENAMED[key]} (the same key on every backend)"
+    """`: did you mean <the closest choice>?`, or the list of choices when none is close; for a key that core
+    refuses (replaced_keys), the key that does its job."""
+    replaced = replaced_keys()
+    if key in replaced:
+        return f": it is now {replaced[key]} (the same key on every backend)"
     match = difflib.get_close_matches(key, list(choices), n=1)
     return f": did you mean {match[0]}?" if match else f" (its keys: {', '.join(sorted(choices))})"
 
@@ -216,18 +223,20 @@ def check_counts(cfg: DictConfig) -> None:
 
 
 def check_accumulation(cfg: DictConfig) -> None:
-    """optim.accumulate_grad_batches is at least 1, and it is the only key that asks for gradient accumulation (a
-    backend's own, such as Lightning Trainer's, would train more images per step than the plan's lr counts)."""
+    """optim.accumulate_grad_batches is at least 1, and no key of the backend's own does the job of a core key (its
+    spec's replaced_keys: a framework's own gradient accumulation would train more images per step than the plan's
+    lr counts)."""
     accumulate = cfg.optim.get("accumulate_grad_batches", 1)
     if accumulate < 1:
         raise HydraliError(f"optim.accumulate_grad_batches={accumulate}: pass 1 or more (1: a step after every batch)")
-    trainer = cfg.backend.get("trainer")
-    if isinstance(trainer, DictConfig) and trainer.get("accumulate_grad_batches") is not None:
-        raise HydraliError(
-            f"backend.trainer.accumulate_grad_batches={trainer.accumulate_grad_batches}: pass "
-            f"optim.accumulate_grad_batches={trainer.accumulate_grad_batches} instead (the same on every backend; "
-            f"the plan's global batch and lr count it)"
-        )
+    spec = backend_specs().get(str(cfg.backend.get("name")))
+    for key, core in (spec.replaced_keys if spec is not None else {}).items():
+        value = OmegaConf.select(cfg.backend, key, throw_on_missing=False)
+        if value is not None:
+            raise HydraliError(
+                f"backend.{key}={value}: pass {core}={value} instead (the same key on every backend, which "
+                f"the plan counts)"
+            )
 
 
 def check_batch_keys(cfg: DictConfig, overrides: list[str]) -> None:

@@ -89,6 +89,17 @@ def load_backend(name: str) -> Backend:
     return implementation()
 
 
+def network_key(framework: str) -> str:
+    """The key of a model config that names the builder of `framework`'s network (its backends' specs' network_key;
+    `_target_` for a framework no backend declares)."""
+    return next((spec.network_key for spec in backend_specs().values() if spec.framework == framework), "_target_")
+
+
+def network_keys() -> tuple[str, ...]:
+    """Every key of a model config that names a network's builder (one per framework), `_target_` first."""
+    return tuple(dict.fromkeys(["_target_", *(spec.network_key for spec in backend_specs().values())]))
+
+
 _imports_ahead: dict[str, threading.Thread] = {}  # backend name -> the thread importing its implementation
 
 

@@ -3,9 +3,8 @@ on, so that every backend picks the same for the same machine:
 
 - backend.precision=auto: bf16-mixed on a GPU with bfloat16 units (compute capability 8.0 and later: A100, H100,
   L4, ...), 16-mixed (float16 with loss scaling) on older GPUs, 32-true on CPUs;
-- backend.compile=auto: compiled (torch.compile on Lightning, XLA on Keras) on a GPU, unless deterministic=true;
-  eager on CPUs;
-- backend.channels_last=auto (Lightning): channels-last memory on a GPU.
+- a backend's true | false | auto keys (its spec's `auto_switches`, e.g. backend.compile: torch.compile on
+  Lightning, XLA on Keras): true on a GPU (compile: unless deterministic=true), false on CPUs.
 
 The run's record (run.json, .hydra/config.yaml) keeps `auto`, so a run resumed on another machine decides again;
 what it decided is logged in one line, and MLflow's params hold the decided values.
@@ -18,13 +17,13 @@ from typing import Any
 from omegaconf import DictConfig
 
 from hydrali.core.config.schema import Precision
-from hydrali.core.contracts.backend import TrainingDevice
+from hydrali.core.contracts.backend import AutoSwitch, BackendSpec, TrainingDevice
+from hydrali.core.contracts.registry import backend_specs
 from hydrali.core.distributed.device_count import devices_setting
 from hydrali.core.errors import HydraliError
 
 AUTO = "auto"
 BF16_CAPABILITY = (8, 0)  # the first CUDA compute capability with bfloat16 tensor cores (Ampere)
-SWITCHES = ("compile", "channels_last")  # backend keys that take true | false | auto (those a backend declares)
 _SWITCH_WORDS = {"true": True, "false": False, AUTO: None}
 
 
@@ -46,19 +45,26 @@ def switch_setting(value: Any, key: str) -> bool | None:
     return _SWITCH_WORDS[word]
 
 
+def _spec(backend: DictConfig) -> BackendSpec | None:
+    return backend_specs().get(str(backend.get("name")))
+
+
 def check_backend_settings(backend: DictConfig) -> None:
-    """Fail, naming the key and its choices, when backend.precision, backend.devices or a true | false | auto key
-    holds another value (the schema types them loosely so that `auto`, true and false can all be typed), or when
-    backend.ddp_bucket_mb is not above 0."""
+    """Fail, naming the key and its choices, when backend.precision, backend.devices or one of the backend's
+    true | false | auto keys holds another value (the schema types them loosely so that `auto`, true and false can
+    all be typed), or when the backend's own check of its settings fails (its spec's check_settings)."""
     if "precision" in backend:  # a backend of another package may declare none of these keys
         precision_setting(backend.precision)
     if "devices" in backend:
         devices_setting(backend.devices)
-    for key in SWITCHES:
-        if key in backend:
-            switch_setting(backend[key], key)
-    if "ddp_bucket_mb" in backend and not backend.ddp_bucket_mb > 0:
-        raise HydraliError(f"backend.ddp_bucket_mb={backend.ddp_bucket_mb}: DDP's gradient buckets need a size above 0")
+    spec = _spec(backend)
+    if spec is None:
+        return
+    for switch in spec.auto_switches:
+        if switch.key in backend:
+            switch_setting(backend[switch.key], switch.key)
+    if spec.check_settings is not None:
+        spec.check_settings(backend)
 
 
 def auto_precision(device: TrainingDevice) -> str:
@@ -70,11 +76,9 @@ def auto_precision(device: TrainingDevice) -> str:
     return "16-mixed"
 
 
-def auto_switch(key: str, device: TrainingDevice, deterministic: bool) -> bool:
-    """What `auto` means for the true | false | auto key `key` on `device`."""
-    if key == "compile":
-        return device.kind == "gpu" and not deterministic
-    return device.kind == "gpu"  # channels_last
+def auto_switch(switch: AutoSwitch, device: TrainingDevice, deterministic: bool) -> bool:
+    """What `auto` means for a backend's true | false | auto key on `device`."""
+    return device.kind == "gpu" and not (deterministic and switch.off_when_deterministic)
 
 
 def resolve(cfg: DictConfig, device: TrainingDevice) -> dict[str, Any]:
@@ -83,13 +87,15 @@ def resolve(cfg: DictConfig, device: TrainingDevice) -> dict[str, Any]:
     backend, decided = cfg.backend, {}
     if "precision" in backend and precision_setting(backend.precision) == AUTO:
         backend.precision = decided["backend.precision"] = auto_precision(device)
-    for key in SWITCHES:
-        if key not in backend:
+    spec = _spec(backend)
+    for switch in spec.auto_switches if spec is not None else ():
+        if switch.key not in backend:
             continue
-        value = switch_setting(backend[key], key)
+        value = switch_setting(backend[switch.key], switch.key)
         if value is None:
-            value = decided[f"backend.{key}"] = auto_switch(key, device, bool(cfg.get("deterministic", False)))
-        backend[key] = value
+            deterministic = bool(cfg.get("deterministic", False))
+            value = decided[f"backend.{switch.key}"] = auto_switch(switch, device, deterministic)
+        backend[switch.key] = value
     return decided
 
 

@@ -23,7 +23,7 @@ from typing import Callable
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hydrali.core.contracts.registry import backend_of_checkpoint, backend_spec
+from hydrali.core.contracts.registry import backend_of_checkpoint, backend_spec, network_keys
 from hydrali.core.contracts.task import FINE_TUNING_KEYS, PREPROCESSING_KEYS, STARTING_POINT_KEYS
 from hydrali.core.errors import HydraliError, first_line
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR, TRAINED_WITH
@@ -31,7 +31,6 @@ from hydrali.core.run.run_dir import _flat, differences, override_key, set_on_co
 from hydrali.core.run.summary import SUMMARY_FILE
 
 NOT_THE_NETWORK = FINE_TUNING_KEYS + PREPROCESSING_KEYS + STARTING_POINT_KEYS  # model keys that may differ
-BUILDERS = ("_target_", "keras_target")  # which code builds the network: settings are taken within one
 AS_BUILT = {"weights": None, "pretrained": False, "freeze": None}  # a network as its builder makes it, untrained
 log = logging.getLogger("hydrali")
 
@@ -166,7 +165,7 @@ def check(cfg: DictConfig, newest: Callable[[Path], Path | None]) -> RunWeights 
         )
     network, own = _network(then.get("model", {})), _network(OmegaConf.to_container(cfg.model, resolve=True))
     if _builders_differ(network, own):
-        builders = differences(*({key: node.get(key) for key in BUILDERS} for node in (network, own)))
+        builders = differences(*({key: node.get(key) for key in network_keys()} for node in (network, own)))
         raise HydraliError(
             f"model.weights={weights} is a run of another model ({builders}): pass the model= "
             f"that run trained (its .hydra/overrides.yaml), or a run of this model"
@@ -181,8 +180,8 @@ def check(cfg: DictConfig, newest: Callable[[Path], Path | None]) -> RunWeights 
 
 
 def _builders_differ(network: dict, own: dict) -> bool:
-    """Whether two model nodes' networks are built by other code (their _target_ or keras_target)."""
-    return any(network.get(key) != own.get(key) for key in BUILDERS)
+    """Whether two model nodes' networks are built by other code (a builder of any framework: network_keys)."""
+    return any(network.get(key) != own.get(key) for key in network_keys())
 
 
 def _network(model: dict) -> dict:
@@ -219,8 +218,7 @@ def _check_builder_reads(cfg: DictConfig, weights) -> None:
     path = Path(str(weights)).expanduser()
     if not path.exists():
         raise HydraliError(f"model.weights={weights}: no such file or directory")
-    framework = backend_spec(str(cfg.backend.name)).framework
-    target = cfg.model.get("keras_target") if framework == "keras" else cfg.model.get("_target_")
+    target = cfg.model.get(backend_spec(str(cfg.backend.name)).network_key)
     if not builder_reads_files(str(target)):
         raise HydraliError(
             f"model.weights={weights} is not a hydrali run (its dir, or a checkpoint in its checkpoints/ folder): "
