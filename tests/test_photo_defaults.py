@@ -1,5 +1,6 @@
 """A user's first run on a photo folder (data=imagefolder, 224 px) trains a network that brings the photos down 4x
-before its first stage, on both backends (core/config/image_size.py decides); the bundled digits keep their 3x3 stem."""
+before its first stage, on both backends (conf/model/small_resnet.yaml decides by the image size); the bundled
+digits keep their 3x3 stem."""
 
 from __future__ import annotations
 
