@@ -37,6 +37,8 @@ class TaskSpec:
     data_schema: type  # the dataclass of the `data` node of every dataset it reads
     fine_tunes: bool = False  # its sides tell a network's backbone from its head (model.freeze, optim.backbone_lr_mult,
     #   model.weights=<a hydrali run>: `initialise_from` on each side)
+    trains_scaled_down: bool = False  # its training batches may be scaled down (progressive_resizing): images and
+    #   labels alone, nothing measured in pixels (a box would move)
 
 
 class Dataset(Protocol):

@@ -19,9 +19,8 @@ import math
 import numpy as np
 from omegaconf import DictConfig
 
+from hydrali.core.contracts.registry import task_specs
 from hydrali.core.errors import HydraliError
-
-TASKS = ("classification",)  # the tasks whose training batches are images and labels alone (boxes would move)
 
 
 def training_sides(setting: DictConfig | None, epochs: int, image_size: int) -> tuple[int, ...]:
@@ -60,10 +59,11 @@ def check(cfg: DictConfig) -> None:
         )
     if int(setting.multiple) < 1:
         raise HydraliError(f"progressive_resizing.multiple={setting.multiple}: pass 1 or more (pixels)")
-    if str(cfg.task.name) not in TASKS:
+    able = [name for name, spec in task_specs().items() if spec.trains_scaled_down]
+    if str(cfg.task.name) not in able:
         raise HydraliError(
             f"progressive_resizing.start_side={start}: task={cfg.task.name} cannot train on scaled-down batches "
-            f"(only {', '.join(TASKS)}): pass progressive_resizing.start_side=null"
+            f"(only {', '.join(able)}): pass progressive_resizing.start_side=null"
         )
 
 

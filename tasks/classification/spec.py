@@ -42,4 +42,5 @@ SPEC = TaskSpec(
     task_schema=ClassificationTaskConfig,
     data_schema=ClassificationDataConfig,
     fine_tunes=True,
+    trains_scaled_down=True,  # progressive_resizing: its batches are images and labels alone
 )
