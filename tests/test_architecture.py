@@ -384,3 +384,57 @@ def test_no_backend_module_reads_the_hydra_config():
             if isinstance(node, ast.arg) and node.arg == "cfg" or isinstance(node, ast.Name) and node.id == "cfg":
                 found.append(f"{name}:{node.lineno} names cfg")
     assert not found, found
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the docstring constants of a module's, class's and function's bodies."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def _named_in_core(words: set[str], modules: dict[str, Path] | None = None) -> list[str]:
+    """Where a string literal of core's code (`modules`: hydrali's; docstrings aside) is one of `words`, or a module
+    path of a backend or a task, but in the registry's table of the built-in specs."""
+    found = []
+    for name, path in (_modules() if modules is None else modules).items():
+        if not name.startswith("hydrali.core") or name == NAMES_BUILT_IN_BACKENDS:
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                value = node.value
+                if value in words or value.startswith(("hydrali.backends", "hydrali.tasks")):
+                    found.append(f"{path.name}:{node.lineno}: {value!r}")
+    return found
+
+
+def test_core_names_no_backend_task_or_framework_and_no_backends_own_setting():
+    """What a backend, a task or a framework knows stays with it (its spec, its task or backend code): no string of
+    core's code is a backend's name, a task's, a framework's, or a setting that one backend's schema has and another's
+    lacks (Lightning's channels_last, Keras' validation_freq); core reads each through the registry's specs."""
+    import dataclasses
+
+    from hydrali.core.contracts.registry import backend_specs, task_specs
+
+    specs = backend_specs()
+    keys = {name: {f.name for f in dataclasses.fields(spec.schema)} for name, spec in specs.items()}
+    own_keys = set().union(*keys.values()) - set.intersection(*keys.values())
+    names = set(specs) | set(task_specs()) | {spec.framework for spec in specs.values()} | {"tensorflow"}
+    assert {"channels_last", "ddp_bucket_mb", "validation_freq", "xla_cache"} <= own_keys  # the rule sees them
+    assert _named_in_core(own_keys | names) == []
+
+
+def test_the_name_check_finds_a_backend_named_in_core(tmp_path):
+    """The check itself can fail: a core module comparing a framework with "keras" and naming "channels_last" is
+    found (planted in a copy of core's module list), and a docstring naming them is not."""
+    planted = tmp_path / "planted.py"
+    body = '    """Names keras."""\n    return framework == "keras" or backend["channels_last"]\n'
+    planted.write_text("def f(framework, backend):\n" + body)
+    found = _named_in_core({"keras", "channels_last"}, {"hydrali.core.run.planted": planted})
+    assert found == ["planted.py:3: 'keras'", "planted.py:3: 'channels_last'"]

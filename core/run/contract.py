@@ -58,10 +58,12 @@ def _ema_decay(setting) -> float | None:
 def backend_settings(backend: DictConfig, *, decided: bool = True):
     """The backend node as an instance of its registered schema (what a backend reads its own settings from);
     with `decided`, only once its `auto` speed settings are resolved."""
-    undecided = [key for key in ("precision", "compile", "channels_last") if str(backend.get(key, "")) == AUTO]
+    spec = backend_spec(str(backend.name))
+    switches = ("precision", *(switch.key for switch in spec.auto_switches))  # what auto_settings.resolve decides
+    undecided = [key for key in switches if str(backend.get(key, "")) == AUTO]
     if decided and undecided:
         raise ValueError(f"backend.{undecided[0]} is still auto: resolve the auto settings first")
-    schema = backend_spec(str(backend.name)).schema
+    schema = spec.schema
     return schema(**OmegaConf.to_container(backend, resolve=True, enum_to_str=True))
 
 

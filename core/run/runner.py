@@ -140,7 +140,8 @@ def _run(attempt: run_dir.Attempt, clock: RunClock, watch: preemption.Preemption
     plan = seeded_for(plan, start, cfg)
     processes = backend.processes_to_start(backend_settings(cfg.backend, decided=False))
     if processes > 1:  # the job's processes, started from its resolved config (one seed, one run dir)
-        value = launch(cfg, processes, plan, dataset, attempt.overrides, watch)
+        _, nodes, _ = backend.replicas(backend_settings(cfg.backend, decided=False), plan.device)
+        value = launch(cfg, processes, nodes, plan, dataset, attempt.overrides, watch)
         checked.keep()  # the job ran: the files that passed are kept for later runs
         return value
     with clock.timing(BUILD):  # pipeline.autotune's probes
@@ -233,13 +234,13 @@ def seeded_for(plan: Plan, start: StartPoint, cfg: DictConfig) -> Plan:
     return plan if start.epochs == 0 or restores else plan.resumed_at(start.epochs)
 
 
-def launch(cfg: DictConfig, processes: int, plan: Plan, dataset, overrides, watch) -> float | None:
-    """Start the job's `processes` on this node from its resolved config (one seed, one run dir) and wait for them;
-    the job's value from the summary its rank 0 wrote."""
+def launch(cfg: DictConfig, processes: int, nodes: int, plan: Plan, dataset, overrides, watch) -> float | None:
+    """Start the job's `processes` on this node (one of its `nodes`) from its resolved config (one seed, one run dir)
+    and wait for them; the job's value from the summary its rank 0 wrote."""
     local_launch.run_processes(
         cfg,
         processes,
-        int(cfg.backend.get("num_nodes", 1)),
+        nodes,
         plan.seed,
         overrides,
         preemption=watch,
