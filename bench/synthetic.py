@@ -1,4 +1,4 @@
-"""What hydrali-bench's classification sections read (bench/sections.py, loaders.py): a synthetic
+"""What hydrali-bench's classification sections read (bench/section_base.py, loaders.py): a synthetic
 ImageNet-like JPEG folder written once, a synthetic CIFAR-like folder of 32 x 32 photos written once (section 7,
 small), and the PIL baseline's dataset doing a recipe's work with PIL.
 """

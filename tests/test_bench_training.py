@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from hydrali.bench.sections import plain
+from hydrali.bench.section_base import plain
 from hydrali.bench.training import HydraliTraining
 from hydrali.core.errors import HydraliError
 from tests.support.configs import SMALL_NET
