@@ -4,6 +4,7 @@ failure looks for the file."""
 import pytest
 
 from hydrali.core.data.dali_errors import dali_reason, explain_dali_error, is_decode_failure
+from tests.support.settings import optim_settings
 
 DECODE = (
     "Critical error in pipeline:\nError in CPU operator `nvidia.dali.fn.decoders.image`,\nwhich was used in the "
@@ -74,7 +75,7 @@ def test_a_lightning_validation_batch_of_padding_only_is_skipped():
         device="cpu",
     )
     task = TorchClassification(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3)), 3)
-    module = HydraliModule(task, None, plan, 1)
+    module = HydraliModule(task, optim_settings(), plan, 1)
     scored = []
     task.validation_step = scored.append
     empty = {"images": torch.zeros(0, 3, 2, 2), "labels": torch.zeros(0, 1, dtype=torch.int32)}

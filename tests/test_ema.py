@@ -7,13 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
 from hydrali.core.optim.ema import weight_average
 from tests.support.checks import fails_with
 from tests.support.cli import run_cli
 from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET, TINY
 from tests.support.datasets import write_one_image_per_class
+from tests.support.settings import optim_settings
 from tests.support.weight_snapshots import read_snapshots
 
 DECAY = 0.9
@@ -142,9 +142,7 @@ def _step_data():
     return x, y, weights
 
 
-OPTIM = OmegaConf.create(
-    {"name": "sgd", "weight_decay": 1e-2, "momentum": 0.9, "nesterov": True, "betas": [0.9, 0.999], "ema_decay": DECAY}
-)
+OPTIM = optim_settings(name="sgd", weight_decay=1e-2, momentum=0.9, nesterov=True, betas=[0.9, 0.999], ema_decay=DECAY)
 
 
 def _torch_average(x, y, weights):

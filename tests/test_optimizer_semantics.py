@@ -3,7 +3,8 @@ same loss."""
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
+
+from tests.support.settings import optim_settings
 
 pytestmark = pytest.mark.keras
 
@@ -12,7 +13,7 @@ CLASSES, FEATURES, HIDDEN, BATCH = 5, 12, 16, 8
 
 def _optim(name: str, **changes):
     base = {"name": name, "weight_decay": 1e-2, "momentum": 0.9, "nesterov": True, "betas": [0.9, 0.999]}
-    return OmegaConf.create({**base, **changes})
+    return optim_settings(**{**base, **changes})
 
 
 def _data():

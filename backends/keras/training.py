@@ -222,7 +222,7 @@ class TorchAdamW(LrFactors, StepAverage, keras.optimizers.Optimizer):
 def weight_average(optim: OptimizerSettings) -> dict:
     """The optimizer's arguments of optim.ema_decay: Keras' EMA with that momentum, or none (the setting absent or
     null)."""
-    decay = getattr(optim, "ema_decay", None)
+    decay = optim.ema_decay
     return {} if decay is None else {"use_ema": True, "ema_momentum": float(decay)}
 
 
@@ -232,7 +232,7 @@ OPTIMIZERS = {  # optim.name -> the Keras optimizer with torch's semantics, with
         momentum=optim.momentum,
         nesterov=optim.nesterov,
         coupled_weight_decay=optim.weight_decay,
-        weight_decay_on=getattr(optim, "weight_decay_on", WeightDecayOn.kernels.value),
+        weight_decay_on=optim.weight_decay_on,
         gradient_accumulation_steps=accumulation,
         **weight_average(optim),
     ),
@@ -242,7 +242,7 @@ OPTIMIZERS = {  # optim.name -> the Keras optimizer with torch's semantics, with
         beta_2=optim.betas[1],
         epsilon=ADAM_EPSILON,
         decoupled_weight_decay=optim.weight_decay,
-        weight_decay_on=getattr(optim, "weight_decay_on", WeightDecayOn.kernels.value),
+        weight_decay_on=optim.weight_decay_on,
         gradient_accumulation_steps=accumulation,
         **weight_average(optim),
     ),
@@ -448,7 +448,7 @@ def compile_model(
         )
         model(keras.ops.zeros((1, *(image_size if d is None else d for d in network.input_shape[1:]))))  # its variables
         optimizer = make_optimizer(optim, plan_schedule(plan, optim, contract), contract.accumulate)
-        mult = float(getattr(optim, "backbone_lr_mult", 1.0))
+        mult = optim.backbone_lr_mult
         if mult != 1.0:  # backbone_of: the side's backbone variables of its network
             optimizer.scale_lr(backbone_of(network), mult)
         model.compile(

@@ -60,7 +60,7 @@ class HydraliModule(L.LightningModule):
         # resumed in its middle has the train/loss of the uninterrupted epoch
         self._loss_sum: torch.Tensor | float = 0.0
         self._loss_samples = 0
-        ema_decay = getattr(optim, "ema_decay", None)
+        ema_decay = optim.ema_decay
         self.weight_average = WeightAverage(self, ema_decay) if ema_decay is not None else None
 
     def on_train_epoch_start(self) -> None:
@@ -135,7 +135,7 @@ class HydraliModule(L.LightningModule):
 
     def configure_optimizers(self):
         backbone = []  # with optim.backbone_lr_mult, from a side that tells its backbone from its head
-        if getattr(self.optim, "backbone_lr_mult", 1.0) != 1.0:
+        if self.optim.backbone_lr_mult != 1.0:
             backbone = self.torch_task.backbone_parameters()
         opt = make_optimizer(self.torch_task.parameters(), self.optim, self.plan.effective_lr, backbone)
         schedule = make_schedule(opt, self.optim, self.plan, self.steps_per_epoch)

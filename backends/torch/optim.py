@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from hydrali.core.config.schema import Optimizer, WeightDecayOn
+from hydrali.core.config.schema import Optimizer
 from hydrali.core.contracts.run import OptimizerSettings
 from hydrali.core.optim.optimizer import ADAM_EPSILON, decays
 from hydrali.core.optim.schedule import optimizer_step_factor
@@ -25,9 +25,9 @@ def make_optimizer(parameters, optim: OptimizerSettings, lr: float, backbone=())
     """SGD (torch's coupled weight decay) or AdamW (decoupled), decaying only what
     hydrali.core.optim.optimizer.decays says; the `backbone` parameters at lr x optim.backbone_lr_mult."""
     parameters, slow = list(parameters), {id(p) for p in backbone}
-    on = getattr(optim, "weight_decay_on", WeightDecayOn.kernels.value)
+    on = optim.weight_decay_on
     groups = []
-    for in_backbone, factor in ((False, 1.0), (True, float(getattr(optim, "backbone_lr_mult", 1.0)))):
+    for in_backbone, factor in ((False, 1.0), (True, optim.backbone_lr_mult)):
         part = [p for p in parameters if (id(p) in slow) == in_backbone]
         if in_backbone and not part:
             continue
