@@ -3,6 +3,8 @@ reads (and nothing of validation), train on both backends, and a name that is no
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
@@ -11,7 +13,7 @@ from hydrali.core.data.pipelines import Source, make_pipeline
 from hydrali.tasks.classification.datasets import write_digits
 from tests.support.checks import fails_with, read_summary
 from tests.support.cli import run_cli
-from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET, SMALL_NET
+from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET, SMALL_NET, with_plugin_callback
 
 BATCH = 16
 QUIET = {"lightning": LIGHTNING_QUIET, "keras": KERAS_QUIET}
@@ -50,15 +52,44 @@ def test_a_policy_changes_training_images_and_leaves_validation_as_it_was(make_c
     assert np.allclose(_batch(make_cfg, root, False, None), _batch(make_cfg, root, False, policy))
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", ["lightning", pytest.param("keras", marks=pytest.mark.keras)])  # in this process
-def test_rand_augment_trains_on_both_backends(make_cfg, tmp_path, backend):
+def _images_trained_on(make_cfg, run_dir, backend: str, policy: str) -> list[str]:
+    """A sha1 of each batch of images the network trained on in one epoch of the standard recipe with `policy`
+    (null: none), as the framework handed them to it (tests/support/plugins.py: RecordBatches on Lightning, the
+    images' recorder of keras_model_without_batchnorm on Keras)."""
     from hydrali.core.run.runner import run
 
-    run_dir = tmp_path / "run"
-    overrides = ["pipeline.options.auto_augment=rand_augment", "epochs=1", *SMALL_NET, f"backend={backend}"]
-    run(make_cfg(*overrides, *QUIET[backend], "tracking=none", output_dir=run_dir))
-    assert read_summary(run_dir)["history"][0]["train/loss"] > 0
+    record = run_dir / "images.txt"
+    if backend == "lightning":
+        recorder = [with_plugin_callback("record", "RecordBatches", path=str(run_dir / "batches.jsonl"))]
+    else:
+        recorder = ["model.keras_target=tests.support.plugins.keras_model_without_batchnorm"]
+        recorder.append(f"+model.record_images={record}")
+    overrides = [f"pipeline.options.auto_augment={policy}", "epochs=1", *SMALL_NET, f"backend={backend}"]
+    run(make_cfg(*overrides, *recorder, *QUIET[backend], "tracking=none", output_dir=run_dir))
+    if backend == "lightning":
+        steps = [json.loads(line) for line in (run_dir / "batches.jsonl").read_text().splitlines()]
+        seen = [f"{step['images']} {step['labels']}" for step in steps]
+    else:
+        seen = record.read_text().splitlines()
+    assert len(seen) == read_summary(run_dir)["steps_per_epoch"], "a step the recorder did not see"
+    return seen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["lightning", pytest.param("keras", marks=pytest.mark.keras)])  # in this process
+def test_the_network_trains_on_what_rand_augment_made_on_both_backends(make_cfg, tmp_path, backend):
+    """What a user relies on: with a policy the network trains on augmented images. The same run without it trains
+    on other images at every step (on Lightning, of the same labels: the same files, in the same order), and with
+    it again on the same ones: the policy changed them, not chance."""
+    plain, augmented, again = (
+        _images_trained_on(make_cfg, tmp_path / name, backend, policy)
+        for name, policy in (("plain", "null"), ("augmented", "rand_augment"), ("again", "rand_augment"))
+    )
+    assert len(plain) == len(augmented) > 1
+    assert again == augmented, "the same run with the same seed trained on other images"
+    for plain_step, augmented_step in zip(plain, augmented):
+        assert plain_step.split()[0] != augmented_step.split()[0], "a batch of images rand_augment left as it was"
+        assert plain_step.split()[1:] == augmented_step.split()[1:], "other labels: other files, or another order"
 
 
 def test_a_name_that_is_not_a_policy_is_one_line(tmp_path, data_dir):

@@ -229,20 +229,30 @@ def test_keras_accuracy_takes_class_indices_and_soft_targets_alike():
 
 @pytest.mark.parametrize("backend", ["lightning", pytest.param("keras", marks=pytest.mark.keras)])
 def test_a_run_with_mixup_and_cutmix_trains_on_each_backend(make_cfg, tmp_path, backend):
-    """The soft targets reach each backend's loss through its own loader (CHW on Lightning, HWC on Keras) for an
-    epoch of the bundled digits, and validation scores the plain images."""
+    """An epoch of the bundled digits with mixup and cutmix trains through each backend's own loader (CHW on
+    Lightning, HWC on Keras) and validation scores the plain images. On Lightning, the loss of every training step
+    is the cross-entropy, computed here by hand, of the network's logits against the batch's soft targets, mixed
+    pairs of classes, and not against its largest classes: the mixed targets reach the loss. (Keras' loss on soft
+    targets: test_torch_and_keras_give_the_soft_target_loss_on_a_mixed_batch.)"""
     import json
 
     from hydrali.core.run.runner import run
-    from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET, SMALL_NET
+    from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET, SMALL_NET, with_plugin_callback
 
+    terms = tmp_path / "loss_terms.npz"
+    record = [
+        "model._target_=tests.support.plugins.torch_model_without_batchnorm",  # its logits, a step's only randomness
+        "+model.record_logits=mixing",
+        with_plugin_callback("terms", "RecordLossTerms", path=str(terms), logits="mixing"),
+    ]
     cfg = make_cfg(
         *SMALL_NET,
-        *(LIGHTNING_QUIET if backend == "lightning" else KERAS_QUIET),
+        *(LIGHTNING_QUIET + record if backend == "lightning" else KERAS_QUIET),
         f"backend={backend}",
         "pipeline=small_images",
         "pipeline.options.mixup_alpha=1.0",
         "pipeline.options.cutmix_alpha=1.0",
+        "task.label_smoothing=0",
         "epochs=1",
         "tracking=none",
         "data.verify=off",
@@ -252,3 +262,21 @@ def test_a_run_with_mixup_and_cutmix_trains_on_each_backend(make_cfg, tmp_path, 
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     last = summary["history"][-1]
     assert np.isfinite(last["train/loss"]) and 0 <= last["val/acc"] <= 1 and last["val/images"] > 0
+    if backend == "lightning":
+        _check_the_loss_is_against_the_soft_targets(np.load(terms))
+
+
+def _check_the_loss_is_against_the_soft_targets(steps) -> None:
+    """Each step's loss is its cross-entropy against the soft targets, which mix two classes in most samples, and
+    is not the cross-entropy against each sample's largest class."""
+    labels, logits, losses = steps["labels"], steps["logits"], steps["losses"]
+    assert labels.ndim == 3 and labels.shape == logits.shape and len(losses) > 1, (labels.shape, logits.shape)
+    np.testing.assert_allclose(labels.sum(axis=-1), 1.0, atol=1e-5)
+    mixed = np.mean((labels > 1e-6).sum(axis=-1) == 2)
+    assert mixed > 0.5, f"only {mixed:.0%} of the samples have a target of two classes"
+    log_probs = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+    soft = -(labels * log_probs).sum(axis=-1).mean(axis=-1)
+    hard = -np.take_along_axis(log_probs, labels.argmax(axis=-1)[..., None], axis=-1).mean(axis=(1, 2))
+    np.testing.assert_allclose(losses, soft, rtol=2e-5, err_msg="the loss is not against the soft targets")
+    # a network of one epoch is near chance on every class, so the two differ by little: far more than round-off
+    assert np.abs(soft - hard).mean() > 10 * np.abs(losses - soft).max(), "the largest classes' loss is as close"

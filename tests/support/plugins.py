@@ -46,28 +46,32 @@ def keras_model_without_batchnorm(
     record_xla: str | None = None,
     record_steps: str | None = None,
     record_sides: str | None = None,
+    record_images: str | None = None,
     **unused,
 ):
     """A small conv net with no BatchNorm: its gradients do not depend on how a batch is split. With `record_xla`
     (a path), each trace of its forward pass appends to that file, as a JSON line, whether it was traced for
     training and whether TensorFlow traced it inside an XLA-compiled function. With `record_steps` (a path), each
     forward pass in training mode appends a line to that file (XLA cannot compile that); with `record_sides`, the
-    side of the images it was given (height x width)."""
+    side of the images it was given (height x width); with `record_images`, a sha1 of the images' bytes."""
     import keras
 
     inputs = keras.Input((image_size, image_size, 3))
     x = inputs if record_xla is None else _XlaTraceRecorder(record_xla)(inputs)
     x = x if record_steps is None else _StepRecorder(record_steps)(x)
     x = x if record_sides is None else _StepRecorder(record_sides, sides=True)(x)
+    x = x if record_images is None else _StepRecorder(record_images, digests=True)(x)
     x = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(x)
     x = keras.layers.Conv2D(16, 3, strides=2, padding="same", activation="relu")(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
     return keras.Model(inputs, keras.layers.Dense(num_classes)(x))
 
 
-def _StepRecorder(path: str, sides: bool = False):
+def _StepRecorder(path: str, sides: bool = False, digests: bool = False):
     """A Keras layer passing its input through, which appends a line to `path` at each forward pass in training:
-    "step", or with `sides` the images' height x width."""
+    "step", with `sides` the images' height x width, with `digests` a sha1 of the images' bytes."""
+    import hashlib
+
     import keras
     import numpy as np
     import tensorflow as tf
@@ -77,9 +81,16 @@ def _StepRecorder(path: str, sides: bool = False):
             fh.write(f"{height}x{width}\n" if sides else "step\n")
         return np.int32(1)
 
+    def append_digest(images) -> np.int32:
+        with open(path, "a") as fh:
+            fh.write(hashlib.sha1(np.ascontiguousarray(images).tobytes()).hexdigest() + "\n")
+        return np.int32(1)
+
     class StepRecorder(keras.layers.Layer):
         def call(self, inputs, training=False):
-            if training:
+            if training and digests:
+                tf.numpy_function(append_digest, [inputs], Tout=tf.int32, stateful=True, name="record_images")
+            elif training:
                 shape = [tf.shape(inputs)[1], tf.shape(inputs)[2]] if sides else []
                 tf.numpy_function(append, shape, Tout=tf.int32, stateful=True, name="record_step")
             return inputs
@@ -187,11 +198,16 @@ class RecordDdp:
 
 
 def torch_model_without_batchnorm(
-    num_classes: int, record_steps: str | None = None, record_sides: str | None = None, **unused
+    num_classes: int,
+    record_steps: str | None = None,
+    record_sides: str | None = None,
+    record_logits: str | None = None,
+    **unused,
 ):
     """A small conv net with no BatchNorm, on torch: its gradients do not depend on how a batch is split. With
     `record_steps` (a path), each forward pass in training mode appends a line to that file; with `record_sides`,
-    the side of the images it was given (height x width)."""
+    the side of the images it was given (height x width); with `record_logits` (a name), each forward pass in
+    training mode keeps its logits as LAST_LOGITS[record_logits], for RecordLossTerms."""
     from torch import nn
 
     network = nn.Sequential(
@@ -219,7 +235,45 @@ def torch_model_without_batchnorm(
                     fh.write(f"{inputs[0].shape[-2]}x{inputs[0].shape[-1]}\n")
 
         network.register_forward_hook(record_side)
+    if record_logits is not None:
+
+        def keep_logits(module, inputs, output) -> None:
+            if module.training:
+                LAST_LOGITS[record_logits] = output.detach().clone()
+
+        network.register_forward_hook(keep_logits)
     return network
+
+
+LAST_LOGITS: dict = {}  # name -> the logits of the last training forward pass of torch_model_without_batchnorm
+
+
+class RecordLossTerms:
+    """On Lightning, for each training step: the labels of the batch as the loader handed them over, the logits of
+    torch_model_without_batchnorm(record_logits=`logits`) on it, and the loss Lightning backpropagates, saved to
+    `path` (a .npz of labels, logits, losses, one row per step) when training ends: the loss can be recomputed by
+    hand from what the network saw."""
+
+    def __new__(cls, path: str, logits: str):
+        import lightning as L
+        import numpy as np
+
+        class _Record(L.Callback):
+            def __init__(self):
+                self.labels, self.logits, self.losses, self._batch_labels = [], [], [], None
+
+            def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+                self._batch_labels = batch["labels"].detach().cpu().numpy().copy()
+
+            def on_before_backward(self, trainer, pl_module, loss) -> None:
+                self.labels.append(self._batch_labels)
+                self.logits.append(LAST_LOGITS[logits].cpu().numpy())
+                self.losses.append(float(loss.detach()))
+
+            def on_train_end(self, trainer, pl_module) -> None:
+                np.savez(path, labels=np.stack(self.labels), logits=np.stack(self.logits), losses=np.array(self.losses))
+
+        return _Record()
 
 
 class RecordDynamoGraphs:
@@ -510,3 +564,67 @@ class HoldMemory:
                 Path(HydraConfig.get().runtime.output_dir, "worker.pid").write_text(str(os.getpid()))
 
         return _Hold()
+
+
+class RecordTrainingTimes:
+    """Append, as a JSON line to `path`, the wall-clock time (time.time()) of each training event the framework
+    (`framework`: lightning or keras) reports to its callbacks: "epoch_start", "step_start" and "step_end" (of each
+    training step), "validation_start", "validation_end" and "epoch_end": when the run's training and its
+    validations took place, seen from outside hydrali's own timing."""
+
+    def __new__(cls, path: str, framework: str):
+        import json
+        import time
+
+        def record(event: str) -> None:
+            with open(path, "a") as fh:
+                fh.write(json.dumps({"event": event, "time": time.time()}) + "\n")
+
+        if framework == "keras":
+            import keras
+
+            class _KerasRecord(keras.callbacks.Callback):
+                def on_epoch_begin(self, epoch: int, logs=None) -> None:
+                    record("epoch_start")
+
+                def on_train_batch_begin(self, batch: int, logs=None) -> None:
+                    record("step_start")
+
+                def on_train_batch_end(self, batch: int, logs=None) -> None:
+                    record("step_end")
+
+                def on_test_begin(self, logs=None) -> None:
+                    record("validation_start")
+
+                def on_test_end(self, logs=None) -> None:
+                    record("validation_end")
+
+                def on_epoch_end(self, epoch: int, logs=None) -> None:
+                    record("epoch_end")
+
+            return _KerasRecord()
+
+        import lightning as L
+
+        class _LightningRecord(L.Callback):
+            def on_train_epoch_start(self, trainer, pl_module) -> None:
+                record("epoch_start")
+
+            def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+                record("step_start")
+
+            def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+                record("step_end")
+
+            def on_validation_start(self, trainer, pl_module) -> None:
+                if not trainer.sanity_checking:
+                    record("validation_start")
+
+            def on_validation_end(self, trainer, pl_module) -> None:
+                if not trainer.sanity_checking:
+                    record("validation_end")
+
+            def on_train_epoch_end(self, trainer, pl_module) -> None:
+                record("epoch_end")
+
+        return _LightningRecord()
