@@ -42,6 +42,11 @@ def test_the_verdict_holds_within_the_tolerance_and_names_what_failed():
     assert verdict(row, _side(0.915, 0.917), _side()) == "1 GPU only"
     assert verdict(row, _side(), _side(0.915)) == "N GPUs only"
     assert verdict(row, _side(0.915, None), _side()) == "FAILED RUN"
+    # a floor: a regression that hits 1 and N GPUs alike (within the tolerance of each other) fails the row
+    floored = {**row, "floor": 0.87}
+    assert verdict(floored, _side(0.915), _side(0.913)) == "ok"
+    assert verdict(floored, _side(0.85), _side(0.849)) == "UNDER 0.87 (0.8500)"
+    assert verdict(floored, _side(0.85), _side()) == "UNDER 0.87 (0.8500)"  # one GPU alone too
     sides = {("r", "lightning", 1): _side(0.915, 0.919), ("r", "lightning", 2): _side(0.43)}
     lines = table([row], sides, ["lightning"]).splitlines()
     assert lines[-1].startswith("| r | lightning | 2 | 2 / 1 | 0.9170 (0.9150-0.9190) | 0.4300 | 0.01 |")
