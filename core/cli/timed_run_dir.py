@@ -21,10 +21,10 @@ def claim_timed_run_dir(config: DictConfig) -> str | None:
     name comes from the time (the config's default, not a hydra.run.dir override), and make the run use it; return it
     (None: a named dir, or a process a launcher started)."""
     from hydrali.core.distributed import topology
-    from hydrali.core.run.run_dir import TIMED, new_timed_dir
+    from hydrali.core.run.run_dir import TIMED, new_timed_dir, override_key
 
     raw = str(OmegaConf.to_container(config.hydra.run, resolve=False)["dir"])
-    named = any(str(o).split("=", 1)[0].lstrip("+~") == "hydra.run.dir" for o in config.hydra.overrides.hydra)
+    named = any(override_key(str(o)) == "hydra.run.dir" for o in config.hydra.overrides.hydra)
     # a launcher's processes (torchrun, srun, mpirun) each compose the time: rank 0's dir is agreed on later
     if TIMED not in raw or named or topology.launched_externally():
         return None

@@ -15,6 +15,7 @@ from hydrali.core.data.pipelines import check_options
 from hydrali.core.errors import HydraliError
 from hydrali.core.run.auto_settings import check_backend_settings
 from hydrali.core.run.preemption import signal_number
+from hydrali.core.run.run_dir import override_key
 
 _HINTS = {
     "data.root": "data.root=/path/to/dataset (a folder holding train/ and val/, one sub-folder per class)",
@@ -243,7 +244,7 @@ def check_batch_keys(cfg: DictConfig, overrides: list[str]) -> None:
     """data.batch_size given on the command line is refused where the config fixes data.global_batch (which then
     decides each replica's batch): the user's batch would not be used."""
     fixed = cfg.data.get("global_batch")
-    given = {override.lstrip("+~").split("=", 1)[0] for override in overrides}
+    given = {override_key(override) for override in overrides}
     if fixed is not None and "data.batch_size" in given:
         raise HydraliError(
             f"data.batch_size={cfg.data.batch_size} would not be used: data.global_batch={fixed} fixes the images of "
