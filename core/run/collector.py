@@ -20,35 +20,34 @@ _state = {"paused": False}  # whether command_process paused the collector and f
 
 
 @contextmanager
-def command_process(*, paused_until_loaded: bool) -> Iterator[None]:
-    """Within it, this process exists to run one command: with `paused_until_loaded` the collector is off until
-    `frameworks_loaded()`; at the end (an exit, an error, an interrupt) every object left is frozen, so that the
-    interpreter's exit does not walk them (atexit functions and module teardown still run)."""
-    if paused_until_loaded and gc.isenabled():
+def _paused_then_frozen(pause: bool, collect_at_end: bool) -> Iterator[None]:
+    """With `pause`, the collector off until `frameworks_loaded()`; at the end (an exit, an error, an interrupt) it is
+    on again and every object left (after a collection, with `collect_at_end`) is frozen out of later ones."""
+    if pause and gc.isenabled():
         gc.disable()
         _state["paused"] = True
     try:
         yield
     finally:
         _resume()
+        if collect_at_end:
+            gc.collect()
         gc.freeze()
 
 
-@contextmanager
-def worker_job(*, first: bool) -> Iterator[None]:
+def command_process(*, paused_until_loaded: bool):
+    """Within it, this process exists to run one command: with `paused_until_loaded` the collector is off until
+    `frameworks_loaded()`; at the end (an exit, an error, an interrupt) every object left is frozen, so that the
+    interpreter's exit does not walk them (atexit functions and module teardown still run)."""
+    return _paused_then_frozen(paused_until_loaded, collect_at_end=False)
+
+
+def worker_job(*, first: bool):
     """Within it, one job of a process that exists to run a sweep's jobs one after another (a launcher's worker): its
     `first` job's imports are walked once (the collector paused until `frameworks_loaded()`, as in command_process);
     after each job, what it left is collected and what survives (the frameworks, the splits a worker keeps for its
     next job) is frozen out of later collections, so that the next job's collections walk its own objects only."""
-    if first and gc.isenabled():
-        gc.disable()
-        _state["paused"] = True
-    try:
-        yield
-    finally:
-        _resume()
-        gc.collect()
-        gc.freeze()
+    return _paused_then_frozen(first, collect_at_end=True)
 
 
 def frameworks_loaded() -> None:
