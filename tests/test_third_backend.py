@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.checks import read_summary
+from tests.support.checks import fails_with, read_summary
 from tests.support.cli import run_cli
 from tests.support.configs import LIGHTNING_QUIET, TINY
 from tests.support.plain_torch_spec import install
@@ -73,3 +73,20 @@ def test_hydrali_eval_scores_a_plain_run_as_training_did(both, plain_env):
     scored = json.loads((both / "plain/eval/val/metrics.json").read_text())
     trained = read_summary(both / "plain")["final"]["val/acc"]
     assert scored["metrics"]["val/acc"] == pytest.approx(trained, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "setting, capability",
+    [("progressive_resizing.start_side=8", "progressive_resizing"), ("model.weights={run}", "start_from_run")],
+)
+def test_what_the_plain_backend_does_not_support_is_refused_before_anything_is_written(
+    both, plain_env, tmp_path, setting, capability
+):
+    """backend=plain's spec does not declare progressive resizing or a start from another run: asked for either, the
+    run is one line naming the setting and the backends that honour it, and writes nothing (it was ignored before)."""
+    setting = setting.format(run=both / "lightning")
+    out = run_cli("backend=plain", setting, *TINY, cwd=tmp_path, env=plain_env)
+    fails_with(
+        out, f"{setting}: backend=plain does not support {capability}", "choose backend= one of keras, lightning"
+    )
+    assert not list(tmp_path.iterdir()), "a refused run writes nothing"

@@ -10,6 +10,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from hydrali.core.config.schema import GROUP_SCHEMAS, HydraliConfig
+from hydrali.core.contracts.backend import Capability
 from hydrali.core.contracts.registry import backend_spec, backend_specs, task_specs
 from hydrali.core.data.pipelines import check_options
 from hydrali.core.errors import HydraliError
@@ -185,6 +186,7 @@ def check_config(cfg: DictConfig) -> None:
     check_model_fits_task(cfg)
     check_backend_trains_task(cfg)
     check_backend_settings(cfg.backend)
+    check_backend_supports(cfg)
     check_options(cfg.pipeline.recipe, OmegaConf.to_container(cfg.pipeline.options, resolve=True))
     if cfg.throughput_warmup_steps < 0:
         raise HydraliError(
@@ -205,6 +207,35 @@ def check_config(cfg: DictConfig) -> None:
     check_bad_files(cfg.data)
     check_fine_tuning(cfg)
     check_preemption(cfg.preemption)
+
+
+def asked_capabilities(cfg: DictConfig) -> dict[Capability, str]:
+    """What `cfg` asks of its backend beyond training, each with the setting that asks it (as a user typed it)."""
+    from hydrali.core.run.weights_from_run import names_a_run
+
+    asked = {}
+    start_side = OmegaConf.select(cfg, "progressive_resizing.start_side", default=None)
+    if start_side is not None:
+        asked[Capability.progressive_resizing] = f"progressive_resizing.start_side={start_side}"
+    weights = OmegaConf.select(cfg, "model.weights", default=None)
+    if weights is not None and names_a_run(weights):
+        asked[Capability.start_from_run] = f"model.weights={weights}"
+    return asked
+
+
+def check_backend_supports(cfg: DictConfig) -> None:
+    """Fail, in one line naming the setting and the backends that honour it, when `cfg` asks its backend for what
+    its spec does not declare it supports (BackendSpec.supports): a backend never ignores a setting silently."""
+    spec = backend_specs().get(str(cfg.backend.get("name")))
+    if spec is None:
+        return
+    for capability, setting in asked_capabilities(cfg).items():
+        if capability not in spec.supports:
+            able = ", ".join(sorted(name for name, other in backend_specs().items() if capability in other.supports))
+            raise HydraliError(
+                f"{setting}: backend={spec.name} does not support {capability.value}: leave it off, or choose "
+                f"backend= one of {able}"
+            )
 
 
 def check_counts(cfg: DictConfig) -> None:

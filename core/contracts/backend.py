@@ -9,6 +9,7 @@ class that trains, imported only when a run uses the backend.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, runtime_checkable
 
@@ -18,6 +19,14 @@ if TYPE_CHECKING:
     from hydrali.core.run.preemption import PreemptionWatch
     from hydrali.core.run.record import RunRecord
     from hydrali.core.run.results import FitResult
+
+
+class Capability(str, Enum):
+    """What a run may ask of its backend beyond training as the contract says (a spec's `supports`: core refuses, in
+    one line before anything is written, a run asking one its backend lacks)."""
+
+    progressive_resizing = "progressive_resizing"  # training at smaller sides first (contract.training_sides)
+    start_from_run = "start_from_run"  # model.weights naming an earlier hydrali run (contract.start_weights)
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,8 @@ class BackendSpec:
     check_settings: Callable[[Any], None] | None = None
     # the key of a model config naming the builder of its framework's network (torch: _target_)
     network_key: str = "_target_"
+    # what it honours beyond the contract's training (a run asking another is refused before it starts)
+    supports: frozenset[Capability] = frozenset(Capability)
 
 
 @dataclass(frozen=True)

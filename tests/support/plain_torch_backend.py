@@ -101,8 +101,6 @@ def fit(
 ) -> FitResult:
     """Train `task` as the contract says: its plan's epochs, steps, lr and schedule."""
     plan = contract.plan
-    if contract.start_weights is not None:
-        raise HydraliError(f"model.weights={contract.start_weights}: backend=plain starts from its builder's weights")
     seed_torch(plan.seed, contract.deterministic)  # a backend seeds its framework, as Lightning's does
     # as Lightning builds them: the loaders first, then the side (the same draw of initial weights after the seed)
     loaders = {

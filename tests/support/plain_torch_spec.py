@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from hydrali.core.contracts.backend import BackendSpec
+from hydrali.core.contracts.backend import BackendSpec, Capability
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,6 +32,7 @@ SPEC = BackendSpec(
     schema=PlainBackendConfig,
     checkpoint_suffix=".pt",
     implementation="tests.support.plain_torch_backend:PlainBackend",
+    supports=frozenset(Capability) - {Capability.progressive_resizing, Capability.start_from_run},  # one size, fresh
 )
 
 
