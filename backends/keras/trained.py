@@ -24,8 +24,9 @@ SERVING_ENDPOINT = "serving_default"  # the SavedModel's signature (what TensorF
 
 
 class _Serving(keras.Model):
-    """What is exported: the side's `serving` (else its `predict`) of the network on images alone, as a model whose
-    outputs are named (a subclass, so that a side's TensorFlow ops, e.g. detection's box decoding, may run in it)."""
+    """What is exported: the side's `serving` (by default its `predict`) of the network on images alone, as a model
+    whose outputs are named (a subclass, so that a side's TensorFlow ops, e.g. detection's box decoding, may run in
+    it)."""
 
     def __init__(self, network: keras.Model, serving, names: tuple[str, ...]):
         super().__init__(name="serving")  # a TensorFlow scope name (the class's own starts with _)
@@ -45,8 +46,8 @@ class KerasTrainedNetwork:
         self.network = network
         self.side = side
         self.formats = ("saved_model", "onnx")
-        self.serving_names = tuple(getattr(side, "serving_names", side.prediction_names))
-        self._serving = getattr(side, "serving", side.predict)  # what is exported: the side's `serving`, else predict
+        self.serving_names = tuple(side.serving_names)
+        self._serving = side.serving  # what is exported: the side's `serving` (by default its `predict`)
         self._predict = tf.function(lambda batch: side.predict(network, batch), reduce_retracing=True)
 
     def predict(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -55,7 +56,7 @@ class KerasTrainedNetwork:
         return {name: np.asarray(value, dtype=np.float32) for name, value in self._predict(tensors).items()}
 
     def serve(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
-        """What the exported model computes (the side's `serving`, else its `predict`), by Keras."""
+        """What the exported model computes (the side's `serving`, by default its `predict`), by Keras."""
         outputs = self._serving(self.network, {"images": tf.convert_to_tensor(batch["images"])})
         return {name: np.asarray(outputs[name], dtype=np.float32) for name in self.serving_names}
 
@@ -110,8 +111,6 @@ def load_trained(*, run: TrainedRunSpec, task, dataset, checkpoint: Path) -> Ker
     if visible_gpus():
         configure_devices(1, "gpu")  # GPU memory taken as needed (DALI decodes on the same GPU), before any tensor
     side = build_keras_side(task, dataset)
-    if not hasattr(side, "predict"):
-        raise HydraliError(f"the task's Keras side ({type(side).__name__}) has no `predict`: it cannot infer")
     try:
         with dtype_policy(run.precision):
             network = load_network(side, run.model, dataset.num_classes, run.image_size, checkpoint)

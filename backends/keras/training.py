@@ -31,7 +31,7 @@ from hydrali.backends.keras.resizing import scaled
 from hydrali.backends.keras.spec import SPEC
 from hydrali.core.config.schema import Optimizer, Precision, WeightDecayOn
 from hydrali.core.contracts.run import OptimizerSettings, RunContract
-from hydrali.core.contracts.task import side_builder
+from hydrali.core.contracts.task import KERAS_SIDE, checked_side, side_builder
 from hydrali.core.errors import HydraliError, first_line
 from hydrali.core.optim.optimizer import ADAM_EPSILON, decays
 from hydrali.core.optim.schedule import optimizer_step_factor
@@ -460,24 +460,22 @@ def compile_model(
 
 def build_keras_side(task, dataset):
     """The task's Keras side (network builder, loss, metrics, callbacks) for `dataset`; a HydraliError names the
-    side that cannot be imported or built."""
+    side that cannot be imported or built, or the hooks of hydrali.core.contracts.task.KerasSide it lacks."""
     build = side_builder(task, SPEC.framework, SPEC.name)
     try:
-        return build(task, dataset)
+        side = build(task, dataset)
     except Exception as err:
         raise HydraliError(f"task.sides.{SPEC.framework}={task.sides[SPEC.framework]} cannot be built: {err}") from err
+    return checked_side(side, KERAS_SIDE, task, SPEC.framework)
 
 
 def start_network_from(network: keras.Model, side, start: RunWeights, weights: str, image_size: int) -> None:
     """Start `network` (built by the task's Keras `side`) from the checkpoint of an earlier run (model.weights,
     found by hydrali.core.run.weights_from_run): that run's network is built as it was and loaded from its
     checkpoint, then the side copies its weights, with a new head when the classes differ."""
-    initialise = getattr(side, "initialise_from", None)
-    if initialise is None:
-        raise HydraliError(f"model.weights={weights}: the task's Keras side ({type(side).__name__}) cannot take it")
     try:
         trained = load_network(side, start.model(), start.num_classes, image_size, start.checkpoint)
-        head = initialise(network, trained)
+        head = side.initialise_from(network, trained)
     except HydraliError as err:
         raise HydraliError(f"model.weights={weights}: {start.checkpoint}: {err}") from err
     except Exception as err:
@@ -536,8 +534,8 @@ def compile_task_model(
             precision=contract.precision,
             jit_compile=contract.compile,
             on_val_batch=side.on_val_batch,
-            backbone_of=getattr(side, "backbone_variables", None),
-            evaluation_forward=getattr(side, "evaluation_forward", None),
+            backbone_of=side.backbone_variables,
+            evaluation_forward=side.evaluation_forward,
             image_size=contract.image_size,
         )
     except (InstantiationException, TypeError, ValueError) as err:

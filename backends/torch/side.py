@@ -9,7 +9,7 @@ import torch
 from hydra.errors import InstantiationException
 
 from hydrali.backends.torch import compile_cache
-from hydrali.core.contracts.task import side_builder
+from hydrali.core.contracts.task import TORCH_SIDE, checked_side, side_builder
 from hydrali.core.errors import HydraliError, first_line
 from hydrali.core.run.weights_from_run import RunWeights
 
@@ -19,12 +19,18 @@ FRAMEWORK = "torch"  # the framework of the task's side built here (task.sides.t
 def build_torch_side(task, dataset, *, model: Any, image_size: int, backend: str) -> torch.nn.Module:
     """The task's torch side (network, loss, metrics) for `dataset`, with the network of the `model` node (handed to
     the task's builder) at `image_size`; a HydraliError names the side or the model that cannot be built (and
-    `backend`, the backend that asked for the side)."""
+    `backend`, the backend that asked for the side), or the hooks of hydrali.core.contracts.task.TorchSide the side
+    lacks."""
     build = side_builder(task, FRAMEWORK, backend)
     try:
-        return build(task, model, dataset, image_size)
+        side = build(task, model, dataset, image_size)
     except (InstantiationException, TypeError, ValueError) as err:
         raise HydraliError(f"model={model.get('_target_')} cannot be built: {err}") from err
+    if not isinstance(side, torch.nn.Module):
+        raise HydraliError(
+            f"task.sides.{FRAMEWORK}={task.sides[FRAMEWORK]} built a {type(side).__name__}, not a torch.nn.Module"
+        )
+    return checked_side(side, TORCH_SIDE, task, FRAMEWORK)
 
 
 SIDE = "torch_task"  # the attribute holding the task's torch side in the trained module (the Lightning backend's
@@ -34,16 +40,15 @@ SIDE = "torch_task"  # the attribute holding the task's torch side in the traine
 def start_side_from(side: torch.nn.Module, start: RunWeights, weights: str) -> None:
     """Start the network of the task's torch `side` from the checkpoint of an earlier run (model.weights, found by
     hydrali.core.run.weights_from_run): its network's weights only, a new head when the classes differ."""
-    initialise = getattr(side, "initialise_from", None)
-    if initialise is None:
-        raise HydraliError(f"model.weights={weights}: the task's torch side ({type(side).__name__}) cannot take it")
     try:
         state = torch.load(start.checkpoint, map_location="cpu", weights_only=True, mmap=True)["state_dict"]
     except Exception as err:  # torch raises many types for a file that is not a checkpoint
         raise HydraliError(f"model.weights={weights}: {start.checkpoint} cannot be read ({first_line(err)})") from err
     prefix = SIDE + "."
     try:
-        head = initialise({key[len(prefix) :]: value for key, value in state.items() if key.startswith(prefix)})
+        head = side.initialise_from(
+            {key[len(prefix) :]: value for key, value in state.items() if key.startswith(prefix)}
+        )
     except HydraliError as err:
         raise HydraliError(f"model.weights={weights}: {start.checkpoint}: {err}") from err
     start.announce(head)
@@ -57,11 +62,11 @@ def compile_network(
     or not. Training and validation both call the compiled network; the loss and metrics around it run eagerly.
     (nn.Module.compile would compile `__call__`, which TorchDynamo skips for a network made of torch.nn containers
     only, such as an nn.Sequential: nothing would be compiled.) Returns the network."""
-    network = getattr(torch_task, "model", None)
+    network = torch_task.model
     if not isinstance(network, torch.nn.Module):
         raise HydraliError(
             f"backend.compile=true: the task's torch side ({type(torch_task).__name__}) keeps no "
-            f"network in `.model` to compile: set backend.compile=false"
+            f"network (an nn.Module) in `.model` to compile: set backend.compile=false"
         )
     global _compiled_in_process
     if _compiled_in_process:  # an earlier run of this process (a sweep's worker): its compiled code goes, so that

@@ -46,7 +46,7 @@ class TorchTrainedNetwork:
         return {name: _numpy(value) for name, value in outputs.items()}
 
     def serve(self, batch: dict[str, Any]) -> dict[str, np.ndarray]:
-        """What the exported model computes (the side's `serving`, else its `predict`), by torch in float32 (no
+        """What the exported model computes (the side's `serving`, by default its `predict`), by torch in float32 (no
         TF32 on GPUs: the reference an export is checked against)."""
         with torch.inference_mode(), _full_float32():
             outputs = _ExportedNetwork(self.side)(self._tensors(batch)["images"])
@@ -116,14 +116,14 @@ def _full_float32():
 
 
 class _ExportedNetwork(torch.nn.Module):
-    """What is exported: the side's `serving` (else its `predict`) on images alone, its outputs in a fixed order
+    """What is exported: the side's `serving` (by default its `predict`) on images alone, its outputs in a fixed order
     (a tuple, also of one output)."""
 
     def __init__(self, side: torch.nn.Module):
         super().__init__()
         self.side = side
-        self.output_names = list(getattr(side, "serving_names", side.prediction_names))
-        self._outputs = getattr(side, "serving", side.predict)
+        self.output_names = list(side.serving_names)
+        self._outputs = side.serving
 
     def forward(self, images: torch.Tensor):
         outputs = self._outputs({"images": images})
@@ -137,8 +137,6 @@ def load_trained(
     checkpoint `checkpoint`, at `precision` (as TorchTrainedNetwork takes it); one line when it does not fit.
     `backend`: the backend that asks (named by an error)."""
     side = build_torch_side(task, dataset, model=run.model, image_size=run.image_size, backend=backend)
-    if not hasattr(side, "predict"):
-        raise HydraliError(f"the task's torch side ({type(side).__name__}) has no `predict`: it cannot infer")
     try:
         state = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)["state_dict"]
     except Exception as err:  # torch raises many types for a file that is not a checkpoint

@@ -1,5 +1,6 @@
 """The task interface: what core and every backend ask of a task (`Task`, its `Dataset`), and what a backend asks
-of the task's side on its framework (`TorchSide`, `KerasSide`).
+of the task's side on its framework (`TorchSide`, `KerasSide`: every hook a backend calls, required or optional, the
+optional ones' defaults in `TorchSideDefaults`, `KerasSideDefaults`; a built side is checked by `checked_side`).
 
 A task is framework-neutral: it prepares its data and builds its DALI pipelines. Its framework code (model, loss,
 metrics, validation) lives in files named by framework (`torch_*.py`, `keras_*.py`), reached through one mapping
@@ -161,9 +162,17 @@ class ShardableTask(Protocol):
     # Optional: `shard_reading`, the overrides that train from the shards, as convert prints them (data=webdataset).
 
 
+@runtime_checkable
 class TorchSide(Protocol):
-    """A task's side on torch (an nn.Module holding the network): built by `task.sides.torch`, called as
-    `build(task, model_cfg, dataset, image_size)`."""
+    """A task's side on torch: an nn.Module (the backend moves, trains, averages, saves and loads it as one) holding
+    the network, its loss and its validation metrics; built by `task.sides.torch`, called as
+    `build(task, model_cfg, dataset, image_size)`. Every hook a torch backend calls is listed here: the required
+    ones (TORCH_SIDE.required) a side defines itself, the optional ones (TORCH_SIDE.optional) it may leave to
+    TorchSideDefaults, which a side derives from. A side lacking a hook is refused when it is built."""
+
+    # required
+    model: Any  # the network (an nn.Module): what backend.compile compiles; its keys in a checkpoint are `model.*`
+    prediction_names: tuple[str, ...]  # what `predict` returns, in this order (hydrali eval, predict)
 
     def training_loss(self, batch: dict) -> tuple[Any, int]:
         """The loss of one training batch and the number of images in it."""
@@ -177,12 +186,59 @@ class TorchSide(Protocol):
     def val_metrics_reset(self) -> None:
         """Start a new validation."""
 
-    # For the commands on a trained run: `prediction_names` and `predict(batch) -> dict of tensors` (what eval and
-    # predict score); optionally `serving_names` and `serving(batch)`, what export writes (else predict's).
+    def predict(self, batch: dict) -> dict[str, Any]:
+        """The predictions (tensors named by `prediction_names`) for a batch of recipe outputs: what eval and predict
+        score."""
+
+    # optional (TorchSideDefaults)
+    serving_names: tuple[str, ...]  # what `serving` returns, in this order (default: prediction_names)
+
+    def serving(self, batch: dict) -> dict[str, Any]:
+        """What hydrali export writes, from a batch of images alone (default: `predict`)."""
+
+    def initialise_from(self, state: dict) -> bool:
+        """Start the network from another run's state_dict of this side (model.weights), a new head when the classes
+        differ; whether the head was loaded too (default: refused, the side cannot start from another run)."""
+
+    def backbone_parameters(self) -> list:
+        """The parameters of the network's backbone, for optim.backbone_lr_mult (default: refused)."""
 
 
+class TorchSideDefaults:
+    """The optional hooks of TorchSide as a side has them when it does not define them; a torch side derives from
+    it (beside nn.Module)."""
+
+    @property
+    def serving_names(self) -> tuple[str, ...]:
+        """What `serving` returns: `prediction_names`."""
+        return tuple(self.prediction_names)
+
+    def serving(self, batch: dict) -> dict[str, Any]:
+        """What hydrali export writes: the side's `predict`."""
+        return self.predict(batch)
+
+    def initialise_from(self, state: dict) -> bool:
+        """Refused: the side cannot start from another run's weights."""
+        raise HydraliError(
+            f"the task's torch side {_lacking(self, 'initialise_from')} start from another run's weights"
+        )
+
+    def backbone_parameters(self) -> list:
+        """Refused: the side does not tell its network's backbone from its head."""
+        raise HydraliError(
+            f"the task's torch side {_lacking(self, 'backbone_parameters')} tell its backbone from its head"
+        )
+
+
+@runtime_checkable
 class KerasSide(Protocol):
-    """A task's side on Keras: built by `task.sides.keras`, called as `build(task, dataset)`."""
+    """A task's side on Keras: built by `task.sides.keras`, called as `build(task, dataset)`; it builds the network
+    and gives its loss, metrics and validation. Every hook a Keras backend calls is listed here: the required ones
+    (KERAS_SIDE.required) a side defines itself, the optional ones (KERAS_SIDE.optional) it may leave to
+    KerasSideDefaults, which a side derives from. A side lacking a hook is refused when it is built."""
+
+    # required
+    prediction_names: tuple[str, ...]  # what `predict` returns, in this order (hydrali eval, predict)
 
     def build_model(self, model_cfg: DictConfig, num_classes: int, image_size: int) -> Any:
         """The keras.Model of `model_cfg`."""
@@ -196,8 +252,132 @@ class KerasSide(Protocol):
     def callbacks(self) -> list:
         """Keras callbacks adding the task's validation metrics to each validated epoch's logs."""
 
-    # For the commands on a trained run: `prediction_names` and `predict(network, batch) -> dict of tensors`;
-    # optionally `serving_names` and `serving(network, batch)`, what export writes (else predict's).
+    def predict(self, network: Any, batch: dict) -> dict[str, Any]:
+        """The predictions of `network` (tensors named by `prediction_names`) for a batch of recipe outputs: what
+        eval and predict score."""
+
+    # optional (KerasSideDefaults)
+    serving_names: tuple[str, ...]  # what `serving` returns, in this order (default: prediction_names)
+
+    def serving(self, network: Any, batch: dict) -> dict[str, Any]:
+        """What hydrali export writes, from a batch of images alone (default: `predict`)."""
+
+    def evaluation_forward(self, network: Any, images: Any) -> Any:
+        """What validation scores of a batch's images (e.g. flip-averaged); default: the network's output in
+        inference mode."""
+
+    def on_val_batch(self, data: Any, predictions: Any, weights: Any) -> None:
+        """A look at each validation batch, in the graph: its recipe outputs, the predictions and each sample's
+        weight (0: padding); default: nothing."""
+
+    def initialise_from(self, network: Any, trained: Any) -> bool:
+        """Start `network` from `trained`, another run's network of the same config (model.weights), a new head
+        when the classes differ; whether the head was copied too (default: refused)."""
+
+    def backbone_variables(self, network: Any) -> list:
+        """The trainable variables of the network's backbone, for optim.backbone_lr_mult (default: refused)."""
+
+
+class KerasSideDefaults:
+    """The optional hooks of KerasSide as a side has them when it does not define them; a Keras side derives from
+    it."""
+
+    @property
+    def serving_names(self) -> tuple[str, ...]:
+        """What `serving` returns: `prediction_names`."""
+        return tuple(self.prediction_names)
+
+    def serving(self, network: Any, batch: dict) -> dict[str, Any]:
+        """What hydrali export writes: the side's `predict`."""
+        return self.predict(network, batch)
+
+    def evaluation_forward(self, network: Any, images: Any) -> Any:
+        """What validation scores: the network's output on the images, in inference mode."""
+        return network(images, training=False)
+
+    def on_val_batch(self, data: Any, predictions: Any, weights: Any) -> None:
+        """Nothing: the side's Keras metrics see every validation batch."""
+
+    def initialise_from(self, network: Any, trained: Any) -> bool:
+        """Refused: the side cannot start from another run's weights."""
+        raise HydraliError(
+            f"the task's Keras side {_lacking(self, 'initialise_from')} start from another run's weights"
+        )
+
+    def backbone_variables(self, network: Any) -> list:
+        """Refused: the side does not tell its network's backbone from its head."""
+        raise HydraliError(
+            f"the task's Keras side {_lacking(self, 'backbone_variables')} tell its backbone from its head"
+        )
+
+
+def _lacking(side: Any, hook: str) -> str:
+    return f"({type(side).__name__}) has no `{hook}`: it cannot"
+
+
+@dataclass(frozen=True)
+class SideInterface:
+    """What a backend calls on a task's side of one framework: the protocol declaring every hook, which of them a
+    side must define (`required`) and which it may leave to `defaults` (`optional`, the class a side derives from)."""
+
+    protocol: type
+    required: tuple[str, ...]
+    optional: tuple[str, ...]
+    defaults: type
+
+    def missing(self, side: Any) -> tuple[list[str], list[str]]:
+        """The required and the optional hooks that `side` lacks."""
+        if isinstance(side, self.protocol):
+            return [], []
+        return [n for n in self.required if not hasattr(side, n)], [n for n in self.optional if not hasattr(side, n)]
+
+
+TORCH_SIDE = SideInterface(
+    TorchSide,
+    required=(
+        "model",
+        "prediction_names",
+        "training_loss",
+        "validation_step",
+        "val_metrics_compute",
+        "val_metrics_reset",
+        "predict",
+    ),
+    optional=("serving_names", "serving", "initialise_from", "backbone_parameters"),
+    defaults=TorchSideDefaults,
+)
+KERAS_SIDE = SideInterface(
+    KerasSide,
+    required=("prediction_names", "build_model", "loss", "metrics", "callbacks", "predict"),
+    optional=(
+        "serving_names",
+        "serving",
+        "evaluation_forward",
+        "on_val_batch",
+        "initialise_from",
+        "backbone_variables",
+    ),
+    defaults=KerasSideDefaults,
+)
+
+
+def checked_side(side: Any, interface: SideInterface, task: Task, framework: str) -> Any:
+    """`side`, the side `task.sides[framework]` built, when it has every hook of `interface`; else a HydraliError
+    naming the hooks it lacks (required ones first)."""
+    required, optional = interface.missing(side)
+    where = f"task.sides.{framework}={task.sides[framework]}: its side ({type(side).__name__})"
+    protocol = f"{interface.protocol.__module__}.{interface.protocol.__name__}"
+    if required:
+        raise HydraliError(
+            f"{where} lacks the required hook{'s' * (len(required) > 1)} {', '.join(required)} of {protocol}"
+        )
+    if optional:
+        defaults = f"{interface.defaults.__module__}.{interface.defaults.__name__}"
+        raise HydraliError(
+            f"{where} lacks the optional hook{'s' * (len(optional) > 1)} {', '.join(optional)} of {protocol}: derive "
+            f"it from {defaults}, which gives their defaults"
+        )
+    return side
 
 
 def side_builder(task: Task, framework: str, backend: str) -> Callable[..., Any]:

@@ -8,6 +8,7 @@ import keras
 from keras import ops
 from omegaconf import DictConfig
 
+from hydrali.core.contracts.task import KerasSideDefaults
 from hydrali.tasks.base import instantiate_network, network_spec
 from hydrali.tasks.keras_fine_tuning import backbone, freeze, start_from
 
@@ -78,8 +79,9 @@ class TopOneAccuracy(keras.metrics.MeanMetricWrapper):
         return {"name": self.name, "dtype": self.dtype}
 
 
-class KerasClassification:
-    """The Keras side of a classification task: the network of `model`, the loss and the metrics."""
+class KerasClassification(KerasSideDefaults):
+    """The Keras side of a classification task (hydrali.core.contracts.task.KerasSide): the network of `model`, the
+    loss and the metrics (which see every validation batch: no `on_val_batch`)."""
 
     def __init__(self, task, class_weights=None):
         self.task = task
@@ -133,8 +135,6 @@ class KerasClassification:
     def serving(network: keras.Model, batch: dict) -> dict:
         """What hydrali export writes: the network's own class logits (never flip-averaged)."""
         return {"logits": network(batch["images"], training=False)}
-
-    on_val_batch = None  # Keras' metrics see every validation batch: nothing more to look at
 
     def callbacks(self) -> list:
         """Callbacks that add metrics to each epoch's logs: none (accuracy is a Keras metric)."""

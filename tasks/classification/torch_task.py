@@ -11,12 +11,14 @@ from torch.nn import functional as F
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
+from hydrali.core.contracts.task import TorchSideDefaults
 from hydrali.tasks.base import instantiate_network, network_spec
 from hydrali.tasks.torch_fine_tuning import backbone, freeze, start_from
 
 
-class TorchClassification(nn.Module):
-    """Holds the network, the cross-entropy loss and the validation metrics of one run."""
+class TorchClassification(nn.Module, TorchSideDefaults):
+    """The torch side of a classification task (hydrali.core.contracts.task.TorchSide): holds the network, the
+    cross-entropy loss and the validation metrics of one run."""
 
     def __init__(
         self,

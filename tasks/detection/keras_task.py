@@ -8,6 +8,7 @@ import tensorflow as tf
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from hydrali.core.contracts.task import KerasSideDefaults
 from hydrali.core.distributed.topology import is_first_process
 from hydrali.tasks.base import network_spec
 from hydrali.tasks.detection.keras_decode import decode_boxes, decode_detections
@@ -34,9 +35,10 @@ class DetectionMetrics(keras.callbacks.Callback):
         logs.update({"val_" + name.removeprefix("val/"): value for name, value in metrics.items()})
 
 
-class KerasDetection:
-    """The Keras side of a detection task: the network of `model`, the multibox loss, and the decoding of
-    each validation batch into detections scored by the framework-neutral validation."""
+class KerasDetection(KerasSideDefaults):
+    """The Keras side of a detection task (hydrali.core.contracts.task.KerasSide): the network of `model`, the
+    multibox loss, and the decoding of each validation batch into detections scored by the framework-neutral
+    validation."""
 
     def __init__(self, task, dataset):
         self.task = task

@@ -9,6 +9,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from hydrali.core.contracts.task import TorchSideDefaults
 from hydrali.core.distributed.topology import is_first_process
 from hydrali.tasks.base import network_spec
 from hydrali.tasks.detection.layout import BOX_VALUES
@@ -30,8 +31,9 @@ def _one_thread_on_cpu(device: torch.device):
         torch.set_num_threads(previous)
 
 
-class TorchDetection(nn.Module):
-    """Holds the detector, its multibox loss and one validation's detections."""
+class TorchDetection(nn.Module, TorchSideDefaults):
+    """The torch side of a detection task (hydrali.core.contracts.task.TorchSide): holds the detector, its multibox
+    loss and one validation's detections; it does not start from another run nor tell a backbone from a head."""
 
     def __init__(self, model: nn.Module, anchors, task, validation):
         super().__init__()
