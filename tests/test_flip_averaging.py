@@ -104,7 +104,7 @@ def _keras_validation(network, side, images: np.ndarray, labels: np.ndarray):
     evaluation forward pass handed to it as compile_task_model hands it."""
     from hydrali.backends.keras.training import ContractModel
 
-    model = ContractModel(network, [BATCH], BATCH, evaluation_forward=getattr(side, "evaluation_forward", None))
+    model = ContractModel(network, [BATCH], BATCH, evaluation_forward=side.evaluation_forward)
     model(np.zeros((1, SIZE, SIZE, 3), "float32"))
     model.compile(loss=side.loss(), weighted_metrics=side.metrics())
     logs = model.evaluate(images, labels.reshape(-1, 1).astype("int32"), batch_size=BATCH, verbose=0, return_dict=True)
