@@ -64,18 +64,8 @@ def distribute(
 
 def dali_dataset(*, task, contract: RunContract, dataset, replica: int, is_training: bool) -> tf.data.Dataset:
     """The DALIDataset of one replica's shard (the task's outputs, NHWC images), endless: Keras counts the steps."""
-    plan, inputs = contract.plan, contract.task_inputs
-    shard = plan.shards[replica]
-    pipe = task.build_pipeline(
-        pipeline=inputs.pipeline,
-        data=inputs.data,
-        model=inputs.model,
-        dataset=dataset,
-        plan=plan,
-        shard=shard,
-        layout=LAYOUT,
-        is_training=is_training,
-    )
+    shard = contract.plan.shards[replica]
+    pipe = contract.pipeline(task, dataset, shard, LAYOUT, is_training)
     return pipeline_dataset(pipe, task=task, contract=contract, device_id=shard.device_id, is_training=is_training)
 
 

@@ -98,7 +98,7 @@ def dali_loader(*, task, contract: RunContract, dataset, is_training: bool) -> D
     into epochs by the plan's epoch contract; DALI's errors are explained (hydrali.core.data.dali_errors). With
     pipeline.checkpointing, the training loader saves and restores DALI's state with the backend's checkpoints
     (ResumableDaliLoader)."""
-    plan, inputs = contract.plan, contract.task_inputs
+    plan = contract.plan
     epoch: EpochContract = plan.epoch
     shard = plan.shard
     checkpointing = is_training and contract.reader_checkpointing
@@ -107,17 +107,8 @@ def dali_loader(*, task, contract: RunContract, dataset, is_training: bool) -> D
         return explain_dali_error(err, lambda: task.explain_decode_error(dataset))
 
     def make_iterator(restore: str | None) -> DALIGenericIterator:
-        pipe = task.build_pipeline(
-            pipeline=inputs.pipeline,
-            data=inputs.data,
-            model=inputs.model,
-            dataset=dataset,
-            plan=plan,
-            shard=shard,
-            layout=LAYOUT,
-            is_training=is_training,
-            checkpointing=checkpointing,
-            restore=restore,
+        pipe = contract.pipeline(
+            task, dataset, shard, LAYOUT, is_training, checkpointing=checkpointing, restore=restore
         )
         try:
             pipe.build()

@@ -85,6 +85,22 @@ class RunContract:
         side = self.train_sides[min(epoch, len(self.train_sides) - 1)]
         return None if side == self.image_size else side
 
+    def pipeline(self, task: Any, dataset: Any, shard: Any, layout: str, is_training: bool, **reader: Any) -> Any:
+        """The task's DALI pipeline (not built) of one replica's `shard`, from the contract's task inputs and plan,
+        its images in `layout`; `reader`: the pipeline's checkpointing arguments (checkpointing, restore)."""
+        inputs = self.task_inputs
+        return task.build_pipeline(
+            pipeline=inputs.pipeline,
+            data=inputs.data,
+            model=inputs.model,
+            dataset=dataset,
+            plan=self.plan,
+            shard=shard,
+            layout=layout,
+            is_training=is_training,
+            **reader,
+        )
+
     def saves_checkpoint(self, epoch: int) -> bool:
         """Whether the epoch numbered `epoch` (counted from 1) ends with a checkpoint, on every backend: every
         `checkpoint_every`th epoch and the run's last."""

@@ -120,6 +120,12 @@ class ShardSource(Source):
             **self.reader_args(),
         }
 
+    @classmethod
+    def of(cls, root: str, shards, shard_id: int, num_shards: int, is_training: bool) -> ShardSource:
+        """The source of one split's `shards` (their paths and index_paths, as a sharded dataset lists them) under
+        `root`, replica `shard_id` of `num_shards`."""
+        return cls(root, shard_id, num_shards, is_training, paths=shards.paths, index_paths=shards.index_paths)
+
 
 def read_manifest(root: str) -> Manifest:
     """The manifest of the sharded dataset at `root` (a folder or an s3:// prefix)."""

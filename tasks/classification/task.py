@@ -159,14 +159,7 @@ class ClassificationTask(DaliTask):
         """The split's class folders (without the files left out), or its tar shards, this replica's shard of them."""
         if isinstance(dataset, sharded.ShardedClassification):
             shards = dataset.train if is_training else dataset.val
-            return webdataset.ShardSource(
-                dataset.root,
-                shard.shard_id,
-                plan.num_shards,
-                is_training,
-                paths=shards.paths,
-                index_paths=shards.index_paths,
-            )
+            return webdataset.ShardSource.of(dataset.root, shards, shard.shard_id, plan.num_shards, is_training)
         split_dir = dataset.train_dir if is_training else dataset.val_dir
         listed = dataset.listed_files(split_dir)
         files, labels = listed if listed is not None else (None, None)

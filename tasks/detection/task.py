@@ -107,14 +107,7 @@ class DetectionTask(DaliTask):
         """The split's images and annotation file, or its tar shards, this replica's shard of them."""
         if isinstance(dataset, sharded.ShardedDetection):
             shards = dataset.train_shards if is_training else dataset.val_shards
-            return webdataset.ShardSource(
-                dataset.root,
-                shard.shard_id,
-                plan.num_shards,
-                is_training,
-                paths=shards.paths,
-                index_paths=shards.index_paths,
-            )
+            return webdataset.ShardSource.of(dataset.root, shards, shard.shard_id, plan.num_shards, is_training)
         split = dataset.train if is_training else dataset.val
         return CocoSource(
             str(split.images_dir),
