@@ -81,8 +81,8 @@ def pipeline_dataset(pipe, *, task, contract: RunContract, device_id: int | None
     )
     # a pipeline that reads batches from Python (fn.external_source: a recipe's decode_once) runs as DALI's
     # DALIDatasetWithInputs, which feeds them through tf.data; any other as DALIDataset
-    from_memory = contract.task_inputs.pipeline.options.get("decode_once", False)
-    dataset_class = dali_tf.experimental.DALIDatasetWithInputs if from_memory else dali_tf.DALIDataset
+    from_memory = dali_tf.experimental.DALIDatasetWithInputs
+    dataset_class = from_memory if contract.batches_from_memory else dali_tf.DALIDataset
     return dataset_class(
         pipeline=pipe,
         batch_size=contract.plan.per_replica_batch,

@@ -64,6 +64,8 @@ class RunContract:
     image_size: int  # the network's input side, in pixels
     image_dtype: str  # the dtype of the images DALI hands over (pipeline.dtype)
     reader_checkpointing: bool  # DALI's reader position saved with mid-epoch checkpoints (pipeline.checkpointing)
+    batches_from_memory: bool  # the recipe feeds its batches from Python (pipeline.options.decode_once:
+    #   fn.external_source over the split decoded once), which a backend's DALI plugin may feed otherwise
     precision: str  # a Precision value, `auto` decided
     compile: bool  # torch.compile on Lightning, XLA on Keras, `auto` decided
     deterministic: bool

@@ -79,6 +79,7 @@ def run_contract(cfg: DictConfig, plan: Plan, *, with_callbacks: bool = True) ->
         image_size=int(cfg.data.image_size),
         image_dtype=str(cfg.pipeline.dtype),
         reader_checkpointing=bool(cfg.pipeline.get("checkpointing", False)),
+        batches_from_memory=bool(OmegaConf.select(cfg, "pipeline.options.decode_once", default=False)),
         precision=str(getattr(backend, "precision", "32-true")),
         compile=bool(getattr(backend, "compile", False)),
         deterministic=bool(cfg.deterministic),
