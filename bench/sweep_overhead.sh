@@ -11,7 +11,7 @@ rm -rf "$work/sweep" && mkdir -p "$work"
 cd "$work"
 /usr/bin/time -f "sweep: %e s" "$python" -m hydrali.core -m data=imagefolder "data.root=$root" pipeline=light \
   "model.widths=[8,16,32]" data.image_size=16 epochs=1 tracking=none "paths.cache_dir=$work/cache" \
-  backend.trainer.enable_progress_bar=false backend.trainer.enable_model_summary=false \
+  progress_bar=false backend.trainer.enable_model_summary=false \
   +backend.trainer.limit_train_batches=2 +backend.trainer.limit_val_batches=2 "hydra.launcher.gpus=[0,1]" \
   optim.lr=0.1,0.2,0.3,0.4 "hydra.sweep.dir=$work/sweep" 2>&1 | tail -1
 for job in 0 1 2 3; do

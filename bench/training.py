@@ -46,11 +46,9 @@ class HydraliTraining:
                     "images_per_step": int(cfg.data.batch_size),
                 },
             }
+            cfg.progress_bar = False
             if backend == "lightning":
-                cfg.backend.trainer.enable_progress_bar = False
                 cfg.backend.trainer.enable_model_summary = False
-            else:
-                cfg.backend.verbose = 0
         return cfg
 
     def once(self):

@@ -417,7 +417,7 @@ def _named_in_core(words: set[str], modules: dict[str, Path] | None = None) -> l
 def test_core_names_no_backend_task_or_framework_and_no_backends_own_setting():
     """What a backend, a task or a framework knows stays with it (its spec, its task or backend code): no string of
     core's code is a backend's name, a task's, a framework's, or a setting that one backend's schema has and another's
-    lacks (Lightning's channels_last, Keras' validation_freq); core reads each through the registry's specs."""
+    lacks (Lightning's channels_last, Keras' xla_cache); core reads each through the registry's specs."""
     import dataclasses
 
     from hydrali.core.contracts.registry import backend_specs, task_specs
@@ -426,7 +426,7 @@ def test_core_names_no_backend_task_or_framework_and_no_backends_own_setting():
     keys = {name: {f.name for f in dataclasses.fields(spec.schema)} for name, spec in specs.items()}
     own_keys = set().union(*keys.values()) - set.intersection(*keys.values())
     names = set(specs) | set(task_specs()) | {spec.framework for spec in specs.values()} | {"tensorflow"}
-    assert {"channels_last", "ddp_bucket_mb", "validation_freq", "xla_cache"} <= own_keys  # the rule sees them
+    assert {"channels_last", "ddp_bucket_mb", "compile_cache", "xla_cache"} <= own_keys  # the rule sees them
     assert _named_in_core(own_keys | names) == []
 
 

@@ -125,7 +125,7 @@ def test_a_corrupt_jpeg_is_named_before_training(tmp_path, digits_copy):
         "data.image_size=32",
         "epochs=1",
         "tracking=none",
-        "backend.trainer.enable_progress_bar=false",
+        "progress_bar=false",
         cwd=tmp_path,
     )
     fails_with(out, f"cannot decode {victim}", "Remove or replace the file")
@@ -145,7 +145,7 @@ def test_a_truncated_jpeg_found_after_training_started_is_named_by_the_decoder_p
         "data.verify=off",
         "epochs=1",
         "tracking=none",
-        "backend.trainer.enable_progress_bar=false",
+        "progress_bar=false",
         cwd=tmp_path,
     )
     fails_with(out, "cannot decode", str(victim))

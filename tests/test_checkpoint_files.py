@@ -58,9 +58,11 @@ def test_after_an_epoch_that_is_not_the_best_last_ckpt_is_its_own_file_of_that_e
     history = [row["val/acc"] for row in summary["history"]]
     assert history[1] > history[0], history
     folder = run_dir / "checkpoints"
-    assert sorted(p.name for p in folder.glob("*.ckpt")) == ["epoch001.ckpt", "last.ckpt"]
-    assert not (folder / "last.ckpt").samefile(folder / "epoch001.ckpt")
+    # keep_checkpoints=1: the newest (epoch 2, last.ckpt a second name of it) and the best (epoch 1)
+    assert sorted(p.name for p in folder.glob("*.ckpt")) == ["epoch001.ckpt", "epoch002.ckpt", "last.ckpt"]
+    assert (folder / "last.ckpt").samefile(folder / "epoch002.ckpt")
     assert (_epochs_in(folder / "epoch001.ckpt"), _epochs_in(folder / "last.ckpt")) == (1, 2)
+    assert Path(summary["best_checkpoint"]).name == "epoch001.ckpt"
 
 
 def _saved_epochs(folder) -> list[int]:
@@ -74,11 +76,7 @@ def _saved_epochs(folder) -> list[int]:
 def test_checkpoint_every_saves_the_same_epochs_on_both_backends_and_the_best_is_the_best_of_those(
     tmp_path, data_dir, backend
 ):
-    quiet, keep_all = (
-        (LIGHTNING_QUIET, "backend.save_top_k=-1")
-        if backend == "lightning"
-        else (KERAS_QUIET, "backend.keep_checkpoints=0")
-    )
+    quiet, keep_all = (LIGHTNING_QUIET if backend == "lightning" else KERAS_QUIET), "keep_checkpoints=0"
     run_dir = tmp_path / "run"
     # the lowest val/acc is the best (task.mode=min): an early epoch, as the digits learn, which saves no checkpoint
     overrides = [f"backend={backend}", "tracking=none", "seed=0", *TINY, *quiet, keep_all, "task.mode=min"]

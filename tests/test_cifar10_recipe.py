@@ -66,7 +66,7 @@ def test_experiment_cifar10_learns_the_photos_and_the_framework_gets_the_cores_d
     cifar_subset, tmp_path, backend
 ):
     threads_file = tmp_path / "threads.json"
-    quiet = "backend.trainer.enable_progress_bar=false" if backend == "lightning" else "backend.verbose=0"
+    quiet = "progress_bar=false"
     out = run_cli(
         "experiment=cifar10",
         f"backend={backend}",

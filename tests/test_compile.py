@@ -63,7 +63,7 @@ def test_keras_compile_trains_with_xla(make_cfg, tmp_path):
         make_cfg(
             *TINY,
             "backend=keras",
-            "backend.verbose=0",
+            "progress_bar=false",
             "epochs=1",
             "backend.compile=true",
             observe,

@@ -85,6 +85,4 @@ def test_an_interrupted_run_resumes_with_its_whole_record(make_cfg, tmp_path):
 
 
 def test_epochs_without_validation_have_no_val_metrics(make_cfg, tmp_path):
-    check_validation_every_second_epoch(
-        make_cfg, tmp_path, [*LIGHTNING_QUIET, "backend.trainer.check_val_every_n_epoch=2"]
-    )
+    check_validation_every_second_epoch(make_cfg, tmp_path, [*LIGHTNING_QUIET, "validate_every=2"])

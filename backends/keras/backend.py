@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 
 from hydrali.backends.keras import xla_cache
@@ -55,12 +54,6 @@ from hydrali.core.run.summary import model_line  # noqa: E402
 
 log = logging.getLogger("hydrali")
 logging.getLogger("tensorflow").setLevel(logging.WARNING)  # per-variable all-reduce notices
-
-
-def _verbosity(verbose):
-    """Keras' `verbose`: `auto` is a progress bar on a terminal and nothing otherwise (the run log has one line
-    per epoch either way)."""
-    return (1 if sys.stdout.isatty() else 0) if verbose == "auto" else verbose
 
 
 def _fit(
@@ -144,7 +137,7 @@ def _fit(
             *(
                 [
                     checkpoints.PruneCheckpoints(
-                        checkpoint_dir, settings.keep_checkpoints, record, contract.monitor, contract.mode
+                        checkpoint_dir, contract.keep_checkpoints, record, contract.monitor, contract.mode
                     ),
                     keras.callbacks.TensorBoard(log_dir=str(output_dir / "tensorboard")),
                 ]
@@ -167,9 +160,9 @@ def _fit(
                     steps_per_epoch=epoch.train_steps,
                     validation_data=datasets(False),
                     validation_steps=epoch.val_steps,
-                    validation_freq=settings.validation_freq,
+                    validation_freq=contract.validation_epochs(),  # every validate_every-th and the last
                     callbacks=callbacks,
-                    verbose=_verbosity(settings.verbose),
+                    verbose=1 if contract.progress_bar else 0,  # the run log has a line per epoch either way
                     shuffle=False,
                 )  # DALI shuffles
         except Exception as err:

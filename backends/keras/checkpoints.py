@@ -10,7 +10,8 @@ from typing import Callable
 import keras
 
 from hydrali.core.errors import HydraliError
-from hydrali.core.run.record import RunRecord, best_row
+from hydrali.core.run import retention
+from hydrali.core.run.record import RunRecord
 
 PATTERN = "epoch{epoch:03d}.weights.h5"  # Keras fills {epoch} with the number of epochs completed
 _EPOCH = re.compile(r"epoch(\d+)\.weights\.h5$")
@@ -60,13 +61,18 @@ def file_of(checkpoint_dir: Path, epoch: int) -> Path:
     return Path(checkpoint_dir) / PATTERN.format(epoch=epoch)
 
 
+def saved_files(checkpoint_dir: Path) -> dict[int, Path]:
+    """The per-epoch checkpoints in `checkpoint_dir`, by the epoch each holds (counted from 1)."""
+    folder = Path(checkpoint_dir)
+    return {epochs_done(path): path for path in folder.glob("epoch*.weights.h5")} if folder.is_dir() else {}
+
+
 def best_saved(checkpoint_dir: Path, record: RunRecord, monitor: str, mode: str) -> Path | None:
     """The checkpoint of the best epoch by `monitor` among the epochs of the run record that have one (with
     checkpoint_every above 1, the best epoch may have none), or None."""
-    folder = Path(checkpoint_dir)
-    saved = {epochs_done(path) for path in folder.glob("epoch*.weights.h5")} if folder.is_dir() else set()
-    best = best_row([row for row in record.rows if row["epoch"] in saved], monitor, mode)
-    return file_of(folder, best["epoch"]) if best else None
+    files = saved_files(checkpoint_dir)
+    best = retention.best_saved_epoch(files, record.rows, monitor, mode)
+    return None if best is None else files[best]
 
 
 class EpochCheckpoint(keras.callbacks.ModelCheckpoint):
@@ -84,8 +90,9 @@ class EpochCheckpoint(keras.callbacks.ModelCheckpoint):
 
 
 class PruneCheckpoints(keras.callbacks.Callback):
-    """After each epoch's checkpoint is written, keep only the newest `keep` files and the best one of the
-    whole run record that has a file (epochs before an interruption included)."""
+    """After each epoch's checkpoint is written, the files that keep_checkpoints does not keep removed (core's rule:
+    the newest `keep` and the best of the whole run record that has a file, epochs before an interruption
+    included)."""
 
     def __init__(self, checkpoint_dir: Path, keep: int, record: RunRecord, monitor: str, mode: str):
         super().__init__()
@@ -98,11 +105,4 @@ class PruneCheckpoints(keras.callbacks.Callback):
         )
 
     def on_epoch_end(self, epoch: int, logs=None) -> None:
-        if self.keep <= 0:
-            return
-        best = best_saved(self.checkpoint_dir, self.record, self.monitor, self.mode)
-        protected = {epochs_done(best)} if best else set()  # Keras' names and the record both count from 1
-        files = sorted(self.checkpoint_dir.glob("epoch*.weights.h5"), key=epochs_done)
-        for path in files[: -self.keep]:
-            if epochs_done(path) not in protected:
-                path.unlink()
+        retention.prune(saved_files(self.checkpoint_dir), self.record, self.keep, self.monitor, self.mode)

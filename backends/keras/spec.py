@@ -15,10 +15,7 @@ class KerasBackendConfig:
     name: str = "keras"
     devices: Any = "auto"  # auto | a count (hydrali.core.distributed.device_count)
     precision: str = "auto"  # auto | a Precision name (checked by hydrali.core.run.auto_settings)
-    validation_freq: int = 1
-    verbose: Any = "auto"
     compile: Any = "auto"  # true | false | auto (SPEC's auto_switches)
-    keep_checkpoints: int = 3
     xla_cache: Optional[str] = None  # a folder: XLA's compiled steps kept for later runs (backends/keras/xla_cache.py)
     callbacks: Dict[str, Any] = field(default_factory=dict)
 
@@ -33,4 +30,10 @@ SPEC = BackendSpec(
     implementation="hydrali.backends.keras.backend:KerasBackend",
     auto_switches=(AutoSwitch("compile", off_when_deterministic=True),),  # XLA (auto: on a GPU, not deterministic)
     network_key="keras_target",  # a model config's builder of the Keras network
+    # fit options whose job a core key does on every backend
+    replaced_keys={
+        "validation_freq": "validate_every",
+        "verbose": "progress_bar",
+        "keep_checkpoints": "keep_checkpoints",
+    },
 )

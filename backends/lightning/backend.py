@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import logging
 import signal
-import sys
 import warnings
 from pathlib import Path
 
@@ -15,12 +14,18 @@ from lightning.pytorch.strategies import Strategy
 
 from hydrali.backends.lightning import agreement
 from hydrali.backends.lightning.callbacks import (
-    EpochNumberCheckpoint,
-    LastCheckpoint,
     Observe,
     ReaderPosition,
     StopOnSignal,
+    ValidationEpochs,
     progress_bar,
+)
+from hydrali.backends.lightning.checkpoints import (
+    EPOCH_FILE,
+    EpochNumberCheckpoint,
+    LastCheckpoint,
+    best_epoch_file,
+    prune_epoch_files,
 )
 from hydrali.backends.lightning.data import DaliDataModule
 from hydrali.backends.lightning.ddp import SameStreamDDPStrategy
@@ -150,9 +155,7 @@ def _fit(
     checkpoint_dir = output_dir / CHECKPOINT_DIR
     datamodule = DaliDataModule(task=task, contract=contract, dataset=dataset)
     datamodule.setup("fit")
-    trainer_options = dict(settings.trainer)
-    show_bar = trainer_options.pop("enable_progress_bar", None)
-    show_bar = sys.stdout.isatty() if show_bar is None else show_bar
+    show_bar = contract.progress_bar
     side = build_torch_side(
         task, dataset, model=contract.task_inputs.model, image_size=contract.image_size, backend=SPEC.name
     )
@@ -178,21 +181,23 @@ def _fit(
             settings.compile_mode,
         )
 
+    # every epoch the contract saves, each file kept until core's retention prunes it (LastCheckpoint does)
     checkpoint = EpochNumberCheckpoint(
         saves=contract.saves_checkpoint,
         dirpath=checkpoint_dir,
-        filename="epoch{epoch:03d}",
-        monitor=contract.monitor,
-        mode=contract.mode,
-        save_top_k=settings.save_top_k,
+        filename=EPOCH_FILE,
+        monitor=None,
+        save_top_k=-1,
         auto_insert_metric_name=False,
         save_on_train_epoch_end=True,  # after the epoch's validation, the state last.ckpt holds: one file for both
     )
-    # last.ckpt after every epoch that saves (Lightning's save_last writes it only when a top-k file was saved), the
-    # best checkpoint's second name when that was written at the same step
+    # last.ckpt after every epoch that saves: a second name of the epoch's file; then keep_checkpoints' pruning
     last = LastCheckpoint(
         saves=contract.saves_checkpoint,
-        best=checkpoint,
+        epoch_file=checkpoint,
+        prune=functools.partial(
+            prune_epoch_files, checkpoint_dir, record, contract.keep_checkpoints, contract.monitor, contract.mode
+        ),
         dirpath=checkpoint_dir,
         filename=Path(LAST).stem,
         save_top_k=1,
@@ -221,17 +226,19 @@ def _fit(
         logger=False,
         default_root_dir=str(output_dir),
         enable_progress_bar=show_bar,
+        check_val_every_n_epoch=1,  # ValidationEpochs decides each epoch's
         accumulate_grad_batches=plan.accumulate,  # an epoch is a whole number of accumulations (core.run.epoch)
         callbacks=[
             *reader_position,  # first: the checkpoints below save DALI's state after the batches trained
             checkpoint,
             last,
             Observe(observer),
+            ValidationEpochs(contract.validates),
             *stop_on_signal,  # after the step was observed
             *([progress_bar()] if show_bar else []),
             *contract.callbacks,
         ],
-        **trainer_options,
+        **settings.trainer,
     )
     gather.install(all_gather_bytes)  # a task's validation gathers across the DDP processes through it
     try:
@@ -251,9 +258,9 @@ def _fit(
         signal.signal(signal.SIGINT, signal.default_int_handler)
         raise KeyboardInterrupt from None
 
-    best = checkpoint.best_model_path or last.best_model_path or None
+    best = best_epoch_file(checkpoint_dir, record, contract.monitor, contract.mode)
     return FitResult(
-        best_checkpoint=best,
+        best_checkpoint=None if best is None else str(best),
         **observer.fit_fields(start_epoch=trainer.current_epoch),
         compiled=contract.compile,
     )

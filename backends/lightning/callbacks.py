@@ -1,6 +1,7 @@
-"""Lightning callbacks of hydrali: the adapter to core's TrainingObserver (each epoch's record, throughput), a
-checkpoint that names its files by the epoch counted from 1, and a progress bar that counts epochs from 1 (as the
-run log, the summary and Keras' checkpoint names do)."""
+"""Lightning callbacks of hydrali: the adapter to core's TrainingObserver (each epoch's record, throughput), the
+epochs that validate (the run contract's validate_every), DALI's reader position in checkpoints, the stop on a
+preemption signal, and a progress bar that counts epochs from 1 (as the run log, the summary and the checkpoint names
+do). The checkpoint files are backends/lightning/checkpoints.py's."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 import lightning as L
-from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar, TQDMProgressBar
+from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 
 from hydrali.core.distributed import gather
@@ -18,63 +19,6 @@ from hydrali.core.run.observer import TrainingObserver
 from hydrali.core.run.preemption import Preempted, PreemptionWatch
 
 log = logging.getLogger("hydrali")
-
-
-class ContractCheckpoint(ModelCheckpoint):
-    """Lightning's ModelCheckpoint, saving at the end of the training epochs that `saves` (the run contract's
-    saves_checkpoint, epochs counted from 1) names: every checkpoint_every-th and the last, as on every backend."""
-
-    def __init__(self, *, saves: Callable[[int], bool], **kwargs):
-        super().__init__(**kwargs)
-        self.saves = saves
-
-    def on_train_epoch_end(self, trainer, pl_module) -> None:
-        """The epoch's checkpoint, where the contract asks for one."""
-        if self.saves(trainer.current_epoch + 1):
-            super().on_train_epoch_end(trainer, pl_module)
-
-
-class EpochNumberCheckpoint(ContractCheckpoint):
-    """A ContractCheckpoint whose `{epoch}` in file names is the epoch counted from 1 (Lightning counts from
-    0): epoch003.ckpt holds the weights after the third epoch, as on Keras and in the run's record. It remembers
-    the step and file of its last save, for LastCheckpoint."""
-
-    saved: tuple[int, str] | None = None  # (global step, file) of the last checkpoint it wrote
-
-    def format_checkpoint_name(self, metrics, *args, **kwargs) -> str:
-        """The file name of a checkpoint with these metrics, `epoch` counted from 1."""
-        if "epoch" in metrics:
-            metrics = {**metrics, "epoch": metrics["epoch"] + 1}
-        return super().format_checkpoint_name(metrics, *args, **kwargs)
-
-    def _save_checkpoint(self, trainer, filepath: str) -> None:
-        super()._save_checkpoint(trainer, filepath)
-        self.saved = (trainer.global_step, filepath)
-
-
-class LastCheckpoint(ContractCheckpoint):
-    """last.ckpt after every epoch that saves (a ContractCheckpoint without a monitor, run at the training epoch's
-    end). When `best` (an EpochNumberCheckpoint also run at the epoch's end, before this one) has just written the
-    same step's state, last.ckpt becomes a second name of that file (a hard link, which outlives the best file's
-    removal) instead of a second write of the same bytes: a checkpoint of the ResNet-18 layout, its optimizer and
-    weight average is ~130 MB, and writing it twice cost about 0.25 s an epoch on an H100 machine."""
-
-    def __init__(self, *, best: EpochNumberCheckpoint, **kwargs):
-        super().__init__(**kwargs)
-        self.best = best
-
-    def _save_checkpoint(self, trainer, filepath: str) -> None:
-        same = self.best.saved is not None and self.best.saved[0] == trainer.global_step
-        if not same:
-            super()._save_checkpoint(trainer, filepath)
-            return
-        if trainer.is_global_zero:
-            link = f"{filepath}.link-{os.getpid()}"
-            os.link(self.best.saved[1], link)
-            os.replace(link, filepath)  # a reader finds the previous last.ckpt or this one, whole
-        trainer.strategy.barrier()
-        self._last_global_step_saved = trainer.global_step
-        self._last_checkpoint_saved = filepath
 
 
 class Observe(L.Callback):
@@ -120,6 +64,20 @@ class Observe(L.Callback):
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         self.observer.epoch_end(trainer.current_epoch, dict(trainer.callback_metrics), self._validated)
+
+
+class ValidationEpochs(L.Callback):
+    """Validation after the epochs that `validates` (the run contract's, epochs counted from 1) names: every
+    validate_every-th and the last, as on every backend (Lightning's own check_val_every_n_epoch skips the last
+    epoch when it is not a multiple). Sets the Trainer's cadence for each epoch as it starts."""
+
+    def __init__(self, validates: Callable[[int], bool]):
+        self.validates = validates
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        epoch = trainer.current_epoch + 1
+        # Lightning validates epoch e (from 1) when e % check_val_every_n_epoch == 0: 1 for yes, e + 1 for no
+        trainer.check_val_every_n_epoch = 1 if self.validates(epoch) else epoch + 1
 
 
 class ReaderPosition(L.Callback):

@@ -27,7 +27,6 @@ class LightningBackendConfig:
     compile_fullgraph: bool = False
     compile_dynamic: Optional[bool] = None
     compile_cache: Optional[str] = None  # a folder: torch.compile's code kept for later runs (torch/compile_cache.py)
-    save_top_k: int = 1
     callbacks: Dict[str, Any] = field(default_factory=dict)
     trainer: Dict[str, Any] = field(default_factory=dict)
 
@@ -49,7 +48,13 @@ SPEC = BackendSpec(
     resumes_reader_position=True,  # with pipeline.checkpointing (ResumableDaliLoader)
     # torch.compile (auto: on a GPU, not under deterministic=true) and channels-last memory (auto: on a GPU)
     auto_switches=(AutoSwitch("compile", off_when_deterministic=True), AutoSwitch("channels_last")),
-    # Lightning Trainer's own gradient accumulation: the plan's global batch and lr count optim's
-    replaced_keys={"trainer.accumulate_grad_batches": "optim.accumulate_grad_batches"},
+    # Trainer options whose job a core key does on every backend (gradient accumulation: the plan's global batch and
+    # lr count optim's; the validation cadence; the progress display) and the checkpoints' retention
+    replaced_keys={
+        "trainer.accumulate_grad_batches": "optim.accumulate_grad_batches",
+        "trainer.check_val_every_n_epoch": "validate_every",
+        "trainer.enable_progress_bar": "progress_bar",
+        "save_top_k": "keep_checkpoints",
+    },
     check_settings=check_settings,
 )

@@ -72,7 +72,7 @@ def command(row: dict, backend: str, gpus: int, seed: int, run_dir: Path, cifar_
     """The hydrali command of one run of `row`."""
     overrides = [o.replace("${cifar_root}", cifar_root) for o in row["overrides"]]
     batch = [] if row["global_batch"] is None else [f"data.global_batch={row['global_batch']}"]
-    quiet = "backend.trainer.enable_progress_bar=false" if backend == "lightning" else "backend.verbose=0"
+    quiet = "progress_bar=false"
     return [
         sys.executable,
         "-m",

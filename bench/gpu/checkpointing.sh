@@ -9,7 +9,7 @@ DATA=/tmp/data/synthetic-imagenet-8x1000x4
 python3 -c "from pathlib import Path; from hydrali.bench.synthetic import write_synthetic; \
 write_synthetic(Path('$DATA'), 8, 1000, 4)"
 RUN=(data=imagefolder model=resnet50 "data.root=$DATA" data.batch_size=256 tracking=none
-     backend.trainer.enable_progress_bar=false)
+     progress_bar=false)
 repeats=${1:-2}
 for i in $(seq 1 "$repeats"); do
   for ck in false true; do  # interleaved

@@ -103,7 +103,7 @@ def _hydrali_run(run_dir: Path, blocking: bool, epochs: int) -> tuple[int, str]:
         "deterministic=true",
         f"epochs={epochs}",
         "tracking=none",
-        "backend.trainer.enable_progress_bar=false",
+        "progress_bar=false",
         f"hydra.run.dir={run_dir}",
     ]
     out = subprocess.run(command, env=env, capture_output=True, text=True)

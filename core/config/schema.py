@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
+from hydrali.core.data.image_files import BadFiles, Verify
 from hydrali.core.errors import HydraliError
 
 
@@ -140,6 +141,21 @@ class TaskConfig:
 
 
 @dataclass
+class DataConfig:
+    """What every task's `data` node holds (conf/data/*.yaml): the keys core and tasks/base.py read. A task's schema
+    gives batch_size and image_size their defaults and adds its own settings."""
+
+    name: str = MISSING
+    root: str = MISSING
+    batch_size: int = MISSING  # images per replica and step
+    global_batch: Optional[int] = None  # images per optimizer step, fixed whatever the replicas (conf/data)
+    image_size: Optional[int] = MISSING
+    num_classes: Optional[int] = None  # null: counted (tasks/base.py's check_prepared)
+    verify: Verify = Verify.quick
+    bad_files: BadFiles = BadFiles.fail
+
+
+@dataclass
 class PipelineConfig:
     """conf/pipeline/*.yaml: a DALI recipe and its knobs (documented in the YAML files)."""
 
@@ -250,6 +266,9 @@ class HydraliConfig:
     throughput_warmup_steps: int = 5
     cpu_threads: str = "auto"  # the framework's intra-op threads: auto | a number (conf/config.yaml)
     checkpoint_every: int = 1  # epochs between the per-epoch checkpoints, the last epoch's always (conf/config.yaml)
+    keep_checkpoints: int = 1  # the newest per-epoch checkpoints kept, besides the best; 0: all (conf/config.yaml)
+    validate_every: int = 1  # epochs between validations, the last epoch's always (conf/config.yaml)
+    progress_bar: Any = "auto"  # auto | true | false (conf/config.yaml)
     progressive_resizing: ProgressiveResizingConfig = field(default_factory=ProgressiveResizingConfig)
     ckpt_path: Optional[str] = None
     optimized_metric: str = "val/acc"

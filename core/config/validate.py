@@ -197,6 +197,7 @@ def check_config(cfg: DictConfig) -> None:
             f"checkpoint_every={cfg.checkpoint_every}: pass 1 or more (epochs between checkpoints; the last epoch's "
             f"is always saved)"
         )
+    check_run_policies(cfg)
     if str(cfg.cpu_threads) != "auto" and not (str(cfg.cpu_threads).isdigit() and int(cfg.cpu_threads) > 0):
         raise HydraliError(f"cpu_threads={cfg.cpu_threads}: pass auto or a number of threads, at least 1")
     if cfg.optim.lr <= 0:
@@ -207,6 +208,25 @@ def check_config(cfg: DictConfig) -> None:
     check_bad_files(cfg.data)
     check_fine_tuning(cfg)
     check_preemption(cfg.preemption)
+
+
+def check_run_policies(cfg: DictConfig) -> None:
+    """The policies every backend applies the same way: validate_every, keep_checkpoints and progress_bar."""
+    if cfg.validate_every < 1:
+        raise HydraliError(
+            f"validate_every={cfg.validate_every}: pass 1 or more (epochs between validations; the last epoch always "
+            f"validates)"
+        )
+    if cfg.keep_checkpoints < 0:
+        raise HydraliError(
+            f"keep_checkpoints={cfg.keep_checkpoints}: pass 0 (keep all) or the number of newest checkpoints kept "
+            f"besides the best"
+        )
+    if str(cfg.progress_bar).lower() not in PROGRESS_BAR_CHOICES:
+        raise HydraliError(f"progress_bar={cfg.progress_bar}: pass auto, true or false")
+
+
+PROGRESS_BAR_CHOICES = ("auto", "true", "false")
 
 
 def asked_capabilities(cfg: DictConfig) -> dict[Capability, str]:
@@ -256,8 +276,8 @@ def check_counts(cfg: DictConfig) -> None:
 
 def check_accumulation(cfg: DictConfig) -> None:
     """optim.accumulate_grad_batches is at least 1, and no key of the backend's own does the job of a core key (its
-    spec's replaced_keys: a framework's own gradient accumulation would train more images per step than the plan's
-    lr counts)."""
+    spec's replaced_keys: e.g. a framework's own gradient accumulation would train more images per step than the
+    plan's lr counts, its own validation cadence would differ from validate_every's)."""
     accumulate = cfg.optim.get("accumulate_grad_batches", 1)
     if accumulate < 1:
         raise HydraliError(f"optim.accumulate_grad_batches={accumulate}: pass 1 or more (1: a step after every batch)")
@@ -266,9 +286,14 @@ def check_accumulation(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg.backend, key, throw_on_missing=False)
         if value is not None:
             raise HydraliError(
-                f"backend.{key}={value}: pass {core}={value} instead (the same key on every backend, which "
-                f"the plan counts)"
+                f"backend.{key}={_typed(value)}: pass {core}={_typed(value)} instead (the same key on every backend, "
+                f"decided in core)"
             )
+
+
+def _typed(value) -> str:
+    """A value as a user types it on the command line (true, not True)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def check_batch_keys(cfg: DictConfig, overrides: list[str]) -> None:

@@ -75,6 +75,9 @@ class RunContract:
     start_weights: str | None  # model.weights: an earlier run the network starts from (None: its builder's own)
     throughput_warmup_steps: int  # steps of each epoch left out of the steady images/s
     checkpoint_every: int  # epochs between the per-epoch checkpoints (saves_checkpoint)
+    keep_checkpoints: int  # the newest per-epoch checkpoints kept besides the best; 0: all (core/run/retention.py)
+    validate_every: int  # epochs between validations (validates)
+    progress_bar: bool  # a bar of each epoch's steps on the console (`auto` decided: on a terminal)
     callbacks: tuple[Any, ...]  # the user's framework callbacks (backend.callbacks), instantiated
     backend: Any  # the backend's own settings: an instance of its BackendSpec.schema, `auto` decided
     train_sides: tuple[int, ...] = ()  # the training images' side in each epoch (progressive_resizing); (): image_size
@@ -106,4 +109,16 @@ class RunContract:
     def saves_checkpoint(self, epoch: int) -> bool:
         """Whether the epoch numbered `epoch` (counted from 1) ends with a checkpoint, on every backend: every
         `checkpoint_every`th epoch and the run's last."""
-        return epoch % self.checkpoint_every == 0 or epoch >= self.plan.epochs
+        return self._every(epoch, self.checkpoint_every)
+
+    def validates(self, epoch: int) -> bool:
+        """Whether the epoch numbered `epoch` (counted from 1) ends with a validation, on every backend: every
+        `validate_every`th epoch and the run's last."""
+        return self._every(epoch, self.validate_every)
+
+    def validation_epochs(self) -> list[int]:
+        """The epochs (counted from 1) that end with a validation."""
+        return [epoch for epoch in range(1, self.plan.epochs + 1) if self.validates(epoch)]
+
+    def _every(self, epoch: int, interval: int) -> bool:
+        return epoch % interval == 0 or epoch >= self.plan.epochs

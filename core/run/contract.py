@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import sys
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -67,6 +68,14 @@ def backend_settings(backend: DictConfig, *, decided: bool = True):
     return schema(**OmegaConf.to_container(backend, resolve=True, enum_to_str=True))
 
 
+def shows_progress_bar(setting) -> bool:
+    """progress_bar decided: `auto` is a bar when the console is a terminal (not a file, a pipe or a sweep's
+    worker)."""
+    if str(setting).lower() == AUTO:
+        return sys.stdout.isatty()
+    return str(setting).lower() == "true"
+
+
 def run_contract(cfg: DictConfig, plan: Plan, *, with_callbacks: bool = True) -> RunContract:
     """What the backend trains by, from `cfg` (its `auto` settings already resolved) and this process's plan; without
     `with_callbacks`, the user's callbacks are not instantiated (for a model trained outside fit)."""
@@ -89,6 +98,9 @@ def run_contract(cfg: DictConfig, plan: Plan, *, with_callbacks: bool = True) ->
         start_weights=None if cfg.model.get("weights") is None else str(cfg.model.weights),
         throughput_warmup_steps=int(cfg.throughput_warmup_steps),
         checkpoint_every=int(cfg.checkpoint_every),
+        keep_checkpoints=int(cfg.keep_checkpoints),
+        validate_every=int(cfg.validate_every),
+        progress_bar=shows_progress_bar(cfg.progress_bar),
         callbacks=tuple(instantiate(spec) for spec in specs),
         backend=backend,
         train_sides=resizing.training_sides(cfg.get("progressive_resizing"), plan.epochs, int(cfg.data.image_size)),

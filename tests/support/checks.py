@@ -68,7 +68,8 @@ def check_resume_keeps_the_record(make_cfg, tmp_path: Path, args: list[str], int
 
 
 def check_validation_every_second_epoch(make_cfg, tmp_path: Path, args: list[str]) -> None:
-    """3 epochs validating every second one: epochs 1 and 3 have no val metrics anywhere."""
+    """3 epochs validating every second one (`args` set validate_every=2): epoch 2 validates, and epoch 3 as the
+    last; epoch 1 has no val metrics anywhere."""
     from mlflow.tracking import MlflowClient
 
     from hydrali.core.run.runner import run
@@ -77,11 +78,11 @@ def check_validation_every_second_epoch(make_cfg, tmp_path: Path, args: list[str
     run(make_cfg("epochs=3", *SMALL_NET, *args, output_dir=out))
     summary = read_summary(out)
     val_keys = [sorted(k for k in row if k.startswith("val/")) for row in summary["history"]]
-    assert val_keys[0] == val_keys[2] == [] and "val/acc" in val_keys[1]
-    assert not any(k.startswith("val/") for k in summary["final"]), "the last epoch did not validate"
-    assert summary["best_epoch"] == 2 and summary["val_images"] == 360
+    assert val_keys[0] == [] and "val/acc" in val_keys[1] and "val/acc" in val_keys[2]
+    assert "val/acc" in summary["final"], "the last epoch validates"
+    assert summary["best_epoch"] in (2, 3) and summary["val_images"] == 360
     client = MlflowClient(make_cfg().tracking.uri)
-    assert [m.step for m in client.get_metric_history(summary["mlflow_run_id"], "val/acc")] == [2]
+    assert [m.step for m in client.get_metric_history(summary["mlflow_run_id"], "val/acc")] == [2, 3]
 
 
 def check_each_val_image_counted_once(summary: dict, val_set: int = 360) -> None:

@@ -16,8 +16,8 @@ SMALL_NET = ["model.widths=[8,16,32]", "data.image_size=16"]
 # SMALL_NET fed by the light recipe: seconds per epoch on the digits
 TINY = ["pipeline=light", *SMALL_NET]
 # No progress bar and no model summary on Lightning; Keras' fit without its per-epoch output
-LIGHTNING_QUIET = ["backend.trainer.enable_progress_bar=false", "backend.trainer.enable_model_summary=false"]
-KERAS_QUIET = ["backend.verbose=0"]
+LIGHTNING_QUIET = ["progress_bar=false", "backend.trainer.enable_model_summary=false"]
+KERAS_QUIET = ["progress_bar=false"]
 
 
 def compose_config(overrides: list[str], root: Path, data_dir: Path, output_dir: Path | None = None) -> DictConfig:

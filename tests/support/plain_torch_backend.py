@@ -131,15 +131,23 @@ def fit(
         train_loss = train_epoch(
             epoch, side, loaders["train"], optimizer, schedule, plan.accumulate, observer, preemption, average
         )
-        observer.validation_start()
-        if average is not None:  # validation scores the average
-            average.swap_in()
-        metrics = validate(side, loaders["val"], epoch)
-        if average is not None:
-            average.swap_out()
-        save(side, checkpoint, epoch + 1, average)
-        observer.epoch_end(epoch, {"train/loss": train_loss, **metrics}, validated=True)
+        validates = contract.validates(epoch + 1)  # every validate_every-th epoch and the last
+        metrics = validated(side, loaders["val"], epoch, observer, average) if validates else {}
+        if contract.saves_checkpoint(epoch + 1):  # one file, the newest: keep_checkpoints counts it
+            save(side, checkpoint, epoch + 1, average)
+        observer.epoch_end(epoch, {"train/loss": train_loss, **metrics}, validated=validates)
     return FitResult(best_checkpoint=str(checkpoint), **observer.fit_fields(start_epoch=0))
+
+
+def validated(side, loader: DaliLoader, epoch: int, observer: TrainingObserver, average) -> dict[str, float]:
+    """The epoch's validation (of the weight average with optim.ema_decay), observed."""
+    observer.validation_start()
+    if average is not None:  # validation scores the average
+        average.swap_in()
+    metrics = validate(side, loader, epoch)
+    if average is not None:
+        average.swap_out()
+    return metrics
 
 
 class PlainBackend:
