@@ -244,6 +244,6 @@ def test_the_classification_task_builds_sides_that_pass_the_check(tmp_path, data
     torch_side = build_torch_side(task, dataset, model=cfg.model, image_size=16, backend="lightning")
     keras_side = build_keras_side(task, dataset)
     assert torch_side.serving_names == ("logits",) and keras_side.serving_names == ("logits",)
-    assert type(keras_side).on_val_batch is KerasSideDefaults.on_val_batch
+    assert type(keras_side).on_val_batch is not KerasSideDefaults.on_val_batch  # val/acc in NumPy
     assert type(keras_side).evaluation_forward is not KerasSideDefaults.evaluation_forward  # flip averaging
     assert type(torch_side).initialise_from is not TorchSideDefaults.initialise_from

@@ -1,15 +1,19 @@
-"""The classification task on Keras: model, loss and metrics, used by the Keras backend (task.sides.keras)."""
+"""The classification task on Keras: model, loss, training metric and validation (scored by
+tasks/classification/validation.py), used by the Keras backend (task.sides.keras)."""
 
 from __future__ import annotations
 
 import math
 
 import keras
+import numpy as np
+import tensorflow as tf
 from keras import ops
 from omegaconf import DictConfig
 
 from hydrali.core.contracts.task import KerasSideDefaults
 from hydrali.tasks.base import instantiate_network, network_spec
+from hydrali.tasks.classification.validation import ClassificationValidation
 from hydrali.tasks.keras_fine_tuning import backbone, freeze, start_from
 
 
@@ -79,13 +83,35 @@ class TopOneAccuracy(keras.metrics.MeanMetricWrapper):
         return {"name": self.name, "dtype": self.dtype}
 
 
+class ValidationAccuracy(keras.callbacks.Callback):
+    """Puts the validation's top-1 accuracy into the logs of each epoch that validated (val_acc, in place of the
+    training metric's own validation value): every Keras worker's counts gathered, so that each reports the
+    accuracy over all images."""
+
+    def __init__(self, validation: ClassificationValidation):
+        super().__init__()
+        self.validation = validation
+
+    def on_test_begin(self, logs=None) -> None:
+        self.validation.reset()
+
+    def on_epoch_end(self, epoch: int, logs=None) -> None:
+        if logs is None or "val_loss" not in logs:
+            return  # no validation this epoch
+        self.validation.gather_across_processes()  # every worker reaches this callback at the same point
+        metrics = self.validation.finish(epoch)
+        logs.update({"val_" + name.removeprefix("val/"): value for name, value in metrics.items()})
+
+
 class KerasClassification(KerasSideDefaults):
     """The Keras side of a classification task (hydrali.core.contracts.task.KerasSide): the network of `model`, the
-    loss and the metrics (which see every validation batch: no `on_val_batch`)."""
+    loss, the training metric, and each validation batch's top-1 classes handed to the framework-neutral
+    validation."""
 
     def __init__(self, task, class_weights=None):
         self.task = task
         self.class_weights = class_weights  # the loss's weight of each class (task.class_weights), None: all 1
+        self.validation = ClassificationValidation()
 
     def build_model(self, model_cfg: DictConfig, num_classes: int, image_size: int) -> keras.Model:
         """The network of `model_cfg`, built through its `keras_target` (a callable returning a keras.Model)."""
@@ -112,8 +138,21 @@ class KerasClassification(KerasSideDefaults):
         return CrossEntropy(self.task.label_smoothing, self.class_weights)
 
     def metrics(self) -> list:
-        """Top-1 accuracy, logged as `acc` (val/acc once mapped)."""
+        """Top-1 accuracy of the training batches, logged as `acc` (val/acc comes from the validation, through
+        ValidationAccuracy)."""
         return [TopOneAccuracy(name="acc")]
+
+    def on_val_batch(self, data, y_pred, weights) -> None:
+        """Hand a validation batch's top-1 classes (taken in the graph, on the device), its labels and each sample's
+        weight (0: the shard's padding) to the validation."""
+        predicted = tf.argmax(y_pred, axis=-1, output_type=tf.int32)
+        labels = tf.reshape(tf.cast(data[1], tf.int32), [-1])
+        tf.numpy_function(
+            self._collect, [predicted, labels, weights], Tout=tf.int32, stateful=True, name="collect_top_one"
+        )
+
+    def _collect(self, predicted, labels, weights) -> np.int32:
+        return np.int32(self.validation.add_batch(predicted, labels, weights))
 
     def evaluation_forward(self, network: keras.Model, images):
         """The class logits that validation (the Keras backend's test step) and predict score: the network's, or
@@ -137,8 +176,8 @@ class KerasClassification(KerasSideDefaults):
         return {"logits": network(batch["images"], training=False)}
 
     def callbacks(self) -> list:
-        """Callbacks that add metrics to each epoch's logs: none (accuracy is a Keras metric)."""
-        return []
+        """The callback that puts val_acc, the validation's top-1 accuracy, into each validated epoch's logs."""
+        return [ValidationAccuracy(self.validation)]
 
 
 def build(task, dataset) -> KerasClassification:

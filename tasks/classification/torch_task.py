@@ -1,4 +1,5 @@
-"""The classification task on torch: model, loss and metrics, used by the Lightning backend."""
+"""The classification task on torch: model, loss and validation (scored by tasks/classification/validation.py), used
+by the torch backends."""
 
 from __future__ import annotations
 
@@ -8,17 +9,16 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 from torch.nn import functional as F
-from torchmetrics import MetricCollection
-from torchmetrics.classification import MulticlassAccuracy
 
 from hydrali.core.contracts.task import TorchSideDefaults
 from hydrali.tasks.base import instantiate_network, network_spec
+from hydrali.tasks.classification.validation import ClassificationValidation
 from hydrali.tasks.torch_fine_tuning import backbone, freeze, start_from
 
 
 class TorchClassification(nn.Module, TorchSideDefaults):
     """The torch side of a classification task (hydrali.core.contracts.task.TorchSide): holds the network, the
-    cross-entropy loss and the validation metrics of one run."""
+    cross-entropy loss and one validation's top-1 classes, scored by the framework-neutral validation."""
 
     def __init__(
         self,
@@ -35,7 +35,11 @@ class TorchClassification(nn.Module, TorchSideDefaults):
         # task.class_weights: not in the state_dict (a checkpoint holds the network, not the data's counts)
         weights = torch.tensor(class_weights, dtype=torch.float32) if class_weights else None
         self.register_buffer("class_weights", weights, persistent=False)
-        self.val_metrics = MetricCollection({"acc": MulticlassAccuracy(num_classes, average="micro")}, prefix="val/")
+        self.num_classes = num_classes  # the classes the network scores
+        self.validation = ClassificationValidation()
+        # each validation batch's top-1 classes and labels (2, B), left on the device until the validation ends: no
+        # wait on the device per batch, one copy of 2 integers a sample per validation
+        self._top_one: list[torch.Tensor] = []
         self.frozen: list[nn.Module] = []  # parts of the network that do not train (model.freeze)
 
     def backbone_parameters(self) -> list[nn.Parameter]:
@@ -88,10 +92,11 @@ class TorchClassification(nn.Module, TorchSideDefaults):
         return self.loss_fn(self.model(images), labels), labels.shape[0]
 
     def validation_step(self, batch: dict) -> tuple[torch.Tensor, int]:
-        """Update the validation metrics with one batch; return its loss and size."""
+        """Keep one batch's top-1 classes and labels for the validation (every sample real: a torch backend's
+        validation batches hold no padding); return its loss and size."""
         images, labels = self.unpack(batch)
         logits = self.evaluation_logits(images)
-        self.val_metrics.update(logits, labels)
+        self._top_one.append(torch.stack([logits.argmax(dim=-1), labels]))
         return self.loss_fn(logits, labels), labels.numel()
 
     def evaluation_logits(self, images: torch.Tensor) -> torch.Tensor:
@@ -113,15 +118,19 @@ class TorchClassification(nn.Module, TorchSideDefaults):
         """What hydrali export writes: the network's own class logits (never flip-averaged)."""
         return {"logits": self.model(batch["images"])}
 
-    def val_metrics_compute(self, epoch: int) -> dict[str, torch.Tensor]:
-        """The validation metrics of the epoch over every process's shard (val/acc), then reset for the next."""
-        values = self.val_metrics.compute()
-        self.val_metrics_reset()
-        return values
+    def val_metrics_compute(self, epoch: int) -> dict[str, float]:
+        """The top-1 accuracy of the epoch over every process's shard (val/acc), then reset for the next."""
+        if self._top_one:  # this process's batches, to the host at once
+            predicted, labels = torch.cat(self._top_one, dim=1).cpu().numpy()
+            self.validation.add_batch(predicted, labels)
+            self._top_one.clear()
+        self.validation.gather_across_processes()  # through the collective the backend installed
+        return self.validation.finish(epoch)
 
     def val_metrics_reset(self) -> None:
         """Forget the batches seen (e.g. after Lightning's sanity check)."""
-        self.val_metrics.reset()
+        self._top_one.clear()
+        self.validation.reset()
 
 
 def mean_of_probabilities(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
