@@ -240,4 +240,4 @@ def test_a_sweep_over_lightning_spawned_processes_is_refused(tmp_path):
         "backend.strategy=ddp_spawn",
         cwd=tmp_path,
     )
-    fails_with(out, "-m with backend.devices=2 and backend.strategy=ddp_spawn is not supported", "torchrun")
+    fails_with(out, "-m with backend=lightning and 2 processes per node", "backend.strategy=ddp or auto", "torchrun")

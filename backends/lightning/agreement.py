@@ -19,7 +19,6 @@ from torch.distributed.constants import default_pg_timeout
 
 from hydrali.core.distributed.launchers import MASTER_ADDR, MASTER_PORT, TORCHRUN_AGENT_STORE
 from hydrali.core.errors import HydraliError
-from hydrali.core.run import job_context
 
 _VALUES, _READ = "values", "read"
 _POLL_S = 0.05
@@ -52,7 +51,7 @@ def share_from_rank0(values: dict, plan, timeout: timedelta = default_pg_timeout
     store = TCPStore(host, port, is_master=is_rank0 and not agent, timeout=timeout, wait_for_workers=False)
     # one scope per attempt of each job: under -m the ranks run the sweep's jobs one after the other against one
     # agent store, and a rank must not read the job before's values while rank 0 has not written this job's yet
-    job = job_context.current().num or "run"
+    job = plan.sweep_job or "run"
     scoped = PrefixStore(f"hydrali/start/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/{job}", store)
     if is_rank0:
         scoped.set(_VALUES, json.dumps(values))

@@ -40,8 +40,8 @@ from hydrali.core.contracts.backend import TrainingDevice
 from hydrali.core.contracts.run import RunContract, TrainedRunSpec
 from hydrali.core.distributed import gather, topology
 from hydrali.core.distributed.device_count import devices_per_node
-from hydrali.core.errors import HydraliError, SweepRefused, first_line
-from hydrali.core.run import job_context, weights_from_run
+from hydrali.core.errors import HydraliError, first_line
+from hydrali.core.run import weights_from_run
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR
 from hydrali.core.run.observer import TrainingObserver
 from hydrali.core.run.plan import Plan
@@ -87,10 +87,6 @@ def training_strategy(backend: LightningBackendConfig) -> str | Strategy:
         bucket_cap_mb=float(backend.ddp_bucket_mb),
         find_unused_parameters=name == "ddp_find_unused_parameters_true",
     )
-
-
-def _in_sweep() -> bool:
-    return job_context.current().in_sweep
 
 
 def _quiet_duplicate_logs() -> None:
@@ -298,13 +294,6 @@ class LightningBackend:
     def replicas(self, backend: LightningBackendConfig, device: str) -> tuple[int, int, int]:
         """Replicas per node, nodes, replicas per process: one-replica processes, one per device of a node."""
         devices = node_devices(backend)
-        if self.processes_to_start(backend) == 1 and devices > 1 and _in_sweep() and not topology.launched_externally():
-            raise SweepRefused(
-                f"-m with backend.devices={devices} and backend.strategy={backend.strategy} is not supported: "
-                f"Lightning's launcher would restart the whole sweep in every process (Lightning issue 11300). Use "
-                f"backend.strategy=ddp or auto (hydrali then starts each job's processes), or start them with "
-                f"torchrun or srun"
-            )
         return devices, backend.num_nodes, 1
 
     def newest_checkpoint(self, checkpoint_dir: Path) -> Path | None:

@@ -57,4 +57,8 @@ SPEC = BackendSpec(
         "save_top_k": "keep_checkpoints",
     },
     check_settings=check_settings,
+    sweep_launch_hint=(
+        "Lightning's launcher re-runs the command line (Lightning issue 11300): pass backend.strategy=ddp or auto "
+        "(hydrali then starts each job's processes), or "
+    ),
 )

@@ -60,6 +60,9 @@ class BackendSpec:
     check_settings: Callable[[Any], None] | None = None
     # the key of a model config naming the builder of its framework's network (torch: _target_)
     network_key: str = "_target_"
+    # under -m, a job whose processes its framework's own launcher would start is refused: the settings that let
+    #   hydrali start them instead, ending with ", or " (the message goes on: "start them with torchrun or srun")
+    sweep_launch_hint: str = ""
     # what it honours beyond the contract's training (a run asking another is refused before it starts)
     supports: frozenset[Capability] = frozenset(Capability)
 

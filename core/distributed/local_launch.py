@@ -27,6 +27,7 @@ from typing import Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
+from hydrali.core.distributed import topology
 from hydrali.core.distributed.launchers import (
     LAUNCHED_BY_HYDRALI,
     MASTER_ADDR,
@@ -34,7 +35,7 @@ from hydrali.core.distributed.launchers import (
     TORCHRUN,
     TORCHRUN_GROUP_RANK,
 )
-from hydrali.core.errors import HydraliError
+from hydrali.core.errors import HydraliError, SweepRefused
 from hydrali.core.run import job_context, live_processes
 from hydrali.core.run.preemption import Preempted, PreemptionWatch
 
@@ -46,6 +47,20 @@ CONFIG_FILE, CONTEXT_FILE, LOGGING_FILE = "config.yaml", "job.json", "logging.js
 BAD_FILES_FILE = "bad_files.json"  # the image files the job's process found bad: the processes check none again
 _POLL_S = 0.2  # how often the job's process looks at its processes
 _GRACE_S = 30  # how long the other processes get to end after one failed
+
+
+def check_sweep_launch(backend: str, replicas_per_node: int, replicas_started: int, hint: str) -> None:
+    """Under -m, refuse (SweepRefused, one line) a job whose `replicas_per_node` neither hydrali
+    (`replicas_started`: the replicas of the processes hydrali starts) nor an outside launcher (torchrun, srun, MPI)
+    starts: the framework's own launcher would re-run the command line, the whole sweep, in every process.
+    `hint`: the backend's settings that let hydrali start them (its spec's sweep_launch_hint)."""
+    if not job_context.current().in_sweep or topology.launched_externally() or replicas_per_node <= replicas_started:
+        return
+    raise SweepRefused(
+        f"-m with backend={backend} and {replicas_per_node} processes per node that its framework's own launcher "
+        f"would start is not supported: it would restart the whole sweep in every process. {hint}start them with "
+        f"torchrun or srun"
+    )
 
 
 def _free_port() -> int:

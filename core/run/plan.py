@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from hydrali.core.config.schema import Scale
 from hydrali.core.distributed.topology import Topology
 from hydrali.core.errors import HydraliError
+from hydrali.core.run import job_context
 from hydrali.core.run.epoch import EpochContract, make_contract
 from hydrali.core.run.seeding import pipeline_seed
 
@@ -68,6 +69,7 @@ class Plan:
     device: str  # "cpu" or "gpu": where DALI runs (the backend decides where the model trains)
     accumulate: int = 1  # batches whose mean gradient makes one optimizer step (optim.accumulate_grad_batches)
     epoch: EpochContract | None = None  # steps and counted samples per epoch (core.run.epoch), set by the runner
+    sweep_job: str | None = None  # the job's number under -m (hydra.job.num); None: a single run
 
     @property
     def images_per_batch(self) -> int:
@@ -168,6 +170,7 @@ def make_plan(
         seed=seed,
         device=device,
         accumulate=accumulate,
+        sweep_job=job_context.current().num,
     )
 
 

@@ -54,7 +54,12 @@ def build_plan(cfg: DictConfig, backend: Backend, dataset, seed: int) -> Plan:
     device = devices.resolve_device(
         str(cfg.pipeline.device), backend.visible_gpus(), backend_spec(cfg.backend.name).framework_label
     )
-    per_node, nodes, per_process = backend.replicas(backend_settings(cfg.backend, decided=False), device)
+    settings = backend_settings(cfg.backend, decided=False)
+    per_node, nodes, per_process = backend.replicas(settings, device)
+    spec = backend_spec(cfg.backend.name)
+    local_launch.check_sweep_launch(
+        spec.name, per_node, per_process * backend.processes_to_start(settings), spec.sweep_launch_hint
+    )
     topo = topology.detect_topology(per_node, nodes, replicas_per_process=per_process)
     return plan_run(cfg, topo, dataset, seed=seed, device=device)
 
