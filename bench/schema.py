@@ -76,24 +76,28 @@ class ScalingBenchConfig:
 
 
 @dataclass
-class SmallBenchConfig:
-    """bench.small: section 7 (32 x 32 photos, experiment=cifar10). Its values are conf/bench.yaml's (the one
-    place they are set, with their comments): a key left out of it is an error, not a silent default."""
+class PhotosBenchConfig:
+    """A section that runs hydrali on photos: its hydrali overrides and where the photos are (null: a synthetic
+    folder). Its values are conf/bench.yaml's (the one place they are set, with their comments): a key left out of it
+    is an error, not a silent default."""
 
     overrides: List[str] = MISSING
     root: Optional[str] = MISSING
+
+
+@dataclass
+class SmallBenchConfig(PhotosBenchConfig):
+    """bench.small: section 7 (32 x 32 photos, experiment=cifar10)."""
+
     warmup: int = MISSING
     steps: int = MISSING
     synthetic: SyntheticConfig = MISSING
 
 
 @dataclass
-class SweepBenchConfig:
-    """bench.sweep: section 8 (one sweep on each launcher). Its values are conf/bench.yaml's (the one place they are
-    set, with their comments): a key left out of it is an error, not a silent default."""
+class SweepBenchConfig(PhotosBenchConfig):
+    """bench.sweep: section 8 (one sweep on each launcher)."""
 
-    overrides: List[str] = MISSING
-    root: Optional[str] = MISSING
     grid: str = MISSING
     gpus_per_job: int = MISSING
     repeats: int = MISSING

@@ -1,11 +1,12 @@
 """What every task shares (core.contracts.task.Task): its config fields, the checks after its data is prepared,
-and how it builds a DALI pipeline from a recipe of conf/pipeline. A task says only what differs: where a split's
-files are read from (`source`), which files it holds (`image_files`) and what else its recipes take."""
+how it builds a DALI pipeline from a recipe of conf/pipeline, and what its dataset is when read back from the shards
+hydrali convert wrote (`ShardedDataset`). A task says only what differs: where a split's files are read from
+(`source`), which files it holds (`image_files`) and what else its recipes take."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -13,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hydrali.core.contracts.registry import network_key, network_keys
 from hydrali.core.contracts.task import FINE_TUNING_KEYS, PREPROCESSING_KEYS, Dataset
+from hydrali.core.data import webdataset
 from hydrali.core.data.image_files import (
     SKIPPED_FILES,
     BadFiles,
@@ -66,6 +68,49 @@ def instantiate_network(spec: DictConfig, **arguments: Any) -> Any:
         raise
 
 
+def replica_pipeline_args(pipeline: DictConfig, plan: Plan, shard: Shard) -> dict[str, Any]:
+    """DALI's Pipeline arguments of one replica's pipeline, whatever its recipe: its batch, worker threads, GPU, seed
+    and prefetch queue."""
+    return dict(
+        batch_size=plan.per_replica_batch,
+        num_threads=pipeline.num_threads,
+        device_id=shard.device_id,
+        seed=shard.pipeline_seed,
+        prefetch_queue_depth=pipeline.prefetch_queue_depth,
+    )
+
+
+@dataclass(frozen=True)
+class ShardedDataset:
+    """A task's dataset read back from the WebDataset shards hydrali convert wrote (hydrali.core.data.webdataset): its
+    root and each split's tars; a task's subclass adds what the manifest records about its data."""
+
+    root: str
+    train_shards: webdataset.Shards
+    val_shards: webdataset.Shards
+    # nothing is left out of shards when they are read (bad files were, when they were written)
+    skipped: tuple = field(default=(), kw_only=True)
+
+    @property
+    def num_train(self) -> int:
+        """Training samples."""
+        return self.train_shards.samples
+
+    @property
+    def num_val(self) -> int:
+        """Validation samples."""
+        return self.val_shards.samples
+
+    def shard_params(self) -> dict[str, int]:
+        """The number of shards of each split, for the run's tracker."""
+        return {"dataset/shards_train": len(self.train_shards.paths), "dataset/shards_val": len(self.val_shards.paths)}
+
+    def source(self, shard: Shard, num_shards: int, is_training: bool) -> webdataset.ShardSource:
+        """Where one replica's `shard` of a split is read from: its share of the split's tars."""
+        shards = self.train_shards if is_training else self.val_shards
+        return webdataset.ShardSource.of(self.root, shards, shard.shard_id, num_shards, is_training)
+
+
 @dataclass(kw_only=True)
 class DaliTask:
     """A task fed by DALI recipes; subclasses add their settings and data. Built from the config's `task` node
@@ -82,7 +127,8 @@ class DaliTask:
         raise NotImplementedError
 
     def source(self, dataset: Dataset, shard: Shard, plan: Plan, is_training: bool) -> Any:
-        """Where one replica's shard of one split is read from (the recipe's `source`)."""
+        """Where one replica's shard of one split of a dataset of files (not a ShardedDataset) is read from (the
+        recipe's `source`)."""
         raise NotImplementedError
 
     def recipe_arguments(self, model: DictConfig, data: DictConfig) -> dict[str, Any]:
@@ -139,7 +185,10 @@ class DaliTask:
         """The DALI pipeline (not yet built) of one replica's shard of one split; with `checkpointing`, one whose
         reader and random state DALI can save (`restore`: a state it saved, to continue from)."""
         options = OmegaConf.to_container(pipeline.options, resolve=True)
-        source = self.source(dataset, shard, plan, is_training)
+        if isinstance(dataset, ShardedDataset):
+            source = dataset.source(shard, plan.num_shards, is_training)
+        else:
+            source = self.source(dataset, shard, plan, is_training)
         if options.get("decode_once"):
             check_options(pipeline.recipe, options)  # before the decoding, which takes seconds
             source = replace(
@@ -148,11 +197,7 @@ class DaliTask:
         return make_pipeline(
             pipeline.recipe,
             options,
-            batch_size=plan.per_replica_batch,
-            num_threads=pipeline.num_threads,
-            device_id=shard.device_id,
-            seed=shard.pipeline_seed,
-            prefetch_queue_depth=pipeline.prefetch_queue_depth,
+            **replica_pipeline_args(pipeline, plan, shard),
             source=source,
             device=plan.device,
             layout=layout,
@@ -170,6 +215,9 @@ class DaliTask:
         raise HydraliError(f"pipeline.options.decode_once=true: task={self.name} cannot decode its images once")
 
     def explain_decode_error(self, dataset: Dataset) -> str | None:
-        """After a decoder failed: one line naming the dataset's image files that cannot be decoded, if any."""
+        """After a decoder failed: one line naming the dataset's image files that cannot be decoded, if any, or for
+        shards how to write them again."""
+        if isinstance(dataset, ShardedDataset):
+            return webdataset.undecodable(dataset.root)
         bad = find_bad_files(self.image_files(dataset), Verify.full)
         return bad_files_message(bad) if bad else None

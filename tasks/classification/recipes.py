@@ -25,8 +25,7 @@ from hydrali.core.errors import HydraliError
 from hydrali.tasks.classification import sharded
 from hydrali.tasks.classification.boxes import ERASE_AXES
 from hydrali.tasks.classification.mixing import Mixing, mix_batch
-
-_DTYPES = {"float": types.FLOAT, "float16": types.FLOAT16}
+from hydrali.tasks.recipe_steps import DTYPES, decode, normalize, on_device
 
 
 @dataclass(frozen=True)
@@ -56,50 +55,28 @@ def read_files(source: Source, initial_fill: int):
 
 def _decode(jpegs, device, hw_decoder_load, random_area=None, random_aspect_ratio=None):
     """Decode to RGB; with random_area, decode only a random-resized crop (ImageNet style)."""
-    gpu = decoder_args(device, hw_decoder_load)
     if random_area is None:
-        return fn.decoders.image(jpegs, output_type=types.RGB, **gpu)
+        return decode(jpegs, device, hw_decoder_load)
     return fn.decoders.image_random_crop(
         jpegs,
         output_type=types.RGB,
         random_area=random_area,
         random_aspect_ratio=random_aspect_ratio,
         num_attempts=100,
-        **gpu,
+        **decoder_args(device, hw_decoder_load),
     )
-
-
-def _normalize(images, image_size, layout, mean, std, dtype, mirror=None, crop_pos=None):
-    """The image_size x image_size window (centred, or at crop_pos: (y, x) in [0, 1] of the room left) of
-    `images`, mirrored where `mirror` says, normalized, in `layout`."""
-    flip = {} if mirror is None else {"mirror": mirror}
-    window = {} if crop_pos is None else {"crop_pos_y": crop_pos[0], "crop_pos_x": crop_pos[1]}
-    return fn.crop_mirror_normalize(
-        images,
-        dtype=_DTYPES[dtype],
-        output_layout=layout,
-        crop=(image_size, image_size),
-        mean=[m * 255 for m in mean],
-        std=[s * 255 for s in std],
-        **flip,
-        **window,
-    )
-
-
-def _labels(labels, device):
-    return labels.gpu() if device == "gpu" else labels
 
 
 def _cast(images, from_dtype: str, to_dtype: str):
     """Images of `from_dtype` (float | float16) as `to_dtype`; unchanged when they are the same."""
-    return images if from_dtype == to_dtype else fn.cast(images, dtype=_DTYPES[to_dtype])
+    return images if from_dtype == to_dtype else fn.cast(images, dtype=DTYPES[to_dtype])
 
 
-def _training_outputs(images, labels, *, mixing: Mixing, num_classes, side: int, layout: str, device: str, dtype):
+def _training_outputs(images, labels, mixing: Mixing, num_classes, side: int, layout: str, device: str, dtype):
     """A training batch's (images, labels): normalized float `images` of side x side pixels mixed as `mixing` says
     (then labels are soft targets over num_classes, float32), in the recipe's `dtype`."""
     if not mixing.on:
-        return images, _labels(labels, device)
+        return images, on_device(labels, device)
     if num_classes is None:
         raise ValueError("mixup and cutmix need the number of classes (the task passes num_classes)")
     images = _cast(images, dtype, "float")  # DALI's arithmetic takes no float16
@@ -152,24 +129,17 @@ def standard(
     num_classes). Validation: decode, resize the shorter side to image_size / val_crop_fraction, center crop."""
     jpegs, labels = read_files(source, initial_fill)
     if not source.is_training:
-        images = _decode(jpegs, device, hw_decoder_load)
+        images = decode(jpegs, device, hw_decoder_load)
         images = fn.resize(images, resize_shorter=image_size / val_crop_fraction)
-        return _normalize(images, image_size, layout, mean, std, dtype), _labels(labels, device)
+        return normalize(images, image_size, layout, mean, std, dtype), on_device(labels, device)
     images = _decode(jpegs, device, hw_decoder_load, random_area, random_aspect_ratio)
     images = fn.resize(images, resize_x=image_size, resize_y=image_size)
     if auto_augment is not None:
         images = _auto_augment(images, auto_augment, image_size, rand_augment_n, rand_augment_m)
     mirror = fn.random.coin_flip(probability=flip_probability)
-    return _training_outputs(
-        _normalize(images, image_size, layout, mean, std, dtype, mirror),
-        labels,
-        mixing=Mixing(mixup_alpha, cutmix_alpha, mix_probability, switch_probability),
-        num_classes=num_classes,
-        side=image_size,
-        layout=layout,
-        device=device,
-        dtype=dtype,
-    )
+    images = normalize(images, image_size, layout, mean, std, dtype, mirror)
+    mixing = Mixing(mixup_alpha, cutmix_alpha, mix_probability, switch_probability)
+    return _training_outputs(images, labels, mixing, num_classes, image_size, layout, device, dtype)
 
 
 @pipeline_def
@@ -189,10 +159,10 @@ def light(
 ):
     """Decode, resize to image_size x image_size, normalize; in training, a random flip if flip_probability > 0."""
     jpegs, labels = read_files(source, initial_fill)
-    images = _decode(jpegs, device, hw_decoder_load)
+    images = decode(jpegs, device, hw_decoder_load)
     images = fn.resize(images, resize_x=image_size, resize_y=image_size)
     mirror = fn.random.coin_flip(probability=flip_probability) if source.is_training and flip_probability else None
-    return _normalize(images, image_size, layout, mean, std, dtype, mirror), _labels(labels, device)
+    return normalize(images, image_size, layout, mean, std, dtype, mirror), on_device(labels, device)
 
 
 PadMode = Literal["reflect", "zero"]
@@ -260,13 +230,13 @@ def _square_images(source, device, image_size, hw_decoder_load, initial_fill, pa
     decoded, resized and padded, or taken from memory when the source holds them so (Source.decoded)."""
     if source.decoded is None:
         jpegs, labels = read_files(source, initial_fill)
-        images = _decode(jpegs, device, hw_decoder_load)
+        images = decode(jpegs, device, hw_decoder_load)
         images = fn.resize(images, resize_x=image_size, resize_y=image_size)
         return _pad(images, image_size, pad, pad_mode), labels
     batches = source.decoded
     images = fn.external_source(source=batches.images, batch=True, batch_info=True, layout="HWC", dtype=types.UINT8)
     labels = fn.external_source(source=batches.labels, batch=True, batch_info=True, dtype=types.INT32)
-    return (images.gpu() if device == "gpu" else images), labels
+    return on_device(images, device), labels
 
 
 @pipeline_def
@@ -314,18 +284,10 @@ def small_images(
         )
     if not source.is_training:
         images, labels = _square_images(source, device, image_size, hw_decoder_load, initial_fill)
-        return _normalize(images, image_size, layout, mean, std, dtype), _labels(labels, device)
+        return normalize(images, image_size, layout, mean, std, dtype), on_device(labels, device)
     images, labels = _square_images(source, device, image_size, hw_decoder_load, initial_fill, pad, pad_mode)
     mirror = fn.random.coin_flip(probability=flip_probability)
     window = _random_window(pad)  # one operator crops the window, mirrors and normalizes it
-    images = _cutout(_normalize(images, image_size, layout, mean, std, dtype, mirror, window), image_size, cutout)
-    return _training_outputs(
-        images,
-        labels,
-        mixing=Mixing(mixup_alpha, cutmix_alpha, mix_probability, switch_probability),
-        num_classes=num_classes,
-        side=image_size,
-        layout=layout,
-        device=device,
-        dtype=dtype,
-    )
+    images = _cutout(normalize(images, image_size, layout, mean, std, dtype, mirror, window), image_size, cutout)
+    mixing = Mixing(mixup_alpha, cutmix_alpha, mix_probability, switch_probability)
+    return _training_outputs(images, labels, mixing, num_classes, image_size, layout, device, dtype)

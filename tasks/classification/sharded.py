@@ -16,6 +16,7 @@ from pathlib import Path
 
 from hydrali.core.data import webdataset
 from hydrali.core.errors import HydraliError
+from hydrali.tasks.base import ShardedDataset
 from hydrali.tasks.classification.datasets import ImageFolderInfo, dataset_params, image_files
 
 TASK = "classification"
@@ -25,26 +26,12 @@ IMAGE = webdataset.IMAGE  # the image file, under its own extension
 
 
 @dataclass(frozen=True)
-class ShardedClassification:
+class ShardedClassification(ShardedDataset):
     """A classification dataset read from shards: its classes and counts (from its manifest) and each split's tars."""
 
-    root: str
     classes: tuple[str, ...]
-    train: webdataset.Shards
-    val: webdataset.Shards
     train_per_class: tuple[int, ...] = ()
     class_weights: tuple[float, ...] | None = None  # the loss's weight of each class (task.class_weights); None: 1
-    skipped: tuple = ()  # nothing is left out of shards when they are read (bad files were at conversion)
-
-    @property
-    def num_train(self) -> int:
-        """Training samples."""
-        return self.train.samples
-
-    @property
-    def num_val(self) -> int:
-        """Validation samples."""
-        return self.val.samples
 
     @property
     def num_classes(self) -> int:
@@ -53,11 +40,7 @@ class ShardedClassification:
 
     def params(self) -> dict:
         """What is logged to MLflow about the data: a folder's figures and the number of shards of each split."""
-        return {
-            **dataset_params(self),
-            "dataset/shards_train": len(self.train.paths),
-            "dataset/shards_val": len(self.val.paths),
-        }
+        return {**dataset_params(self), **self.shard_params()}
 
 
 def open_shards(root: str) -> ShardedClassification:
@@ -84,8 +67,8 @@ def open_shards(root: str) -> ShardedClassification:
     return ShardedClassification(
         root=str(root),
         classes=classes,
-        train=train,
-        val=webdataset.split_shards(root, manifest, "val"),
+        train_shards=train,
+        val_shards=webdataset.split_shards(root, manifest, "val"),
         train_per_class=per_class,
     )
 

@@ -5,11 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from omegaconf import MISSING
-
-from hydrali.core.config.schema import TaskConfig
+from hydrali.core.config.schema import DataConfig, TaskConfig
 from hydrali.core.contracts.task import TaskSpec
-from hydrali.core.data.image_files import BadFiles, Verify
 
 
 @dataclass
@@ -22,19 +19,13 @@ class ClassificationTaskConfig(TaskConfig):
 
 
 @dataclass
-class ClassificationDataConfig:
+class ClassificationDataConfig(DataConfig):
     """conf/data/{digits,imagefolder}.yaml: where the dataset is and how it is batched."""
 
-    name: str = MISSING
-    root: str = MISSING
     batch_size: int = 64
-    global_batch: Optional[int] = None  # images per optimizer step, fixed whatever the replicas (conf/data)
     image_size: Optional[int] = 224  # null: data=webdataset's, the shards' own (hydrali.core.data.shards_image_size)
-    num_classes: Optional[int] = None
     val_fraction: float = 0.0
     size: int = 0
-    verify: Verify = Verify.quick
-    bad_files: BadFiles = BadFiles.fail
 
 
 SPEC = TaskSpec(

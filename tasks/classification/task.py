@@ -21,7 +21,7 @@ from hydrali.core.data.pipelines import load_recipe
 from hydrali.core.errors import HydraliError
 from hydrali.core.optim.class_weights import describe, resolve_class_weights
 from hydrali.core.run.plan import Plan, Shard
-from hydrali.tasks.base import DaliTask
+from hydrali.tasks.base import DaliTask, replica_pipeline_args
 from hydrali.tasks.classification import sharded
 from hydrali.tasks.classification.datasets import ImageFolderInfo, image_files, scan_image_folder, write_digits
 from hydrali.tasks.classification.mixing import SOFT_LABEL_DTYPE, mixes
@@ -95,11 +95,7 @@ class ClassificationTask(DaliTask):
                 image_size=data.image_size,
                 hw_decoder_load=pipeline.hw_decoder_load,
                 **padding,
-                batch_size=plan.per_replica_batch,
-                num_threads=pipeline.num_threads,
-                device_id=shard.device_id,
-                seed=shard.pipeline_seed,
-                prefetch_queue_depth=pipeline.prefetch_queue_depth,
+                **replica_pipeline_args(pipeline, plan, shard),
                 **affinity.dali_arguments(),
             )
             split = "training" if source.is_training else "validation"
@@ -156,10 +152,7 @@ class ClassificationTask(DaliTask):
         return image_files([dataset.train_dir, dataset.val_dir])
 
     def source(self, dataset: ImageFolderInfo, shard: Shard, plan: Plan, is_training: bool) -> FolderSource:
-        """The split's class folders (without the files left out), or its tar shards, this replica's shard of them."""
-        if isinstance(dataset, sharded.ShardedClassification):
-            shards = dataset.train if is_training else dataset.val
-            return webdataset.ShardSource.of(dataset.root, shards, shard.shard_id, plan.num_shards, is_training)
+        """The split's class folders (without the files left out), this replica's shard of them."""
         split_dir = dataset.train_dir if is_training else dataset.val_dir
         listed = dataset.listed_files(split_dir)
         files, labels = listed if listed is not None else (None, None)
@@ -204,12 +197,6 @@ class ClassificationTask(DaliTask):
     def predictions(self, dataset: ImageFolderInfo, top_k: int) -> ClassificationPredictions:
         """What hydrali predict accumulates and writes (predictions.csv)."""
         return ClassificationPredictions(dataset.classes, top_k)
-
-    def explain_decode_error(self, dataset: ImageFolderInfo) -> str | None:
-        """After a decoder failed: the files that cannot be decoded, or for shards how to write them again."""
-        if isinstance(dataset, sharded.ShardedClassification):
-            return webdataset.undecodable(dataset.root)
-        return super().explain_decode_error(dataset)
 
     def shard_samples(self, dataset: ImageFolderInfo, split: str, seed: int | None):
         """(how many, the samples) of `split` as hydrali convert writes them (tasks/classification/sharded.py)."""

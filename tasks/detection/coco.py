@@ -63,8 +63,48 @@ class CocoSplit:
     category_names: tuple[str, ...]
 
 
+class DetectionDataset:
+    """What every detection dataset (image folders: CocoInfo; shards: sharded.ShardedDetection) tells of its
+    categories and figures, from the attributes below that each kind holds."""
+
+    val: CocoSplit  # it names the categories: every split has the same ones
+    num_train: int
+    num_val: int
+    train_boxes: int
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        """The category names, in label order (label k is classes[k - 1])."""
+        return self.val.category_names
+
+    @property
+    def num_classes(self) -> int:
+        """The number of categories (without the background)."""
+        return len(self.val.category_ids)
+
+    @property
+    def category_ids(self) -> tuple[int, ...]:
+        """The categories' ids in the files, sorted: label k (1..K) is category_ids[k - 1]."""
+        return self.val.category_ids
+
+    @property
+    def category_names(self) -> tuple[str, ...]:
+        """The categories' names, in the order of category_ids."""
+        return self.val.category_names
+
+    def params(self) -> dict:
+        """What is logged to MLflow about the data: its categories, images and boxes."""
+        return {
+            "dataset/num_classes": self.num_classes,
+            "dataset/num_train": self.num_train,
+            "dataset/num_val": self.num_val,
+            "dataset/train_boxes": self.train_boxes,
+            "dataset/val_boxes": self.val.num_boxes,
+        }
+
+
 @dataclass(frozen=True)
-class CocoInfo:
+class CocoInfo(DetectionDataset):
     """A checked COCO dataset: its root and its train and val splits (which have the same categories)."""
 
     root: Path
@@ -93,34 +133,9 @@ class CocoInfo:
         return self.val.num_images
 
     @property
-    def classes(self) -> tuple[str, ...]:
-        """The category names, in label order (label k is classes[k - 1])."""
-        return self.train.category_names
-
-    @property
-    def num_classes(self) -> int:
-        """The number of categories (without the background)."""
-        return len(self.train.category_ids)
-
-    @property
-    def category_ids(self) -> tuple[int, ...]:
-        """The categories' ids in the files, sorted: label k (1..K) is category_ids[k - 1]."""
-        return self.train.category_ids
-
-    @property
-    def category_names(self) -> tuple[str, ...]:
-        """The categories' names, in the order of category_ids."""
-        return self.train.category_names
-
-    def params(self) -> dict:
-        """What is logged to MLflow about the data."""
-        return {
-            "dataset/num_classes": self.num_classes,
-            "dataset/num_train": self.num_train,
-            "dataset/num_val": self.num_val,
-            "dataset/train_boxes": self.train.num_boxes,
-            "dataset/val_boxes": self.val.num_boxes,
-        }
+    def train_boxes(self) -> int:
+        """The number of boxes of the training images."""
+        return self.train.num_boxes
 
 
 def contiguous_labels(category_ids: Iterable[int]) -> dict[int, int]:

@@ -8,7 +8,7 @@ import keras
 from keras import ops
 
 from hydrali.tasks.detection.layout import BACKGROUND, BOX_VALUES, LABEL_COLUMN
-from hydrali.tasks.detection.spec import DetectionLoss, DetectionTaskConfig
+from hydrali.tasks.detection.spec import CLASS_LOSS_SETTINGS, DetectionLoss, DetectionTaskConfig
 
 SMOOTH_L1_BETA = 1.0  # smooth L1: 0.5 d**2 / beta where |d| < beta, else |d| - 0.5 * beta
 DEFAULTS = DetectionTaskConfig  # the loss's settings default to the schema's defaults (task.*)
@@ -97,19 +97,13 @@ class MultiboxLoss(keras.losses.Loss):
         )
         log_probs = ops.log_softmax(raw[..., BOX_VALUES:], axis=-1)
         log_p = ops.squeeze(ops.take_along_axis(log_probs, labels[..., None], axis=-1), axis=-1)  # [B, N]
-        conf = self.class_loss(
-            log_p,
-            positive,
-            {"neg_pos_ratio": self.neg_pos_ratio, "focal_alpha": self.focal_alpha, "focal_gamma": self.focal_gamma},
-        )
+        conf = self.class_loss(log_p, positive, self.class_settings())
         return (loc + conf) / ops.maximum(num_pos, MIN_NORMALIZER)
+
+    def class_settings(self) -> dict:
+        """The class loss's settings (neg_pos_ratio, focal_alpha, focal_gamma), as the constructor took them."""
+        return {name: getattr(self, name) for name in CLASS_LOSS_SETTINGS}
 
     def get_config(self) -> dict:
         """The constructor's arguments (Keras serialization)."""
-        return {
-            **super().get_config(),
-            "kind": self.kind,
-            "neg_pos_ratio": self.neg_pos_ratio,
-            "focal_alpha": self.focal_alpha,
-            "focal_gamma": self.focal_gamma,
-        }
+        return {**super().get_config(), "kind": self.kind, **self.class_settings()}

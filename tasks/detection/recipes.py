@@ -31,8 +31,8 @@ from hydrali.core.data.webdataset import ShardSource
 from hydrali.tasks.detection import sharded
 from hydrali.tasks.detection.anchors import box_encoder_args
 from hydrali.tasks.detection.layout import TARGET_COLUMN_AXIS
+from hydrali.tasks.recipe_steps import decode, normalize, on_device
 
-_DTYPES = {"float": types.FLOAT, "float16": types.FLOAT16}
 CROP_ATTEMPTS = 50  # random_bbox_crop: windows tried per image before the whole image is taken
 
 
@@ -77,35 +77,21 @@ def _read_shards(source: ShardSource, initial_fill: int):
     return (jpegs, boxes, labels) if source.is_training else (jpegs, boxes, labels, image_ids)
 
 
-def _normalize(images, image_size, layout, mean, std, dtype, mirror=None):
-    flip = {} if mirror is None else {"mirror": mirror}
-    return fn.crop_mirror_normalize(
-        images,
-        dtype=_DTYPES[dtype],
-        output_layout=layout,
-        crop=(image_size, image_size),
-        mean=[m * 255 for m in mean],
-        std=[s * 255 for s in std],
-        **flip,
-    )
-
-
 def encode_targets(boxes, labels, anchors, device):
     """Per-anchor targets [N, 5] float32 (box offsets, then the label) of one image's boxes and labels."""
     offsets, anchor_labels = fn.box_encoder(boxes, labels, **box_encoder_args(anchors))
     label_column = fn.expand_dims(fn.cast(anchor_labels, dtype=types.FLOAT), axes=[TARGET_COLUMN_AXIS])
-    targets = fn.cat(offsets, label_column, axis=TARGET_COLUMN_AXIS)
-    return targets.gpu() if device == "gpu" else targets
+    return on_device(fn.cat(offsets, label_column, axis=TARGET_COLUMN_AXIS), device)
 
 
 def _validation(source, device, layout, image_size, dtype, hw_decoder_load, anchors, mean, std, initial_fill):
     """Decode, resize to image_size x image_size, normalize; targets and image ids."""
     jpegs, boxes, labels, image_ids = read_coco(source, initial_fill)
-    images = fn.decoders.image(jpegs, output_type=types.RGB, **decoder_args(device, hw_decoder_load))
+    images = decode(jpegs, device, hw_decoder_load)
     images = fn.resize(images, resize_x=image_size, resize_y=image_size)
-    images = _normalize(images, image_size, layout, mean, std, dtype)
+    images = normalize(images, image_size, layout, mean, std, dtype)
     image_ids = fn.cast(image_ids, dtype=types.INT32)
-    return images, encode_targets(boxes, labels, anchors, device), image_ids.gpu() if device == "gpu" else image_ids
+    return images, encode_targets(boxes, labels, anchors, device), on_device(image_ids, device)
 
 
 def _flip(boxes, flip_probability):
@@ -161,7 +147,7 @@ def ssd(
         images, brightness=fn.random.uniform(range=brightness), contrast=fn.random.uniform(range=contrast)
     )
     mirror, boxes = _flip(boxes, flip_probability)
-    images = _normalize(images, image_size, layout, mean, std, dtype, mirror)
+    images = normalize(images, image_size, layout, mean, std, dtype, mirror)
     return images, encode_targets(boxes, labels, anchors, device)
 
 
@@ -186,7 +172,7 @@ def scale_jitter(
     if not source.is_training:
         return _validation(source, device, layout, image_size, dtype, hw_decoder_load, anchors, mean, std, initial_fill)
     jpegs, boxes, labels = read_coco(source, initial_fill)
-    images = fn.decoders.image(jpegs, output_type=types.RGB, **decoder_args(device, hw_decoder_load))
+    images = decode(jpegs, device, hw_decoder_load)
     crop_begin, crop_size, boxes, labels = fn.random_bbox_crop(
         boxes,
         labels,
@@ -201,5 +187,5 @@ def scale_jitter(
     images = fn.slice(images, crop_begin, crop_size, out_of_bounds_policy="pad")
     images = fn.resize(images, resize_x=image_size, resize_y=image_size)
     mirror, boxes = _flip(boxes, flip_probability)
-    images = _normalize(images, image_size, layout, mean, std, dtype, mirror)
+    images = normalize(images, image_size, layout, mean, std, dtype, mirror)
     return images, encode_targets(boxes, labels, anchors, device)

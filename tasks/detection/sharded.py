@@ -28,7 +28,8 @@ import numpy as np
 
 from hydrali.core.data import object_store, webdataset
 from hydrali.core.errors import HydraliError
-from hydrali.tasks.detection.coco import CocoInfo, CocoSplit, contiguous_labels, load_coco_json
+from hydrali.tasks.base import ShardedDataset
+from hydrali.tasks.detection.coco import CocoInfo, CocoSplit, DetectionDataset, contiguous_labels, load_coco_json
 
 TASK = "detection"
 BOXES = "boxes"  # float32 N x 4, little-endian
@@ -40,58 +41,17 @@ INT32 = np.iinfo(np.int32)
 
 
 @dataclass(frozen=True)
-class ShardedDetection:
-    """A detection dataset read from shards: each split's tars, and the val split as scoring sees it (its COCO
-    annotation file, a local copy when the shards are in object storage; no image folder)."""
+class ShardedDetection(DetectionDataset, ShardedDataset):
+    """A detection dataset read from shards: each split's tars (the train split's images all have boxes, the val
+    split holds every image), and the val split as scoring sees it (its COCO annotation file, a local copy when the
+    shards are in object storage; no image folder)."""
 
-    root: str
-    train_shards: webdataset.Shards
-    val_shards: webdataset.Shards
     val: CocoSplit
     train_boxes: int
-    skipped: tuple = ()  # nothing is left out of shards when they are read (bad files were at conversion)
-
-    @property
-    def num_train(self) -> int:
-        """Training samples (images with boxes)."""
-        return self.train_shards.samples
-
-    @property
-    def num_val(self) -> int:
-        """Validation samples (every val image)."""
-        return self.val_shards.samples
-
-    @property
-    def category_ids(self) -> tuple[int, ...]:
-        """The categories' ids in the files, sorted: label k (1..K) is category_ids[k - 1]."""
-        return self.val.category_ids
-
-    @property
-    def category_names(self) -> tuple[str, ...]:
-        """The categories' names, in the order of category_ids."""
-        return self.val.category_names
-
-    @property
-    def classes(self) -> tuple[str, ...]:
-        """The category names, in label order."""
-        return self.val.category_names
-
-    @property
-    def num_classes(self) -> int:
-        """The number of categories (without the background)."""
-        return len(self.val.category_ids)
 
     def params(self) -> dict:
         """What is logged to MLflow about the data: a folder's figures and the number of shards of each split."""
-        return {
-            "dataset/num_classes": self.num_classes,
-            "dataset/num_train": self.num_train,
-            "dataset/num_val": self.num_val,
-            "dataset/train_boxes": self.train_boxes,
-            "dataset/val_boxes": self.val.num_boxes,
-            "dataset/shards_train": len(self.train_shards.paths),
-            "dataset/shards_val": len(self.val_shards.paths),
-        }
+        return {**super().params(), **self.shard_params()}
 
 
 def open_shards(root: str, local_copies: Path) -> ShardedDetection:

@@ -7,9 +7,8 @@ from typing import Optional
 
 from omegaconf import MISSING
 
-from hydrali.core.config.schema import Choice, TaskConfig
+from hydrali.core.config.schema import Choice, DataConfig, TaskConfig
 from hydrali.core.contracts.task import TaskSpec
-from hydrali.core.data.image_files import BadFiles, Verify
 
 
 class DetectionLoss(Choice):
@@ -18,6 +17,12 @@ class DetectionLoss(Choice):
 
     hard_negatives = "hard_negatives"
     focal = "focal"
+
+
+# The settings (task.*) that the class losses read, by the name every multibox loss's constructor takes them under
+CLASS_LOSS_SETTINGS = ("neg_pos_ratio", "focal_alpha", "focal_gamma")
+# The settings (task.*) that turn raw outputs into detections, by the name every backend's decoding takes them under
+DECODING_SETTINGS = ("score_threshold", "iou_threshold", "pre_nms_top_k", "max_detections")
 
 
 @dataclass
@@ -51,23 +56,17 @@ class DigitsDetectionConfig:
 
 
 @dataclass
-class DetectionDataConfig:
+class DetectionDataConfig(DataConfig):
     """conf/data/{digits_detection,coco}.yaml: a COCO-layout dataset and how it is batched."""
 
-    name: str = MISSING
-    root: str = MISSING
     batch_size: int = 32
-    global_batch: Optional[int] = None  # images per optimizer step, fixed whatever the replicas (conf/data)
     image_size: int = 128
-    num_classes: Optional[int] = None
     train_dir: str = "train2017"
     val_dir: str = "val2017"
     annotations_dir: str = "annotations"
     train_annotations: Optional[str] = None
     val_annotations: Optional[str] = None
     clean_dir: str = MISSING
-    verify: Verify = Verify.quick
-    bad_files: BadFiles = BadFiles.fail
     generate: Optional[DigitsDetectionConfig] = None
 
 

@@ -28,6 +28,7 @@ from hydrali.tasks.detection.digits import write_digits_detection
 from hydrali.tasks.detection.layout import IMAGE_ID_COLUMNS, TARGET_COLUMNS, TRAINING_OUTPUTS, VALIDATION_OUTPUTS
 from hydrali.tasks.detection.recipes import CocoSource
 from hydrali.tasks.detection.scoring import DetectionPredictions, DetectionScores
+from hydrali.tasks.detection.spec import CLASS_LOSS_SETTINGS, DECODING_SETTINGS
 from hydrali.tasks.detection.validation import DetectionValidation
 
 
@@ -104,10 +105,7 @@ class DetectionTask(DaliTask):
         return sorted(p for split in (dataset.train, dataset.val) for p in split.images_dir.iterdir() if p.is_file())
 
     def source(self, dataset: CocoInfo, shard: Shard, plan: Plan, is_training: bool) -> CocoSource:
-        """The split's images and annotation file, or its tar shards, this replica's shard of them."""
-        if isinstance(dataset, sharded.ShardedDetection):
-            shards = dataset.train_shards if is_training else dataset.val_shards
-            return webdataset.ShardSource.of(dataset.root, shards, shard.shard_id, plan.num_shards, is_training)
+        """The split's images and annotation file, this replica's shard of them."""
         split = dataset.train if is_training else dataset.val
         return CocoSource(
             str(split.images_dir),
@@ -129,12 +127,7 @@ class DetectionTask(DaliTask):
 
     def detection_args(self) -> dict:
         """How raw outputs become detections, the same on every backend (score and IoU thresholds, top-k, cap)."""
-        return {
-            "score_threshold": self.score_threshold,
-            "iou_threshold": self.iou_threshold,
-            "pre_nms_top_k": self.pre_nms_top_k,
-            "max_detections": self.max_detections,
-        }
+        return {name: getattr(self, name) for name in DECODING_SETTINGS}
 
     def postprocessing(self) -> dict:
         """What a serving stack does after an exported detector (preprocessing.json of hydrali export): the
@@ -149,12 +142,7 @@ class DetectionTask(DaliTask):
 
     def loss_args(self) -> dict:
         """The multibox loss's settings, the same on every backend."""
-        return {
-            "kind": self.loss,
-            "neg_pos_ratio": self.neg_pos_ratio,
-            "focal_alpha": self.focal_alpha,
-            "focal_gamma": self.focal_gamma,
-        }
+        return {"kind": self.loss, **{name: getattr(self, name) for name in CLASS_LOSS_SETTINGS}}
 
     def evaluation_data(self, data: DictConfig, split: str, verify: Verify) -> CocoInfo:
         """The dataset scored by hydrali eval: its val split (another set of images is scored by naming it the val
@@ -192,12 +180,6 @@ class DetectionTask(DaliTask):
         """What hydrali predict accumulates and writes (predictions.json, COCO results); every detection is kept
         (up to task.max_detections per image): top_k is classification's."""
         return DetectionPredictions(dataset.val)
-
-    def explain_decode_error(self, dataset: CocoInfo) -> str | None:
-        """After a decoder failed: the files that cannot be decoded, or for shards how to write them again."""
-        if isinstance(dataset, sharded.ShardedDetection):
-            return webdataset.undecodable(dataset.root)
-        return super().explain_decode_error(dataset)
 
     def shard_samples(self, dataset: CocoInfo, split: str, seed: int | None):
         """(how many, the samples) of `split` as hydrali convert writes them (tasks/detection/sharded.py)."""

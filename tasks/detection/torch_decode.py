@@ -115,21 +115,6 @@ def _top_candidates(
     return boxes, scores, labels
 
 
-def _nms_mask(
-    boxes: torch.Tensor,
-    scores: torch.Tensor,
-    labels: torch.Tensor,
-    score_threshold: float,
-    iou_threshold: float,
-    max_detections: int,
-) -> torch.Tensor:
-    """[B, k] mask of the candidates (sorted by decreasing score) that survive the score threshold,
-    per-class NMS and the cap of max_detections per image."""
-    separated = _separate_classes(boxes, labels)
-    keep = _greedy_keep(_overlapping(separated, iou_threshold), scores > score_threshold)
-    return keep & (keep.cumsum(dim=1) <= max_detections)
-
-
 def _drop_trailing_below(
     score_threshold: float, boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -139,7 +124,7 @@ def _drop_trailing_below(
     return boxes[:, :width], scores[:, :width], labels[:, :width]
 
 
-def _nms_mask_in_chunks(
+def _nms_mask(
     boxes: torch.Tensor,
     scores: torch.Tensor,
     labels: torch.Tensor,
@@ -147,23 +132,19 @@ def _nms_mask_in_chunks(
     iou_threshold: float,
     max_detections: int,
 ) -> torch.Tensor:
-    """_nms_mask over chunks of images of at most NMS_PAIRS_PER_CHUNK candidate pairs (bounded memory)."""
+    """[B, k] mask of the candidates (sorted by decreasing score) that survive the score threshold,
+    per-class NMS and the cap of max_detections per image; computed over chunks of images of at most
+    NMS_PAIRS_PER_CHUNK candidate pairs (bounded memory)."""
     if scores.numel() == 0:
         return scores > score_threshold
     chunk = max(1, NMS_PAIRS_PER_CHUNK // scores.shape[1] ** 2)
-    return torch.cat(
-        [
-            _nms_mask(
-                boxes[i : i + chunk],
-                scores[i : i + chunk],
-                labels[i : i + chunk],
-                score_threshold,
-                iou_threshold,
-                max_detections,
-            )
-            for i in range(0, len(scores), chunk)
-        ]
-    )
+    masks = []
+    for start in range(0, len(scores), chunk):
+        images = slice(start, start + chunk)
+        separated = _separate_classes(boxes[images], labels[images])
+        keep = _greedy_keep(_overlapping(separated, iou_threshold), scores[images] > score_threshold)
+        masks.append(keep & (keep.cumsum(dim=1) <= max_detections))
+    return torch.cat(masks)
 
 
 def decode_detections(
@@ -186,5 +167,5 @@ def decode_detections(
     with torch.no_grad():
         boxes, scores, labels = _top_candidates(loc, logits, anchors, pre_nms_top_k)
         boxes, scores, labels = _drop_trailing_below(score_threshold, boxes, scores, labels)
-        keep = _nms_mask_in_chunks(boxes, scores, labels, score_threshold, iou_threshold, max_detections)
+        keep = _nms_mask(boxes, scores, labels, score_threshold, iou_threshold, max_detections)
         return [(boxes[i][keep[i]], scores[i][keep[i]], labels[i][keep[i]]) for i in range(len(boxes))]

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hydrali.tasks.detection.layout import BACKGROUND, BOX_VALUES, LABEL_COLUMN, TARGET_COLUMNS, logits_per_anchor
-from hydrali.tasks.detection.spec import DetectionLoss, DetectionTaskConfig
+from hydrali.tasks.detection.spec import CLASS_LOSS_SETTINGS, DetectionLoss, DetectionTaskConfig
 
 SMOOTH_L1_BETA = 1.0  # 0.5 d^2 below |d| = 1, |d| - 0.5 above
 NOT_A_NEGATIVE = -1.0  # the mining key of positive anchors: below any cross-entropy (>= 0)
@@ -126,16 +126,13 @@ class MultiboxLoss(nn.Module):
         self.focal_alpha = float(focal_alpha)
         self.focal_gamma = float(focal_gamma)
 
+    def class_settings(self) -> dict:
+        """The class loss's settings (neg_pos_ratio, focal_alpha, focal_gamma), as the constructor took them."""
+        return {name: getattr(self, name) for name in CLASS_LOSS_SETTINGS}
+
     def per_image(self, raw: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """[B] per-image losses (see multibox_loss)."""
-        return multibox_loss(
-            raw,
-            targets,
-            kind=self.kind,
-            neg_pos_ratio=self.neg_pos_ratio,
-            focal_alpha=self.focal_alpha,
-            focal_gamma=self.focal_gamma,
-        )
+        return multibox_loss(raw, targets, kind=self.kind, **self.class_settings())
 
     def forward(self, raw: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """The mean over the batch of the per-image losses (a scalar)."""
