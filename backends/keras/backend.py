@@ -56,128 +56,6 @@ log = logging.getLogger("hydrali")
 logging.getLogger("tensorflow").setLevel(logging.WARNING)  # per-variable all-reduce notices
 
 
-def _fit(
-    *,
-    contract: RunContract,
-    task,
-    dataset,
-    record: RunRecord,
-    resume_from: Path | None,
-    output_dir: Path,
-    preemption: PreemptionWatch | None,
-) -> FitResult:
-    plan, settings = contract.plan, contract.backend
-    checkpoint_dir = output_dir / CHECKPOINT_DIR
-    chief = plan.global_rank == 0  # the one writer among TF_CONFIG workers (the only process otherwise)
-    initial_epoch = checkpoints.epochs_done(resume_from) if resume_from is not None else 0
-    if resume_from is not None and chief:
-        checkpoints.drop_later(checkpoint_dir, initial_epoch)
-    keras.utils.set_random_seed(plan.seed)
-    if contract.deterministic:
-        tf.config.experimental.enable_op_determinism()
-
-    devices = replica_devices(plan)
-    strategy = make_strategy(devices)
-    side = build_keras_side(task, dataset)
-    epoch = plan.epoch
-
-    def datasets(is_training: bool):
-        return distribute(
-            strategy,
-            devices,
-            plan.device,
-            lambda replica: dali_dataset(
-                task=task, contract=contract, dataset=dataset, replica=replica, is_training=is_training
-            ),
-        )
-
-    with placement(devices):  # one replica: the model sits where it computes
-        start = None if resume_from else weights_from_run.find(contract.start_weights, SPEC.name, checkpoints.newest)
-        model = compile_task_model(contract=contract, side=side, strategy=strategy, dataset=dataset, start=start)
-        if chief:
-            trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
-            log.info("%s", model_line(contract.network, trainable))
-        if contract.compile:
-            if model.jit_compile:
-                log.info("backend.compile=true: XLA (jit_compile); the first step includes its warm-up")
-            else:
-                log.warning(
-                    "backend.compile=true but Keras runs this model without XLA (deterministic=true, or a "
-                    "layer that XLA cannot compile)"
-                )
-        if resume_from is not None:
-            try:
-                model.load_weights(resume_from)
-            except Exception as err:
-                raise HydraliError(f"ckpt_path={resume_from} does not fit this model and optimizer: {err}") from err
-            log.info("resuming from %s at epoch %d", resume_from, initial_epoch + 1)
-
-        # TF_CONFIG workers do not agree on a step to stop at: one stopping alone would leave the others waiting
-        # in their all-reduce, so they train on and the requeued job resumes from the last epoch's end
-        stops_on_signal = preemption is not None and workers.cluster() is None
-        if preemption is not None and not stops_on_signal and chief:
-            log.info("preemption: Keras workers do not stop on a signal; a requeued job resumes from its last epoch")
-        observer = TrainingObserver(
-            record,
-            images_per_batch=plan.images_per_batch,
-            steps_per_epoch=epoch.train_steps,
-            warmup_steps=contract.throughput_warmup_steps,
-        )
-        average = (
-            [AverageInCheckpoints(resumed=resume_from is not None)] if contract.optim.ema_decay is not None else []
-        )
-        callbacks = [
-            *side.callbacks(),  # first: the task's validation metrics join the epoch's logs
-            *average,  # before the checkpoint: it saves the average as the network's weights
-            checkpoints.EpochCheckpoint(str(checkpoint_dir / checkpoints.PATTERN), contract.saves_checkpoint)
-            if chief
-            else workers.ThrowawayCheckpoint(contract.saves_checkpoint),  # every worker saves, at the same point
-            *([KeepAverageAfterFit()] if average else []),  # after it: the last checkpoint keeps the live weights
-            Observe(observer),  # before the pruning, which keeps the best epoch of the record
-            *(
-                [
-                    checkpoints.PruneCheckpoints(
-                        checkpoint_dir, contract.keep_checkpoints, record, contract.monitor, contract.mode
-                    ),
-                    keras.callbacks.TensorBoard(log_dir=str(output_dir / "tensorboard")),
-                ]
-                if chief
-                else []
-            ),
-            ValidationPosition(),
-            *([TrainingSides(contract.training_side)] if contract.train_sides else []),  # progressive_resizing
-            *([StopOnSignal(preemption, checkpoint_dir)] if stops_on_signal else []),
-            *contract.callbacks,
-        ]
-        kept = settings.xla_cache if model.jit_compile else None  # XLA's compiled steps of earlier runs
-        label = xla_cache.device_label(tf.config.list_physical_devices("GPU"), tf.__version__) if kept else ""
-        try:
-            with xla_cache.kept_compiles(kept, label, publishes=chief):
-                model.fit(
-                    datasets(True),
-                    epochs=plan.epochs,
-                    initial_epoch=initial_epoch,
-                    steps_per_epoch=epoch.train_steps,
-                    validation_data=datasets(False),
-                    validation_steps=epoch.val_steps,
-                    validation_freq=contract.validation_epochs(),  # every validate_every-th and the last
-                    callbacks=callbacks,
-                    verbose=1 if contract.progress_bar else 0,  # the run log has a line per epoch either way
-                    shuffle=False,
-                )  # DALI shuffles
-        except Exception as err:
-            if "dali" in type(err).__name__.lower() or "DALI" in str(err) or "nvidia.dali" in str(err):
-                raise explain_dali_error(err, lambda: task.explain_decode_error(dataset)) from err
-            raise
-
-        best_file = checkpoints.best_saved(checkpoint_dir, record, contract.monitor, contract.mode)
-        return FitResult(
-            best_checkpoint=str(best_file) if best_file and best_file.exists() else None,
-            **observer.fit_fields(start_epoch=initial_epoch),
-            compiled=bool(model.jit_compile),
-        )
-
-
 class KerasBackend:
     """backend=keras (core.contracts.backend.Backend): one process drives every replica of its machine."""
 
@@ -264,12 +142,117 @@ class KerasBackend:
     ) -> FitResult:
         """Train `task` with one replica per shard of this process, as the plan says; checkpoint every epoch; stop
         on a signal `preemption` notes (resumed from the last epoch's end)."""
-        return _fit(
-            contract=contract,
-            task=task,
-            dataset=dataset,
-            record=record,
-            resume_from=resume_from,
-            output_dir=output_dir,
-            preemption=preemption,
-        )
+        plan, settings = contract.plan, contract.backend
+        checkpoint_dir = output_dir / CHECKPOINT_DIR
+        chief = plan.global_rank == 0  # the one writer among TF_CONFIG workers (the only process otherwise)
+        initial_epoch = checkpoints.epochs_done(resume_from) if resume_from is not None else 0
+        if resume_from is not None and chief:
+            checkpoints.drop_later(checkpoint_dir, initial_epoch)
+        keras.utils.set_random_seed(plan.seed)
+        if contract.deterministic:
+            tf.config.experimental.enable_op_determinism()
+
+        devices = replica_devices(plan)
+        strategy = make_strategy(devices)
+        side = build_keras_side(task, dataset)
+        epoch = plan.epoch
+
+        def datasets(is_training: bool):
+            return distribute(
+                strategy,
+                devices,
+                plan.device,
+                lambda replica: dali_dataset(
+                    task=task, contract=contract, dataset=dataset, replica=replica, is_training=is_training
+                ),
+            )
+
+        with placement(devices):  # one replica: the model sits where it computes
+            start = (
+                None if resume_from else weights_from_run.find(contract.start_weights, SPEC.name, checkpoints.newest)
+            )
+            model = compile_task_model(contract=contract, side=side, strategy=strategy, dataset=dataset, start=start)
+            if chief:
+                trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+                log.info("%s", model_line(contract.network, trainable))
+            if contract.compile:
+                if model.jit_compile:
+                    log.info("backend.compile=true: XLA (jit_compile); the first step includes its warm-up")
+                else:
+                    log.warning(
+                        "backend.compile=true but Keras runs this model without XLA (deterministic=true, or a "
+                        "layer that XLA cannot compile)"
+                    )
+            if resume_from is not None:
+                try:
+                    model.load_weights(resume_from)
+                except Exception as err:
+                    raise HydraliError(f"ckpt_path={resume_from} does not fit this model and optimizer: {err}") from err
+                log.info("resuming from %s at epoch %d", resume_from, initial_epoch + 1)
+
+            # TF_CONFIG workers do not agree on a step to stop at: one stopping alone would leave the others waiting
+            # in their all-reduce, so they train on and the requeued job resumes from the last epoch's end
+            stops_on_signal = preemption is not None and workers.cluster() is None
+            if preemption is not None and not stops_on_signal and chief:
+                log.info(
+                    "preemption: Keras workers do not stop on a signal; a requeued job resumes from its last epoch"
+                )
+            observer = TrainingObserver(
+                record,
+                images_per_batch=plan.images_per_batch,
+                steps_per_epoch=epoch.train_steps,
+                warmup_steps=contract.throughput_warmup_steps,
+            )
+            average = (
+                [AverageInCheckpoints(resumed=resume_from is not None)] if contract.optim.ema_decay is not None else []
+            )
+            callbacks = [
+                *side.callbacks(),  # first: the task's validation metrics join the epoch's logs
+                *average,  # before the checkpoint: it saves the average as the network's weights
+                checkpoints.EpochCheckpoint(str(checkpoint_dir / checkpoints.PATTERN), contract.saves_checkpoint)
+                if chief
+                else workers.ThrowawayCheckpoint(contract.saves_checkpoint),  # every worker saves, at the same point
+                *([KeepAverageAfterFit()] if average else []),  # after it: the last checkpoint keeps the live weights
+                Observe(observer),  # before the pruning, which keeps the best epoch of the record
+                *(
+                    [
+                        checkpoints.PruneCheckpoints(
+                            checkpoint_dir, contract.keep_checkpoints, record, contract.monitor, contract.mode
+                        ),
+                        keras.callbacks.TensorBoard(log_dir=str(output_dir / "tensorboard")),
+                    ]
+                    if chief
+                    else []
+                ),
+                ValidationPosition(),
+                *([TrainingSides(contract.training_side)] if contract.train_sides else []),  # progressive_resizing
+                *([StopOnSignal(preemption, checkpoint_dir)] if stops_on_signal else []),
+                *contract.callbacks,
+            ]
+            kept = settings.xla_cache if model.jit_compile else None  # XLA's compiled steps of earlier runs
+            label = xla_cache.device_label(tf.config.list_physical_devices("GPU"), tf.__version__) if kept else ""
+            try:
+                with xla_cache.kept_compiles(kept, label, publishes=chief):
+                    model.fit(
+                        datasets(True),
+                        epochs=plan.epochs,
+                        initial_epoch=initial_epoch,
+                        steps_per_epoch=epoch.train_steps,
+                        validation_data=datasets(False),
+                        validation_steps=epoch.val_steps,
+                        validation_freq=contract.validation_epochs(),  # every validate_every-th and the last
+                        callbacks=callbacks,
+                        verbose=1 if contract.progress_bar else 0,  # the run log has a line per epoch either way
+                        shuffle=False,
+                    )  # DALI shuffles
+            except Exception as err:
+                if "dali" in type(err).__name__.lower() or "DALI" in str(err) or "nvidia.dali" in str(err):
+                    raise explain_dali_error(err, lambda: task.explain_decode_error(dataset)) from err
+                raise
+
+            best_file = checkpoints.best_saved(checkpoint_dir, record, contract.monitor, contract.mode)
+            return FitResult(
+                best_checkpoint=str(best_file) if best_file and best_file.exists() else None,
+                **observer.fit_fields(start_epoch=initial_epoch),
+                compiled=bool(model.jit_compile),
+            )

@@ -135,133 +135,6 @@ class _NoStartupNoise(logging.Filter):
         return not any(noise in message for noise in LIGHTNING_NOISE)
 
 
-def _fit(
-    *,
-    contract: RunContract,
-    task,
-    dataset,
-    record: RunRecord,
-    resume_from: Path | None,
-    output_dir: Path,
-    preemption: PreemptionWatch | None,
-) -> FitResult:
-    _quiet_duplicate_logs()
-    plan, settings = contract.plan, contract.backend
-    seed_torch(plan.seed, contract.deterministic)
-    checkpoint_dir = output_dir / CHECKPOINT_DIR
-    datamodule = DaliDataModule(task=task, contract=contract, dataset=dataset)
-    datamodule.setup("fit")
-    show_bar = contract.progress_bar
-    side = build_torch_side(
-        task, dataset, model=contract.task_inputs.model, image_size=contract.image_size, backend=SPEC.name
-    )
-    start = weights_from_run.find(contract.start_weights, SPEC.name, newest_checkpoint) if not resume_from else None
-    if start is not None:  # model.weights names an earlier run (a resumed run has its own weights)
-        start_side_from(side, start, str(contract.start_weights))
-    module = HydraliModule(
-        side,
-        contract.optim,
-        plan,
-        plan.epoch.optimizer_steps,
-        channels_last=settings.channels_last,
-        step_loss_in_bar=show_bar,
-        training_side=contract.training_side if contract.train_sides else None,
-    )
-    if plan.global_rank == 0:
-        trainable = sum(p.numel() for p in module.torch_task.parameters() if p.requires_grad)
-        log.info("%s", model_line(contract.network, trainable))
-    if contract.compile:  # before the strategy wraps the module (DDP), as Lightning advises
-        compile_torch_side(module.torch_task, settings)
-        log.info(
-            "backend.compile=true: torch.compile (mode %s); the first step includes its warm-up",
-            settings.compile_mode,
-        )
-
-    # every epoch the contract saves, each file kept until core's retention prunes it (LastCheckpoint does)
-    checkpoint = EpochNumberCheckpoint(
-        saves=contract.saves_checkpoint,
-        dirpath=checkpoint_dir,
-        filename=EPOCH_FILE,
-        monitor=None,
-        save_top_k=-1,
-        auto_insert_metric_name=False,
-        save_on_train_epoch_end=True,  # after the epoch's validation, the state last.ckpt holds: one file for both
-    )
-    # last.ckpt after every epoch that saves: a second name of the epoch's file; then keep_checkpoints' pruning
-    last = LastCheckpoint(
-        saves=contract.saves_checkpoint,
-        epoch_file=checkpoint,
-        prune=functools.partial(
-            prune_epoch_files, checkpoint_dir, record, contract.keep_checkpoints, contract.monitor, contract.mode
-        ),
-        dirpath=checkpoint_dir,
-        filename=Path(LAST).stem,
-        save_top_k=1,
-        monitor=None,
-        save_on_train_epoch_end=True,
-        enable_version_counter=False,
-    )
-    observer = TrainingObserver(
-        record,
-        images_per_batch=plan.images_per_batch,
-        steps_per_epoch=plan.epoch.train_steps,
-        warmup_steps=contract.throughput_warmup_steps,
-    )
-    train_loader = datamodule.loaders["train"]
-    resumable = isinstance(train_loader, ResumableDaliLoader)
-    reader_position = [ReaderPosition(train_loader, plan.global_rank)] if resumable else []
-    stop_on_signal = [StopOnSignal(preemption, checkpoint_dir / LAST, resumable)] if preemption is not None else []
-    trainer = L.Trainer(
-        max_epochs=plan.epochs,
-        accelerator=settings.accelerator,
-        devices=node_devices(settings),
-        num_nodes=settings.num_nodes,
-        strategy=training_strategy(settings),
-        precision=contract.precision,
-        deterministic=contract.deterministic,
-        logger=False,
-        default_root_dir=str(output_dir),
-        enable_progress_bar=show_bar,
-        check_val_every_n_epoch=1,  # ValidationEpochs decides each epoch's
-        accumulate_grad_batches=plan.accumulate,  # an epoch is a whole number of accumulations (core.run.epoch)
-        callbacks=[
-            *reader_position,  # first: the checkpoints below save DALI's state after the batches trained
-            checkpoint,
-            last,
-            Observe(observer),
-            ValidationEpochs(contract.validates),
-            *stop_on_signal,  # after the step was observed
-            *([progress_bar()] if show_bar else []),
-            *contract.callbacks,
-        ],
-        **settings.trainer,
-    )
-    gather.install(all_gather_bytes)  # a task's validation gathers across the DDP processes through it
-    try:
-        trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume_from) if resume_from else None)
-    except RuntimeError as err:
-        if resume_from and "Error(s) in loading state_dict" in str(err):
-            raise HydraliError(
-                f"ckpt_path={resume_from} holds the weights of another model "
-                f"({str(err).splitlines()[-1].strip()}): resume with the model it was trained with"
-            ) from err
-        raise
-    except SystemExit:
-        if not trainer.interrupted:
-            raise
-        # Lightning ends a Ctrl+C with sys.exit(1) and leaves SIGINT ignored: restore both, so that an
-        # interruption ends the same way on every backend (core: the run KILLED, exit code 130)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        raise KeyboardInterrupt from None
-
-    best = best_epoch_file(checkpoint_dir, record, contract.monitor, contract.mode)
-    return FitResult(
-        best_checkpoint=None if best is None else str(best),
-        **observer.fit_fields(start_epoch=trainer.current_epoch),
-        compiled=contract.compile,
-    )
-
-
 class LightningBackend:
     """backend=lightning (core.contracts.backend.Backend): one process per device, DDP across them."""
 
@@ -346,12 +219,118 @@ class LightningBackend:
     ) -> FitResult:
         """Train `task` on this process's shard as the contract says; checkpoint, record and resume through
         Lightning (mid-epoch included); save and stop on a signal `preemption` notes."""
-        return _fit(
-            contract=contract,
-            task=task,
-            dataset=dataset,
-            record=record,
-            resume_from=resume_from,
-            output_dir=output_dir,
-            preemption=preemption,
+        _quiet_duplicate_logs()
+        plan, settings = contract.plan, contract.backend
+        seed_torch(plan.seed, contract.deterministic)
+        checkpoint_dir = output_dir / CHECKPOINT_DIR
+        datamodule = DaliDataModule(task=task, contract=contract, dataset=dataset)
+        datamodule.setup("fit")
+        show_bar = contract.progress_bar
+        side = build_torch_side(
+            task, dataset, model=contract.task_inputs.model, image_size=contract.image_size, backend=SPEC.name
+        )
+        start = weights_from_run.find(contract.start_weights, SPEC.name, newest_checkpoint) if not resume_from else None
+        if start is not None:  # model.weights names an earlier run (a resumed run has its own weights)
+            start_side_from(side, start, str(contract.start_weights))
+        module = HydraliModule(
+            side,
+            contract.optim,
+            plan,
+            plan.epoch.optimizer_steps,
+            channels_last=settings.channels_last,
+            step_loss_in_bar=show_bar,
+            training_side=contract.training_side if contract.train_sides else None,
+        )
+        if plan.global_rank == 0:
+            trainable = sum(p.numel() for p in module.torch_task.parameters() if p.requires_grad)
+            log.info("%s", model_line(contract.network, trainable))
+        if contract.compile:  # before the strategy wraps the module (DDP), as Lightning advises
+            compile_torch_side(module.torch_task, settings)
+            log.info(
+                "backend.compile=true: torch.compile (mode %s); the first step includes its warm-up",
+                settings.compile_mode,
+            )
+
+        # every epoch the contract saves, each file kept until core's retention prunes it (LastCheckpoint does)
+        checkpoint = EpochNumberCheckpoint(
+            saves=contract.saves_checkpoint,
+            dirpath=checkpoint_dir,
+            filename=EPOCH_FILE,
+            monitor=None,
+            save_top_k=-1,
+            auto_insert_metric_name=False,
+            save_on_train_epoch_end=True,  # after the epoch's validation, the state last.ckpt holds: one file for both
+        )
+        # last.ckpt after every epoch that saves: a second name of the epoch's file; then keep_checkpoints' pruning
+        last = LastCheckpoint(
+            saves=contract.saves_checkpoint,
+            epoch_file=checkpoint,
+            prune=functools.partial(
+                prune_epoch_files, checkpoint_dir, record, contract.keep_checkpoints, contract.monitor, contract.mode
+            ),
+            dirpath=checkpoint_dir,
+            filename=Path(LAST).stem,
+            save_top_k=1,
+            monitor=None,
+            save_on_train_epoch_end=True,
+            enable_version_counter=False,
+        )
+        observer = TrainingObserver(
+            record,
+            images_per_batch=plan.images_per_batch,
+            steps_per_epoch=plan.epoch.train_steps,
+            warmup_steps=contract.throughput_warmup_steps,
+        )
+        train_loader = datamodule.loaders["train"]
+        resumable = isinstance(train_loader, ResumableDaliLoader)
+        reader_position = [ReaderPosition(train_loader, plan.global_rank)] if resumable else []
+        stop_on_signal = [StopOnSignal(preemption, checkpoint_dir / LAST, resumable)] if preemption is not None else []
+        trainer = L.Trainer(
+            max_epochs=plan.epochs,
+            accelerator=settings.accelerator,
+            devices=node_devices(settings),
+            num_nodes=settings.num_nodes,
+            strategy=training_strategy(settings),
+            precision=contract.precision,
+            deterministic=contract.deterministic,
+            logger=False,
+            default_root_dir=str(output_dir),
+            enable_progress_bar=show_bar,
+            check_val_every_n_epoch=1,  # ValidationEpochs decides each epoch's
+            accumulate_grad_batches=plan.accumulate,  # an epoch is a whole number of accumulations (core.run.epoch)
+            callbacks=[
+                *reader_position,  # first: the checkpoints below save DALI's state after the batches trained
+                checkpoint,
+                last,
+                Observe(observer),
+                ValidationEpochs(contract.validates),
+                *stop_on_signal,  # after the step was observed
+                *([progress_bar()] if show_bar else []),
+                *contract.callbacks,
+            ],
+            **settings.trainer,
+        )
+        gather.install(all_gather_bytes)  # a task's validation gathers across the DDP processes through it
+        try:
+            trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume_from) if resume_from else None)
+        except RuntimeError as err:
+            if resume_from and "Error(s) in loading state_dict" in str(err):
+                raise HydraliError(
+                    f"ckpt_path={resume_from} holds the weights of another model "
+                    f"({str(err).splitlines()[-1].strip()}): resume with the model it was trained with"
+                ) from err
+            raise
+        except SystemExit:
+            if not trainer.interrupted:
+                raise
+            # Lightning ends a Ctrl+C with sys.exit(1) and leaves SIGINT ignored: restore both, so that an
+            # interruption ends the same way on every backend (core: the run KILLED, exit code 130)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            raise KeyboardInterrupt from None
+
+        best = best_epoch_file(checkpoint_dir, record, contract.monitor, contract.mode)
+        return FitResult(
+            best_checkpoint=None if best is None else str(best),
+            **observer.fit_fields(start_epoch=trainer.current_epoch),
+            compiled=contract.compile,
         )
