@@ -64,9 +64,10 @@ class KerasBound:
     ):
         import tensorflow as tf
 
+        from hydrali.backends.keras.compiled import compile_task_model
         from hydrali.backends.keras.data import dali_dataset, distribute
+        from hydrali.backends.keras.side import build_keras_side
         from hydrali.backends.keras.strategy import make_strategy, placement, replica_devices, training_device
-        from hydrali.backends.keras.training import build_keras_side, compile_task_model
         from hydrali.bench.loaders import one_replica_plan
         from hydrali.core.run.contract import contract_on_device
 

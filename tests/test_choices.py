@@ -8,7 +8,7 @@ from hydrali.core.config.schema import Device, LastBatch, Optimizer, Precision, 
 from hydrali.core.data.devices import resolve_device
 from hydrali.core.errors import HydraliError
 from hydrali.core.optim.schedule import AFTER_WARMUP, lr_factor
-from hydrali.core.run.epoch import TRAIN_STEPS, make_contract
+from hydrali.core.run.epoch import TRAIN_STEPS, make_epoch_steps
 from hydrali.core.run.plan import SCALE_RULES, scaled_lr
 
 
@@ -21,7 +21,7 @@ def _schedule(value):
 
 
 def _last_batch(value):
-    return make_contract(train_samples=100, val_samples=10, num_shards=2, batch=8, last_batch=value).train_steps
+    return make_epoch_steps(train_samples=100, val_samples=10, num_shards=2, batch=8, last_batch=value).train_steps
 
 
 TAKERS = {  # setting -> (its schema enum, the code's table keyed by it, a call taking the value as a string)
@@ -60,7 +60,7 @@ def test_every_device_the_schema_allows_resolves_and_any_other_is_refused_naming
 
 @pytest.mark.keras
 def test_every_precision_the_schema_allows_has_a_keras_dtype_policy():
-    from hydrali.backends.keras.training import POLICIES
+    from hydrali.backends.keras.precision import POLICIES
 
     assert set(POLICIES) == set(Precision.values())
 
@@ -73,6 +73,6 @@ def test_every_optimizer_the_schema_allows_is_built_on_torch():
 
 @pytest.mark.keras
 def test_every_optimizer_the_schema_allows_is_built_on_keras():
-    from hydrali.backends.keras.training import OPTIMIZERS
+    from hydrali.backends.keras.optimizers import OPTIMIZERS
 
     assert set(OPTIMIZERS) == set(Optimizer)

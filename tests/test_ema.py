@@ -181,7 +181,7 @@ def _keras_average(x, y, weights):
     import keras
     import tensorflow as tf
 
-    from hydrali.backends.keras.training import make_optimizer
+    from hydrali.backends.keras.optimizers import make_optimizer
     from hydrali.tasks.classification.keras_task import CrossEntropy
 
     inputs = keras.Input((FEATURES,))

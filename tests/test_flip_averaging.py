@@ -100,11 +100,11 @@ def _keras_network():
 
 
 def _keras_validation(network, side, images: np.ndarray, labels: np.ndarray):
-    """(the validation logits, evaluate's logs) of the Keras backend's ContractModel over `network`, the task's
+    """(the validation logits, evaluate's logs) of the Keras backend's TaskModel over `network`, the task's
     evaluation forward pass handed to it as compile_task_model hands it."""
-    from hydrali.backends.keras.training import ContractModel
+    from hydrali.backends.keras.model import TaskModel
 
-    model = ContractModel(network, [BATCH], BATCH, evaluation_forward=side.evaluation_forward)
+    model = TaskModel(network, [BATCH], BATCH, evaluation_forward=side.evaluation_forward)
     model(np.zeros((1, SIZE, SIZE, 3), "float32"))
     model.compile(loss=side.loss(), weighted_metrics=side.metrics())
     logs = model.evaluate(images, labels.reshape(-1, 1).astype("int32"), batch_size=BATCH, verbose=0, return_dict=True)

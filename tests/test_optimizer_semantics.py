@@ -56,7 +56,7 @@ def keras_steps(optim, weights, x, y, lr, steps, label_smoothing, backbone=False
     import keras
     import tensorflow as tf
 
-    from hydrali.backends.keras.training import make_optimizer
+    from hydrali.backends.keras.optimizers import make_optimizer
     from hydrali.tasks.classification.keras_task import CrossEntropy
 
     inputs = keras.Input((FEATURES,))

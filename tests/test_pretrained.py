@@ -172,11 +172,11 @@ def _train(tmp_path, data_dir, backend: str, root, name: str, *extra: str) -> di
 
 def _keras_network_of_checkpoint(run_dir, num_classes: int, image_size: int):
     """The network of a hydrali Keras model=timm run's last checkpoint."""
-    from hydrali.backends.keras.training import ContractModel
+    from hydrali.backends.keras.model import TaskModel
     from hydrali.tasks.classification.keras_hub_model import TimmNetwork
 
     network = TimmNetwork(num_classes=num_classes, image_size=image_size, name=NAME)
-    trained = ContractModel(network, [1], batch=1)  # what a hydrali Keras checkpoint holds: the network, wrapped
+    trained = TaskModel(network, [1], batch=1)  # what a hydrali Keras checkpoint holds: the network, wrapped
     trained(np.zeros((1, image_size, image_size, 3), "float32"))
     trained.load_weights(sorted((run_dir / "checkpoints").glob("epoch*.weights.h5"))[-1])
     return network

@@ -81,7 +81,7 @@ def _keras_network(checkpoint, run_dir) -> dict[str, np.ndarray]:
     import keras
     from omegaconf import OmegaConf
 
-    from hydrali.backends.keras.training import ContractModel
+    from hydrali.backends.keras.model import TaskModel
     from hydrali.core.config.store import register_schemas
     from hydrali.tasks.classification.keras_task import KerasClassification
 
@@ -91,7 +91,7 @@ def _keras_network(checkpoint, run_dir) -> dict[str, np.ndarray]:
     OmegaConf.update(cfg, "model.weights", None)
     OmegaConf.update(cfg, "model.freeze", None)
     network = KerasClassification(None).build_model(cfg.model, classes, int(cfg.data.image_size))
-    holder = ContractModel(network, [1], batch=1)
+    holder = TaskModel(network, [1], batch=1)
     holder(keras.ops.zeros((1, *network.input_shape[1:])))
     holder.load_weights(checkpoint)
     layers = [layer for layer in network.layers if layer.weights]

@@ -183,7 +183,7 @@ def test_a_side_lacking_several_required_hooks_names_each():
 
 @pytest.mark.keras
 def test_a_keras_side_lacking_a_required_hook_is_refused_when_it_is_built_naming_the_hook():
-    from hydrali.backends.keras.training import build_keras_side
+    from hydrali.backends.keras.side import build_keras_side
 
     with pytest.raises(HydraliError) as refused:
         build_keras_side(_task(keras=f"{HERE}.keras_without_loss"), None)
@@ -235,7 +235,7 @@ def test_the_classification_task_builds_sides_that_pass_the_check(tmp_path, data
     them and the defaults elsewhere."""
     from hydra.utils import instantiate
 
-    from hydrali.backends.keras.training import build_keras_side
+    from hydrali.backends.keras.side import build_keras_side
     from hydrali.backends.torch.side import build_torch_side
 
     cfg = compose_config(list(TINY), tmp_path, data_dir)

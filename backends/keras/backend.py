@@ -23,8 +23,11 @@ from hydrali.backends.keras.callbacks import (  # noqa: E402
     Observe,
     StopOnSignal,
 )
+from hydrali.backends.keras.compiled import compile_task_model  # noqa: E402
 from hydrali.backends.keras.data import LAYOUT, dali_dataset, distribute  # noqa: E402
-from hydrali.backends.keras.resizing import TrainingSides  # noqa: E402
+from hydrali.backends.keras.model import ValidationPosition  # noqa: E402
+from hydrali.backends.keras.resizing import TrainingSizes  # noqa: E402
+from hydrali.backends.keras.side import build_keras_side  # noqa: E402
 from hydrali.backends.keras.strategy import (  # noqa: E402
     make_strategy,
     placement,
@@ -32,11 +35,6 @@ from hydrali.backends.keras.strategy import (  # noqa: E402
     training_device,
     use_cpu_threads,
     visible_gpus,
-)
-from hydrali.backends.keras.training import (  # noqa: E402
-    ValidationPosition,
-    build_keras_side,
-    compile_task_model,
 )
 from hydrali.core.contracts.backend import TrainingDevice  # noqa: E402
 from hydrali.core.contracts.run import RunContract, TrainedRunSpec  # noqa: E402
@@ -225,7 +223,7 @@ class KerasBackend:
                     else []
                 ),
                 ValidationPosition(),
-                *([TrainingSides(contract.training_side)] if contract.train_sides else []),  # progressive_resizing
+                *([TrainingSizes(contract.training_size)] if contract.train_sizes else []),  # progressive_resizing
                 *([StopOnSignal(preemption, checkpoint_dir)] if stops_on_signal else []),
                 *contract.callbacks,
             ]

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from hydrali.backends.keras.compiled import compile_task_model
 from hydrali.backends.keras.data import data_devices, pipeline_dataset
+from hydrali.backends.keras.side import build_keras_side
 from hydrali.backends.keras.strategy import replica_devices
-from hydrali.backends.keras.training import build_keras_side, compile_task_model
 from hydrali.core.contracts.run import RunContract
 
 

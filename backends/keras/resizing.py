@@ -1,5 +1,5 @@
-"""Progressive resizing on Keras (hydrali.core.run.resizing): a training batch's images scaled to its epoch's side,
-and the callback that sets the side at each epoch's start."""
+"""Progressive resizing on Keras (hydrali.core.run.resizing): a training batch's images scaled to its epoch's size,
+and the callback that sets the size at each epoch's start."""
 
 from __future__ import annotations
 
@@ -19,17 +19,17 @@ def scaled(images, side: int):
     return tf.cast(tf.einsum("ih,nhwc,jw->nijc", rows, tf.cast(images, "float32"), columns), images.dtype)
 
 
-class TrainingSides(keras.callbacks.Callback):
-    """Sets the model's `train_side` at each epoch's start to what `side_of(epoch)` says (None: the pipeline's
-    side); Keras builds its train function again when the side changes (a side is a static shape: XLA compiles each
-    side once)."""
+class TrainingSizes(keras.callbacks.Callback):
+    """Sets the model's `train_size` at each epoch's start to what `size_of(epoch)` says (None: the pipeline's
+    size); Keras builds its train function again when the size changes (a size is a static shape: XLA compiles each
+    size once)."""
 
-    def __init__(self, side_of: Callable[[int], int | None]):
+    def __init__(self, size_of: Callable[[int], int | None]):
         super().__init__()
-        self.side_of = side_of
+        self.size_of = size_of
 
     def on_epoch_begin(self, epoch: int, logs=None) -> None:
-        side = self.side_of(epoch)
-        if side != self.model.train_side:
-            self.model.train_side = side
+        size = self.size_of(epoch)
+        if size != self.model.train_size:
+            self.model.train_size = size
             self.model.make_train_function(force=True)

@@ -14,8 +14,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from hydrali.backends.keras.precision import dtype_policy
+from hydrali.backends.keras.side import build_keras_side, load_network
 from hydrali.backends.keras.strategy import configure_devices, visible_gpus
-from hydrali.backends.keras.training import build_keras_side, dtype_policy, load_network
 from hydrali.core.contracts.run import TrainedRunSpec
 from hydrali.core.errors import HydraliError, first_line
 
