@@ -19,7 +19,7 @@ from hydrali.core.run.plan import Plan, plan_run
 
 
 def one_replica_plan(cfg: DictConfig, dataset, device: str) -> Plan:
-    """The plan of one replica on this machine (no launcher), DALI on `device`, with its epoch contract."""
+    """The plan of one replica on this machine (no launcher), DALI on `device`, with its epoch steps."""
     seed = cfg.seed if cfg.seed is not None else 0
     return plan_run(cfg, detect_topology(1, 1, env={}), dataset, seed=seed, device=device)
 

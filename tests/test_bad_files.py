@@ -1,5 +1,5 @@
 """data.bad_files=skip: a set with a truncated JPEG and a GIF named .jpg trains without them, on both tasks; the run
-dir lists exactly those files, and the epoch contract counts the images left."""
+dir lists exactly those files, and the epoch steps counts the images left."""
 
 from __future__ import annotations
 

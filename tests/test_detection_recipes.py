@@ -11,7 +11,7 @@ import torch
 from nvidia.dali import pipeline_def
 from omegaconf import OmegaConf
 
-from hydrali.core.run.epoch import make_contract
+from hydrali.core.run.epoch import make_epoch_steps
 from hydrali.tasks.detection import anchors as anchor_lib
 from hydrali.tasks.detection.coco import scan_coco
 from hydrali.tasks.detection.evaluation import category_ids_of
@@ -205,7 +205,7 @@ def files_read(split, shard_id: int, num_shards: int, is_training: bool, batches
 
 
 def test_two_replicas_read_disjoint_training_images_and_validation_covers_each_image_once(rectangles):
-    contract = make_contract(
+    contract = make_epoch_steps(
         train_samples=rectangles.num_train, val_samples=rectangles.num_val, num_shards=2, batch=4, last_batch="drop"
     )
     # three epochs of reading: each replica stays on its own half (its shuffle buffer never reaches the other's)

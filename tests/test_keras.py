@@ -92,11 +92,11 @@ def test_one_sgd_step_on_two_replicas_or_of_two_accumulated_batches_equals_one_s
     import keras
     import tensorflow as tf
 
+    from hydrali.backends.keras.compiled import compile_model
     from hydrali.backends.keras.data import distribute
     from hydrali.backends.keras.strategy import configure_devices, make_strategy
-    from hydrali.backends.keras.training import compile_model
     from hydrali.core.distributed.topology import detect_topology
-    from hydrali.core.run.epoch import make_contract
+    from hydrali.core.run.epoch import make_epoch_steps
     from hydrali.core.run.plan import make_plan
     from hydrali.tasks.classification.keras_task import KerasClassification
 
@@ -124,7 +124,7 @@ def test_one_sgd_step_on_two_replicas_or_of_two_accumulated_batches_equals_one_s
         strategy = make_strategy(devices)
         keras.utils.set_random_seed(0)
         side = KerasClassification(cfg.task)
-        contract = make_contract(
+        contract = make_epoch_steps(
             train_samples=2 * half,
             val_samples=2 * half,
             num_shards=replicas,

@@ -158,12 +158,12 @@ def test_accumulated_batches_count_in_the_global_batch_that_scales_the_lr():
 
 @pytest.mark.parametrize("last_batch", ["drop", "fill"])
 def test_an_epoch_of_accumulated_batches_is_a_whole_number_of_optimizer_steps(last_batch):
-    from hydrali.core.run.epoch import make_contract
+    from hydrali.core.run.epoch import make_epoch_steps
 
     # 1,000 images over 2 shards of 500, batch 16: 31 whole batches (drop) or 32 (fill) a shard
-    plain = make_contract(train_samples=1000, val_samples=100, num_shards=2, batch=16, last_batch=last_batch)
+    plain = make_epoch_steps(train_samples=1000, val_samples=100, num_shards=2, batch=16, last_batch=last_batch)
     for accumulate in (1, 2, 3, 4, 31):
-        contract = make_contract(
+        contract = make_epoch_steps(
             train_samples=1000, val_samples=100, num_shards=2, batch=16, last_batch=last_batch, accumulate=accumulate
         )
         # Lightning steps once per `accumulate` batches and once more for a rest at the epoch's end; Keras steps
@@ -173,7 +173,9 @@ def test_an_epoch_of_accumulated_batches_is_a_whole_number_of_optimizer_steps(la
         assert contract.optimizer_steps == plain.train_steps // accumulate
         assert contract.params()["epoch/optimizer_steps_per_epoch"] == contract.optimizer_steps
     with pytest.raises(HydraliError, match=f"accumulate_grad_batches=40 is more than the {plain.train_steps} batch"):
-        make_contract(train_samples=1000, val_samples=100, num_shards=2, batch=16, last_batch=last_batch, accumulate=40)
+        make_epoch_steps(
+            train_samples=1000, val_samples=100, num_shards=2, batch=16, last_batch=last_batch, accumulate=40
+        )
 
 
 def test_a_plan_resumed_at_an_epoch_seeds_each_shard_anew_and_no_two_alike():

@@ -13,7 +13,7 @@ import pytest
 from hydrali.core.config.validate import check_config
 from hydrali.core.errors import HydraliError
 from hydrali.core.run import resizing
-from hydrali.core.run.resizing import resampling_matrix, training_sides
+from hydrali.core.run.resizing import resampling_matrix, training_sizes
 from tests.support.checks import read_summary
 from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET, SMALL_NET
 
@@ -34,7 +34,7 @@ def test_the_sides_grow_linearly_to_the_image_size_in_multiples():
 
     def sides(start, full_at, multiple, epochs, image_size):
         setting = OmegaConf.create({"start_side": start, "full_at": full_at, "multiple": multiple})
-        return training_sides(setting, epochs, image_size)
+        return training_sizes(setting, epochs, image_size)
 
     # worked by hand from the rule in core/run/resizing.py: R = round(full_at x E), s + (S - s) x e / R floored
     assert sides(8, 0.67, 4, 3, 16) == (8, 12, 16)

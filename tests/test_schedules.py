@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from hydrali.core.distributed.topology import Topology
 from hydrali.core.errors import HydraliError
 from hydrali.core.run.contract import optimizer_settings
-from hydrali.core.run.epoch import EpochContract
+from hydrali.core.run.epoch import EpochSteps
 from hydrali.core.run.plan import make_plan
 
 BASE = {
@@ -28,7 +28,7 @@ BASE = {
     "ema_decay": None,
 }
 EPOCHS, ACCUMULATE = 2, 2
-CONTRACT = EpochContract(
+CONTRACT = EpochSteps(
     train_samples=100, val_samples=10, num_shards=1, batch=10, last_batch="drop", accumulate=ACCUMULATE
 )  # 10 batches: 5 optimizer steps an epoch, 10 in all
 
@@ -74,7 +74,7 @@ def test_linear_schedule_with_warmup_in_steps_gives_the_same_lr_at_every_step_on
 
 @pytest.mark.keras
 def test_keras_schedule_counts_accumulated_batches_as_one_optimizer_step():
-    from hydrali.backends.keras.training import plan_schedule
+    from hydrali.backends.keras.optimizers import plan_schedule
 
     plan, optim = _plan(), optimizer_settings(OmegaConf.create(BASE))
     schedule = plan_schedule(plan, optim, CONTRACT)

@@ -1,11 +1,11 @@
-"""Sharding and the epoch contract against what DALI's file reader actually reads."""
+"""Sharding and the epoch steps against what DALI's file reader actually reads."""
 
 import pytest
 from nvidia.dali import pipeline_def
 
 from hydrali.core.data.pipelines import Source
 from hydrali.core.errors import HydraliError
-from hydrali.core.run.epoch import make_contract, shard_sizes
+from hydrali.core.run.epoch import make_epoch_steps, shard_sizes
 from hydrali.tasks.classification.datasets import scan_image_folder, write_digits
 from hydrali.tasks.classification.recipes import read_files
 
@@ -39,7 +39,7 @@ def test_validation_reads_each_image_once_where_the_contract_counts_it(digits, n
     sizes = shard_sizes(digits.num_val, num_shards)
     # 360 images over 7 shards: 51 or 52 each, so that the shorter shards' padding is what gets masked
     assert (len(set(sizes)) > 1) == (num_shards == 7), sizes
-    contract = make_contract(
+    contract = make_epoch_steps(
         train_samples=digits.num_train,
         val_samples=digits.num_val,
         num_shards=num_shards,
@@ -66,7 +66,7 @@ def test_validation_reads_each_image_once_where_the_contract_counts_it(digits, n
 
 
 def test_training_shards_of_an_epoch_are_disjoint_and_hold_whole_batches(digits):
-    contract = make_contract(
+    contract = make_epoch_steps(
         train_samples=digits.num_train, val_samples=digits.num_val, num_shards=2, batch=BATCH, last_batch="drop"
     )
     assert contract.train_steps == (digits.num_train // 2) // BATCH
@@ -78,14 +78,14 @@ def test_training_shards_of_an_epoch_are_disjoint_and_hold_whole_batches(digits)
 
 def test_a_batch_larger_than_a_shard_is_refused_saying_what_to_change():
     with pytest.raises(HydraliError, match="data.batch_size=4000 is larger than a shard.*at most 1437"):
-        make_contract(train_samples=1437, val_samples=360, num_shards=1, batch=4000, last_batch="drop")
+        make_epoch_steps(train_samples=1437, val_samples=360, num_shards=1, batch=4000, last_batch="drop")
     with pytest.raises(HydraliError, match="a shard holds 718.*fewer replicas"):
-        make_contract(train_samples=1437, val_samples=360, num_shards=2, batch=1000, last_batch="drop")
+        make_epoch_steps(train_samples=1437, val_samples=360, num_shards=2, batch=1000, last_batch="drop")
 
 
 def test_fill_takes_the_last_partial_batch_and_drop_does_not():
-    drop = make_contract(train_samples=1437, val_samples=360, num_shards=1, batch=64, last_batch="drop")
-    fill = make_contract(train_samples=1437, val_samples=360, num_shards=1, batch=64, last_batch="fill")
+    drop = make_epoch_steps(train_samples=1437, val_samples=360, num_shards=1, batch=64, last_batch="drop")
+    fill = make_epoch_steps(train_samples=1437, val_samples=360, num_shards=1, batch=64, last_batch="fill")
     assert (drop.train_steps, fill.train_steps) == (22, 23)
     assert drop.val_steps == fill.val_steps == 6
     assert [drop.val_valid(0, s) for s in range(6)] == [64] * 5 + [40]

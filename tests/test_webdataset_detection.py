@@ -158,7 +158,7 @@ def test_training_from_shards_reaches_the_folders_map_and_eval_reproduces_it(
         # in this process: what is checked is what a run reads from shards, not the command line
         run(compose_config([*SHORT, *data, f"backend={backend}"], tmp_path, data_dir, tmp_path / name))
         summary = read_summary(tmp_path / name)
-        assert (summary["steps_per_epoch"], summary["val_images"]) == (128 // 16, 16), summary  # the epoch contract
+        assert (summary["steps_per_epoch"], summary["val_images"]) == (128 // 16, 16), summary  # the epoch steps
         best[name] = summary["best"]["val/map"]
     assert abs(best["shards"] - best["folder"]) <= SAME_MAP, best
     assert best["shards"] > 0.1, best  # it learned

@@ -239,7 +239,7 @@ class LightningBackend:
             plan.epoch.optimizer_steps,
             channels_last=settings.channels_last,
             step_loss_in_bar=show_bar,
-            training_side=contract.training_side if contract.train_sides else None,
+            training_size=contract.training_size if contract.train_sizes else None,
         )
         if plan.global_rank == 0:
             trainable = sum(p.numel() for p in module.torch_task.parameters() if p.requires_grad)

@@ -45,7 +45,7 @@ class HydraliModule(L.LightningModule):
         steps_per_epoch: int,
         channels_last: bool = False,
         step_loss_in_bar: bool = False,
-        training_side=None,
+        training_size=None,
     ):
         super().__init__()
         self.torch_task = torch_task  # named hydrali.backends.torch.side.SIDE: its checkpoint keys start so
@@ -53,7 +53,7 @@ class HydraliModule(L.LightningModule):
         self.plan = plan
         self.steps_per_epoch = steps_per_epoch
         self.step_loss_in_bar = step_loss_in_bar
-        self.training_side = training_side  # epoch -> its batches' side, or None (progressive_resizing)
+        self.training_size = training_size  # epoch -> its batches' size in pixels, or None (progressive_resizing)
         if channels_last:
             self.torch_task.to(memory_format=torch.channels_last)
         # this process's sum of loss x samples and its samples over the epoch so far, kept in checkpoints: an epoch
@@ -102,9 +102,9 @@ class HydraliModule(L.LightningModule):
             self.weight_average.swap_out()
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        side = self.training_side(self.current_epoch) if self.training_side is not None else None
-        if side is not None:  # progressive_resizing (classification: the batch's images, then its labels)
-            batch = {**batch, "images": scaled(batch["images"], side)}
+        size = self.training_size(self.current_epoch) if self.training_size is not None else None
+        if size is not None:  # progressive_resizing (classification: the batch's images, then its labels)
+            batch = {**batch, "images": scaled(batch["images"], size)}
         loss, n = self.torch_task.training_loss(batch)
         self._loss_sum = self._loss_sum + loss.detach().double() * n
         self._loss_samples += n

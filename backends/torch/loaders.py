@@ -7,7 +7,7 @@ from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
 from hydrali.core.contracts.run import RunContract
 from hydrali.core.data.dali_errors import explain_dali_error
-from hydrali.core.run.epoch import EpochContract
+from hydrali.core.run.epoch import EpochSteps
 
 LAYOUT = "CHW"  # the image layout torch takes (also what core.data.autotune probes with)
 
@@ -95,11 +95,11 @@ class ResumableDaliLoader(DaliLoader):
 
 def dali_loader(*, task, contract: RunContract, dataset, is_training: bool) -> DaliLoader:
     """The loader of one split of this process's shard: the task's DALI pipeline through DALIGenericIterator, cut
-    into epochs by the plan's epoch contract; DALI's errors are explained (hydrali.core.data.dali_errors). With
+    into epochs by the plan's epoch steps; DALI's errors are explained (hydrali.core.data.dali_errors). With
     pipeline.checkpointing, the training loader saves and restores DALI's state with the backend's checkpoints
     (ResumableDaliLoader)."""
     plan = contract.plan
-    epoch: EpochContract = plan.epoch
+    epoch: EpochSteps = plan.epoch
     shard = plan.shard
     checkpointing = is_training and contract.reader_checkpointing
 

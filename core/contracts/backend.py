@@ -25,7 +25,7 @@ class Capability(str, Enum):
     """What a run may ask of its backend beyond training as the contract says (a spec's `supports`: core refuses, in
     one line before anything is written, a run asking one its backend lacks)."""
 
-    progressive_resizing = "progressive_resizing"  # training at smaller sides first (contract.training_sides)
+    progressive_resizing = "progressive_resizing"  # training at smaller sides first (contract.training_sizes)
     start_from_run = "start_from_run"  # model.weights naming an earlier hydrali run (contract.start_weights)
 
 

@@ -58,7 +58,7 @@ class TrainedRunSpec:
 class RunContract:
     """What a backend's `fit` trains by."""
 
-    plan: Plan  # ranks, shards, batches, lr, seed, epochs, the epoch contract
+    plan: Plan  # ranks, shards, batches, lr, seed, epochs, the epoch steps
     optim: OptimizerSettings
     task_inputs: TaskInputs
     image_size: int  # the network's input side, in pixels
@@ -80,15 +80,16 @@ class RunContract:
     progress_bar: bool  # a bar of each epoch's steps on the console (`auto` decided: on a terminal)
     callbacks: tuple[Any, ...]  # the user's framework callbacks (backend.callbacks), instantiated
     backend: Any  # the backend's own settings: an instance of its BackendSpec.schema, `auto` decided
-    train_sides: tuple[int, ...] = ()  # the training images' side in each epoch (progressive_resizing); (): image_size
+    train_sizes: tuple[int, ...] = ()  # the training images' size (pixels a side) in each epoch
+    #   (progressive_resizing); (): image_size
 
-    def training_side(self, epoch: int) -> int | None:
-        """The side the training batches of epoch `epoch` (0-based) are scaled to, on every backend; None: they
-        stay as the pipeline made them (data.image_size)."""
-        if not self.train_sides:
+    def training_size(self, epoch: int) -> int | None:
+        """The size (pixels a side) the training batches of epoch `epoch` (0-based) are scaled to, on every backend;
+        None: they stay as the pipeline made them (data.image_size)."""
+        if not self.train_sizes:
             return None
-        side = self.train_sides[min(epoch, len(self.train_sides) - 1)]
-        return None if side == self.image_size else side
+        size = self.train_sizes[min(epoch, len(self.train_sizes) - 1)]
+        return None if size == self.image_size else size
 
     def pipeline(self, task: Any, dataset: Any, shard: Any, layout: str, is_training: bool, **reader: Any) -> Any:
         """The task's DALI pipeline (not built) of one replica's `shard`, from the contract's task inputs and plan,

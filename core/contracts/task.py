@@ -43,7 +43,7 @@ class TaskSpec:
 
 
 class Dataset(Protocol):
-    """What a task's prepared data tells core: counts for the epoch contract, and params for the tracker."""
+    """What a task's prepared data tells core: counts for the epoch steps, and params for the tracker."""
 
     num_train: int
     num_val: int

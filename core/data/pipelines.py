@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from hydrali.core.data import affinity
 from hydrali.core.errors import HydraliError
 
-READER_NAME = "Reader"  # every recipe names its reader so, for iterators and the epoch contract
+READER_NAME = "Reader"  # every recipe names its reader so, for iterators and the epoch steps
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Source:
     backends take hydrali.core.run.epoch's steps from it). Every reader sticks to its shard: with DALI's
     default (moving to the next shard each pass), the shuffle buffer straddles the shard boundary and
     replicas read some of the same images in the same epoch (seen with fn.readers.coco). Validation reads
-    its own shard in order, padded to whole batches (the padding is masked by the epoch contract).
+    its own shard in order, padded to whole batches (the padding is masked by the epoch steps).
     """
 
     root: str

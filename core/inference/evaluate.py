@@ -53,8 +53,8 @@ def _table(loaded: Loaded, result: dict, per_class: list[str]) -> str:
 
 def _log(loaded: Loaded, result: dict, written: list[Path], split: str) -> None:
     """eval/<split>/<metric> and the per-class figures into the run's own MLflow run, the files as its artifacts."""
-    cfg, record = loaded.run.cfg, loaded.run.record
-    if not (cfg.tracking.enabled and cfg.tracking.uri and record.mlflow_run_id):
+    cfg, run_file = loaded.run.cfg, loaded.run.run_file
+    if not (cfg.tracking.enabled and cfg.tracking.uri and run_file.mlflow_run_id):
         return
     metrics = {f"{EVAL_DIR}/{name}": value for name, value in result["metrics"].items()}
     for name, row in result.get("per_class", {}).items():  # e.g. eval/val/recall/<class>; counts stay in the file
@@ -65,8 +65,8 @@ def _log(loaded: Loaded, result: dict, written: list[Path], split: str) -> None:
     try:
         configure_http(cfg.tracking.timeout_s, cfg.tracking.retries)
         check_reachable(uri, cfg.tracking.timeout_s)
-        log_to_finished_run(uri, record.mlflow_run_id, metrics, [(p, f"{EVAL_DIR}/{split}") for p in written])
+        log_to_finished_run(uri, run_file.mlflow_run_id, metrics, [(p, f"{EVAL_DIR}/{split}") for p in written])
     except HydraliError as err:  # the scores are written: MLflow is where they are shown too
         print(f"hydrali: warning: not logged to MLflow ({err}); the files above hold the scores", file=sys.stderr)
         return
-    print(f"logged to MLflow run {record.mlflow_run_id} ({uri}) as {EVAL_DIR}/{split}/...", flush=True)
+    print(f"logged to MLflow run {run_file.mlflow_run_id} ({uri}) as {EVAL_DIR}/{split}/...", flush=True)

@@ -43,7 +43,7 @@ class TrainedRun:
     run_dir: Path
     cfg: DictConfig  # the run's config (hydrali's keys, with the command's overrides); paths.output_dir is the run dir
     options: DictConfig  # the command's own keys (core/inference/schema.py), e.g. ckpt, split
-    record: run_dir.RunFile
+    run_file: run_dir.RunFile
     checkpoint_dir: Path
 
     @property
@@ -87,14 +87,14 @@ def open_run(command: str, path: str | None, overrides: list[str]) -> TrainedRun
         raise HydraliError(f"{usage}: name the run dir first (the hydra.run.dir of a training run)")
     if not where.is_dir():
         raise HydraliError(f"{usage}: {path} does not exist: pass the dir of a training run")
-    record = run_dir.read(where)
-    if record is None:
+    run_file = run_dir.read(where)
+    if run_file is None:
         raise HydraliError(
             f"{path} holds no hydrali run ({run_dir.RUN_FILE} is missing): pass the dir of a run that trained"
         )
     try:
         named = {run_dir.override_key(o) for o in overrides}
-        recorded = [o for o in record.overrides if run_dir.override_key(o) not in NOT_TAKEN_FROM_THE_RUN]
+        recorded = [o for o in run_file.overrides if run_dir.override_key(o) not in NOT_TAKEN_FROM_THE_RUN]
         merged = run_dir.merge_overrides(recorded, overrides)
     except Exception as err:  # Hydra's override parser: a malformed override
         raise CompositionError(err, overrides) from err
@@ -103,25 +103,25 @@ def open_run(command: str, path: str | None, overrides: list[str]) -> TrainedRun
     fixed = sorted(named & FIXED_BY_THE_RUN)
     if fixed:
         raise HydraliError(
-            f"{fixed[0]}= cannot be set: {path} was trained with {fixed[0]}={_recorded(record, fixed[0])}, which "
+            f"{fixed[0]}= cannot be set: {path} was trained with {fixed[0]}={_recorded(run_file, fixed[0])}, which "
             f"its checkpoints hold (ckpt= chooses the checkpoint)"
         )
     cfg, options = compose(command, merged)
     preprocessing = sorted(key for key in named if key in PREPROCESSING_OF_THE_RUN or key.startswith("model."))
-    changed = [key for key in preprocessing if _value_of(cfg, key) != _recorded_value(record, key)]
+    changed = [key for key in preprocessing if _value_of(cfg, key) != _recorded_value(run_file, key)]
     if changed:  # the same value again (a script repeating the training overrides) changes nothing
         key = changed[0]
         raise HydraliError(
-            f"{key}= cannot be set: {path} was trained with {key}={_recorded_value(record, key)}, and "
+            f"{key}= cannot be set: {path} was trained with {key}={_recorded_value(run_file, key)}, and "
             f"hydrali {command} feeds its network as it trained (its preprocessing and network settings are the run's)"
         )
-    run_dir.pin_locations(cfg, record, overrides, where)
-    _take_recorded_values(cfg, record.config, named)
-    return TrainedRun(where, cfg, options, record, where / CHECKPOINT_DIR)
+    run_dir.pin_locations(cfg, run_file, overrides, where)
+    _take_recorded_values(cfg, run_file.config, named)
+    return TrainedRun(where, cfg, options, run_file, where / CHECKPOINT_DIR)
 
 
-def _recorded(record: run_dir.RunFile, key: str) -> str:
-    node = record.config.get(key, {})
+def _recorded(run_file: run_dir.RunFile, key: str) -> str:
+    node = run_file.config.get(key, {})
     return str(node.get("name", node.get("_target_", "?"))) if isinstance(node, dict) else str(node)
 
 
@@ -137,9 +137,9 @@ def _value_of(cfg: DictConfig, key: str):
     return _plain(OmegaConf.select(cfg, key))
 
 
-def _recorded_value(record: run_dir.RunFile, key: str):
+def _recorded_value(run_file: run_dir.RunFile, key: str):
     """The value the run recorded for the dotted `key` as plain data (a group: its name; None: not recorded)."""
-    node = record.config
+    node = run_file.config
     for part in key.split("."):
         node = node.get(part) if isinstance(node, dict) else None
     return _plain(node)

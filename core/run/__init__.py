@@ -1,1 +1,1 @@
-"""One run, start to end: the runner, its plan and epoch contract, record, checkpoints, summary."""
+"""One run, start to end: the runner, its plan and epoch steps, record, checkpoints, summary."""

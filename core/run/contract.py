@@ -103,11 +103,11 @@ def run_contract(cfg: DictConfig, plan: Plan, *, with_callbacks: bool = True) ->
         progress_bar=shows_progress_bar(cfg.progress_bar),
         callbacks=tuple(instantiate(spec) for spec in specs),
         backend=backend,
-        train_sides=resizing.training_sides(cfg.get("progressive_resizing"), plan.epochs, int(cfg.data.image_size)),
+        train_sizes=resizing.training_sizes(cfg.get("progressive_resizing"), plan.epochs, int(cfg.data.image_size)),
     )
 
 
-def contract_record(contract: RunContract) -> dict:
+def decided_settings(contract: RunContract) -> dict:
     """The contract as plain data, for run.json's `decided`: the plan's and epoch's params, the optimizer, the
     decided speed settings, the task's DALI recipe settings (autotune's choice in them) and the backend's settings."""
     plain = {
@@ -120,7 +120,7 @@ def contract_record(contract: RunContract) -> dict:
         "optim": dataclasses.asdict(contract.optim),
         "pipeline": OmegaConf.to_container(contract.task_inputs.pipeline, resolve=True, enum_to_str=True),
         "backend": json.loads(json.dumps(dataclasses.asdict(contract.backend), default=str)),
-        **({"train_sides": list(contract.train_sides)} if contract.train_sides else {}),
+        **({"train_sizes": list(contract.train_sizes)} if contract.train_sizes else {}),
     }
 
 

@@ -1,4 +1,4 @@
-"""The epoch contract: how many steps an epoch has and which samples count, decided once for every backend.
+"""The epoch steps: how many steps an epoch has and which samples count, decided once for every backend.
 
 From the dataset's counts (known from the task's scan, before any pipeline exists), the number
 of shards (one per replica) and the per-replica batch:
@@ -44,7 +44,7 @@ def shard_sizes(num_samples: int, num_shards: int) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class EpochContract:
+class EpochSteps:
     """Steps and counted samples of one epoch, the same on every backend and every replica."""
 
     train_samples: int  # images in the training split
@@ -95,14 +95,14 @@ class EpochContract:
         }
 
 
-def make_contract(
+def make_epoch_steps(
     *, train_samples: int, val_samples: int, num_shards: int, batch: int, last_batch: str, accumulate: int = 1
-) -> EpochContract:
-    """The epoch contract of a run; a split too small for its shards and batch is an error saying what to change."""
+) -> EpochSteps:
+    """The epoch steps of a run; a split too small for its shards and batch is an error saying what to change."""
     last_batch = LastBatch.of(last_batch, "pipeline.train_last_batch").value
-    contract = EpochContract(train_samples, val_samples, num_shards, batch, last_batch, accumulate)
+    contract = EpochSteps(train_samples, val_samples, num_shards, batch, last_batch, accumulate)
     smallest = min(shard_sizes(train_samples, num_shards))
-    batches = EpochContract(train_samples, val_samples, num_shards, batch, last_batch).train_steps
+    batches = EpochSteps(train_samples, val_samples, num_shards, batch, last_batch).train_steps
     if batches > 0 and smallest > 0 and contract.train_steps == 0:
         raise HydraliError(
             f"optim.accumulate_grad_batches={accumulate} is more than the {batches} batch(es) of {batch} images an "

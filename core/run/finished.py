@@ -21,13 +21,13 @@ SAME_COMMAND_CKPT_PATHS = (None, "last")  # the ckpt_path values that ask again 
 def finished_summary(attempt: Attempt) -> dict | None:
     """The summary of the finished run that `attempt` asks for again, or None when there is something to do (a new
     dir, an unfinished run, another config, a checkpoint named by path, a summary missing or unreadable)."""
-    cfg, record = attempt.cfg, attempt.record
-    if record is None or cfg.ckpt_path not in SAME_COMMAND_CKPT_PATHS:
+    cfg, run_file = attempt.cfg, attempt.run_file
+    if run_file is None or cfg.ckpt_path not in SAME_COMMAND_CKPT_PATHS:
         return None
     summary = _readable_summary(Path(cfg.paths.output_dir))
     if summary is None or int(summary.get("epochs", 0)) < int(cfg.epochs):
         return None
-    if differences(record.config, resolved(cfg), ignored=NOT_COMPARED):
+    if differences(run_file.config, resolved(cfg), ignored=NOT_COMPARED):
         return None
     return summary
 

@@ -67,7 +67,7 @@ class TrainingObserver:
             self._lrs["lr/last"] = float(lr())
 
     def step_end(self) -> None:
-        """A training step of the plan's global batch ended (every training batch is whole: the epoch contract)."""
+        """A training step of the plan's global batch ended (every training batch is whole: the epoch steps)."""
         self._steps += 1
         self.clock.step_end(self.images_per_batch)
 

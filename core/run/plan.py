@@ -16,7 +16,7 @@ from hydrali.core.config.schema import Scale
 from hydrali.core.distributed.topology import Topology
 from hydrali.core.errors import HydraliError
 from hydrali.core.run import job_context
-from hydrali.core.run.epoch import EpochContract, make_contract
+from hydrali.core.run.epoch import EpochSteps, make_epoch_steps
 from hydrali.core.run.seeding import pipeline_seed
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ class Plan:
     seed: int
     device: str  # "cpu" or "gpu": where DALI runs (the backend decides where the model trains)
     accumulate: int = 1  # batches whose mean gradient makes one optimizer step (optim.accumulate_grad_batches)
-    epoch: EpochContract | None = None  # steps and counted samples per epoch (core.run.epoch), set by the runner
+    epoch: EpochSteps | None = None  # steps and counted samples per epoch (core.run.epoch), set by the runner
     sweep_job: str | None = None  # the job's number under -m (hydra.job.num); None: a single run
 
     @property
@@ -175,7 +175,7 @@ def make_plan(
 
 
 def plan_of_config(cfg: DictConfig, topology: Topology, *, seed: int, device: str, training: bool = True) -> Plan:
-    """make_plan with the config's batch and lr settings for this process's `topology` (no epoch contract);
+    """make_plan with the config's batch and lr settings for this process's `topology` (no epoch steps);
     `training=False` (eval, predict, export): batches of data.batch_size, whatever data.global_batch fixes for
     training."""
     return make_plan(
@@ -195,9 +195,9 @@ def plan_of_config(cfg: DictConfig, topology: Topology, *, seed: int, device: st
 
 def plan_run(cfg: DictConfig, topology: Topology, dataset: Dataset, *, seed: int, device: str) -> Plan:
     """The plan of a run in one call: batch, lr and seed rules from the config's settings for this process's
-    `topology`, and the epoch contract from the dataset's counts (DALI on `device`)."""
+    `topology`, and the epoch steps from the dataset's counts (DALI on `device`)."""
     plan = plan_of_config(cfg, topology, seed=seed, device=device)
-    contract = make_contract(
+    contract = make_epoch_steps(
         train_samples=dataset.num_train,
         val_samples=dataset.num_val,
         num_shards=plan.num_shards,

@@ -23,7 +23,7 @@ from hydrali.core.contracts.registry import task_specs
 from hydrali.core.errors import HydraliError
 
 
-def training_sides(setting: DictConfig | None, epochs: int, image_size: int) -> tuple[int, ...]:
+def training_sizes(setting: DictConfig | None, epochs: int, image_size: int) -> tuple[int, ...]:
     """The side of the training images in each epoch (one per epoch, the first epoch's first); () when
     progressive_resizing.start_side is null (every epoch at image_size)."""
     if setting is None or setting.get("start_side") is None:

@@ -1,4 +1,4 @@
-"""A run dir is self-contained: its own record (run.json) and its lock.
+"""A run dir is self-contained: its own run file (run.json) and its lock.
 
 `run.json`, written by the run's global rank 0 once its checks have passed, holds what the run depends on outside
 its dir as absolute locations (`LOCATION_KEYS`: the data, the tracking store), the command's overrides, the
@@ -61,14 +61,14 @@ class RunFile:
     config: dict  # the resolved config (locations absolute)
     locations: dict[str, str | None]  # LOCATION_KEYS -> absolute location (None: not set)
     mlflow_run_id: str | None  # the run's MLflow run (None: tracking off)
-    # what the latest attempt decided by itself and trained by (core.run.contract.contract_record: the plan,
+    # what the latest attempt decided by itself and trained by (core.run.contract.decided_settings: the plan,
     #   autotune's choice, the `auto` settings as resolved); `config` keeps the settings as asked. Absent from
     #   run.json files written before it existed
     decided: dict = field(default_factory=dict)
 
 
 def read(output_dir: str | os.PathLike) -> RunFile | None:
-    """The record of the run in `output_dir`, or None when no run was accepted there; one line if it is damaged."""
+    """The run file of the run in `output_dir`, or None when no run was accepted there; one line if it is damaged."""
     path = Path(output_dir) / RUN_FILE
     if not path.is_file():
         return None
@@ -80,10 +80,10 @@ def read(output_dir: str | os.PathLike) -> RunFile | None:
         ) from err
 
 
-def write(output_dir: str | os.PathLike, record: RunFile) -> None:
-    """Write `record` as the run's run.json (atomically: a crash leaves the old one or the new one)."""
+def write(output_dir: str | os.PathLike, run_file: RunFile) -> None:
+    """Write `run_file` as the run's run.json (atomically: a crash leaves the old one or the new one)."""
     write_atomically(
-        Path(output_dir) / RUN_FILE, (json.dumps(asdict(record), indent=1, sort_keys=True) + "\n").encode()
+        Path(output_dir) / RUN_FILE, (json.dumps(asdict(run_file), indent=1, sort_keys=True) + "\n").encode()
     )
 
 
@@ -118,7 +118,9 @@ def resolved(cfg: DictConfig) -> dict:
     return OmegaConf.to_container(tree)
 
 
-def record_of(cfg: DictConfig, overrides: list[str], mlflow_run_id: str | None, decided: dict | None = None) -> RunFile:
+def run_file_of(
+    cfg: DictConfig, overrides: list[str], mlflow_run_id: str | None, decided: dict | None = None
+) -> RunFile:
     """The run.json of a run of `cfg` composed from `overrides`; `decided`: what the attempt decided by itself."""
     return RunFile(
         overrides=list(overrides),
@@ -149,9 +151,9 @@ def differences(then: dict, now: dict, ignored: tuple[str, ...] = (), shown: int
     return words + (f" (and {len(differ) - shown} more)" if len(differ) > shown else "")
 
 
-def refuse_other_config(output_dir: Path, record: RunFile, cfg: DictConfig) -> None:
+def refuse_other_config(output_dir: Path, run_file: RunFile, cfg: DictConfig) -> None:
     """Refuse, in one line naming the differing keys, a new run of another config in a used run dir."""
-    differ = differences(record.config, resolved(cfg), ignored=NOT_COMPARED)
+    differ = differences(run_file.config, resolved(cfg), ignored=NOT_COMPARED)
     if differ:
         raise HydraliError(
             f"hydra.run.dir={output_dir} holds a run with other settings ({differ}): pass a new hydra.run.dir "
@@ -189,10 +191,10 @@ def compose_again(overrides: list[str]) -> DictConfig:
         return compose(config_name="config", overrides=overrides)
 
 
-def pin_locations(cfg: DictConfig, record: RunFile, overrides: list[str], output_dir: Path) -> None:
+def pin_locations(cfg: DictConfig, run_file: RunFile, overrides: list[str], output_dir: Path) -> None:
     """Set, in `cfg`, the run's recorded locations (but those `overrides` name) and its dir."""
     named = {override_key(o) for o in overrides}
-    for key, value in record.locations.items():
+    for key, value in run_file.locations.items():
         if key not in named and OmegaConf.select(cfg, key, default="<absent>") != "<absent>":
             OmegaConf.update(cfg, key, value, merge=False)
     cfg.paths.output_dir = str(output_dir)
@@ -204,24 +206,24 @@ class Attempt:
 
     cfg: DictConfig  # its config
     overrides: list[str]  # the overrides that config is composed from
-    record: RunFile | None  # the dir's record before it (None: a new run dir)
+    run_file: RunFile | None  # the dir's run file before it (None: a new run dir)
 
 
 def reconcile(cfg: DictConfig, output_dir: Path, overrides: list[str]) -> Attempt:
     """What this attempt runs in `output_dir`: in a new dir, `cfg` as it is; with `ckpt_path` set, the recorded
     run's config with this command's `overrides` on top; without, `cfg` if it equals the recorded one (the runner
     then resumes from the newest checkpoint, if any), else refused in one line. Recorded locations are pinned."""
-    record = read(output_dir)
-    if record is None:
+    run_file = read(output_dir)
+    if run_file is None:
         return Attempt(cfg, list(overrides), None)
     if cfg.ckpt_path is not None:
-        merged = merge_overrides(record.overrides, overrides)
+        merged = merge_overrides(run_file.overrides, overrides)
         again = compose_again(merged)
-        pin_locations(again, record, overrides, output_dir)
-        return Attempt(again, merged, record)
-    pin_locations(cfg, record, overrides, output_dir)
-    refuse_other_config(output_dir, record, cfg)
-    return Attempt(cfg, list(overrides), record)
+        pin_locations(again, run_file, overrides, output_dir)
+        return Attempt(again, merged, run_file)
+    pin_locations(cfg, run_file, overrides, output_dir)
+    refuse_other_config(output_dir, run_file, cfg)
+    return Attempt(cfg, list(overrides), run_file)
 
 
 _CLAIM_TRIES = 20  # a lock held for a moment (a refused attempt removing the empty dir it made) is waited for

@@ -36,7 +36,7 @@ from hydrali.core.run import (
     weights_from_run,
 )
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR, resolve_checkpoint, write_trained_with
-from hydrali.core.run.contract import backend_settings, contract_record, run_contract
+from hydrali.core.run.contract import backend_settings, decided_settings, run_contract
 from hydrali.core.run.finished import finished_lines, finished_summary
 from hydrali.core.run.plan import Plan, plan_run
 from hydrali.core.run.record import RunRecord
@@ -50,7 +50,7 @@ log = logging.getLogger("hydrali")
 
 
 def build_plan(cfg: DictConfig, backend: Backend, dataset, seed: int) -> Plan:
-    """The plan of this process: topology from the environment, batch and lr rules, seeds, epoch contract."""
+    """The plan of this process: topology from the environment, batch and lr rules, seeds, epoch steps."""
     device = devices.resolve_device(
         str(cfg.pipeline.device), backend.visible_gpus(), backend_spec(cfg.backend.name).framework_label
     )
@@ -212,7 +212,7 @@ def resume_point(attempt: run_dir.Attempt, cfg: DictConfig, backend: Backend, da
     job), its newest (cfg.ckpt_path becomes `last`); model.weights naming an earlier run is checked when none."""
     output_dir = Path(cfg.paths.output_dir)
     trained_with = _trained_with(cfg, dataset)
-    if attempt.record is not None and cfg.ckpt_path is None:
+    if attempt.run_file is not None and cfg.ckpt_path is None:
         if backend.newest_checkpoint(output_dir / CHECKPOINT_DIR) is not None:
             log.info("%s holds this run, with the same settings: resuming from its newest checkpoint", output_dir)
             cfg.ckpt_path = "last"
@@ -308,8 +308,8 @@ def decide(cfg: DictConfig, backend: Backend, plan: Plan) -> RunContract:
     if decided and plan.global_rank == 0:
         log.info(auto_settings.describe(decided, training_device))
     contract = run_contract(cfg, plan)
-    if contract.train_sides and plan.global_rank == 0:
-        log.info("progressive_resizing: training images at %s", resizing.describe(contract.train_sides))
+    if contract.train_sizes and plan.global_rank == 0:
+        log.info("progressive_resizing: training images at %s", resizing.describe(contract.train_sizes))
     return contract
 
 
@@ -318,7 +318,7 @@ def accept_and_track(asked: DictConfig, contract: RunContract, attempt: run_dir.
     for a resumed run) and write run.json: the settings as asked, and what this attempt decided (the contract).
     The tracker."""
     output_dir, rank = Path(asked.paths.output_dir), contract.plan.global_rank
-    accept_run(asked, output_dir, write_config=rank == 0 and attempt.record is None)
+    accept_run(asked, output_dir, write_config=rank == 0 and attempt.run_file is None)
     tracker = tracking.start_tracking(
         enabled=asked.tracking.enabled,
         is_global_zero=rank == 0,
@@ -328,12 +328,12 @@ def accept_and_track(asked: DictConfig, contract: RunContract, attempt: run_dir.
         output_dir=output_dir,
         run_name=f"{asked.task.name}-{asked.backend.name} {output_dir.name}",
         sweep_dir=job_context.current().sweep_dir,
-        run_id=attempt.record.mlflow_run_id if attempt.record is not None else None,
+        run_id=attempt.run_file.mlflow_run_id if attempt.run_file is not None else None,
         tags=sweep.job_tags(),
     )
     if rank == 0:
-        record = run_dir.record_of(asked, attempt.overrides, tracker.run_id, contract_record(contract))
-        run_dir.write(output_dir, record)
+        run_file = run_dir.run_file_of(asked, attempt.overrides, tracker.run_id, decided_settings(contract))
+        run_dir.write(output_dir, run_file)
     return tracker
 
 

@@ -17,7 +17,7 @@ CLASSES = ("bright", "dark")  # DALI's file reader labels class folders in sorte
 
 @dataclass(frozen=True)
 class BrightnessData:
-    """The written images (hydrali.core.contracts.task.Dataset): counts for the epoch contract, params to log."""
+    """The written images (hydrali.core.contracts.task.Dataset): counts for the epoch steps, params to log."""
 
     root: Path
     num_train: int
