@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from hydrali.bench.schema import register_bench_schema
 from hydrali.core.config.store import register_schemas
 from hydrali.core.errors import HydraliError
-from hydrali.core.run import collector
+from hydrali.core.process import collector
 
 log = logging.getLogger("hydrali")
 _started = {"yes": False}  # whether the benchmark itself started (past Hydra's composition)

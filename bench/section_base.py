@@ -15,7 +15,7 @@ from hydrali.bench.machine import Machine
 from hydrali.bench.report import Report, Row
 from hydrali.bench.worker import Remote, Worker
 from hydrali.core.errors import HydraliError
-from hydrali.core.run import auto_settings
+from hydrali.core.policies import auto_settings
 from hydrali.core.run.run_dir import override_key
 
 # the command line's keys that the sections of another task or experiment (5: task=detection, 7: experiment=cifar10,
@@ -61,7 +61,7 @@ class SectionBase:
     # --- configs -------------------------------------------------------------------------------------------
     def compose(self, overrides: list[str]) -> DictConfig:
         """hydrali's config for `overrides` (conf/bench.yaml's defaults included), checked as a run checks it, its
-        `auto` settings decided for this machine as a run decides them (hydrali.core.run.auto_settings)."""
+        `auto` settings decided for this machine as a run decides them (hydrali.core.policies.auto_settings)."""
         from hydra import compose
 
         from hydrali.core.config.validate import check_config

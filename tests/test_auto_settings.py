@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from hydrali.core.contracts.backend import TrainingDevice
 from hydrali.core.errors import HydraliError
-from hydrali.core.run import auto_settings
+from hydrali.core.policies import auto_settings
 from tests.support.checks import fails_with
 from tests.support.cli import run_cli
 

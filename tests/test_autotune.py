@@ -209,7 +209,7 @@ def test_a_preempted_autotuned_run_started_again_in_its_dir_resumes(make_cfg, tm
     pipelines; which one a machine finds faster is chance on CI's 2 busy cores, so the pick among the timed trials
     is made the other setting's here (autotune.pick's own rule has its test above), as on a machine where it is."""
     from hydrali.bench.synthetic import write_synthetic
-    from hydrali.core.run.preemption import Preempted
+    from hydrali.core.process.preemption import Preempted
     from hydrali.core.run.runner import run
 
     photos = write_synthetic(tmp_path / "photos", classes=4, train_per_class=64, val_per_class=8)

@@ -1,4 +1,4 @@
-"""The garbage collector's policy in a hydrali command's process (core/run/collector.py): paused while the
+"""The garbage collector's policy in a hydrali command's process (core/process/collector.py): paused while the
 frameworks are imported, on again for training with the imported objects frozen, and everything frozen at the end so
 that the interpreter's exit does not walk it; a run called from Python keeps its process's collector as it was. Each
 case runs in its own interpreter: the collector is the process's."""
@@ -22,7 +22,7 @@ def test_a_command_pauses_the_collector_until_its_frameworks_are_loaded_then_fre
     out = _run_python(
         """
         import gc
-        from hydrali.core.run import collector
+        from hydrali.core.process import collector
         with collector.command_process(paused_until_loaded=True):
             paused = not gc.isenabled()
             imported = [object() for _ in range(1000)]  # what an import leaves
@@ -40,7 +40,7 @@ def test_a_command_that_ends_before_loading_a_framework_leaves_the_collector_on_
     out = _run_python(
         """
         import gc
-        from hydrali.core.run import collector
+        from hydrali.core.process import collector
         try:
             with collector.command_process(paused_until_loaded=True):
                 raise SystemExit(2)  # a mistake in the command line
@@ -56,7 +56,7 @@ def test_a_command_that_does_not_pause_keeps_collecting_and_a_run_from_python_ch
     out = _run_python(
         """
         import gc
-        from hydrali.core.run import collector
+        from hydrali.core.process import collector
         collector.frameworks_loaded()  # a run called from Python: no command_process
         untouched = (gc.isenabled(), gc.get_freeze_count())
         with collector.command_process(paused_until_loaded=False):  # hydrali eval, ui, hydrali-bench

@@ -29,7 +29,8 @@ ENDED_WITHIN_S = 10  # the issue's bound: no process of the run is left this lon
 LAUNCHER = """
 import os, sys, time
 from pathlib import Path
-from hydrali.core.run import live_processes, run_dir
+from hydrali.core.process import live_processes
+from hydrali.core.run import run_dir
 with run_dir.claim(Path(sys.argv[1])):
     child = live_processes.start(sys.argv[2:], os.environ, sys.argv[1])
     print(child.pid, flush=True)
@@ -37,7 +38,7 @@ with run_dir.claim(Path(sys.argv[1])):
 """
 # A process of a run: it ends with its launcher (as each process hydrali starts does first), says so and waits
 WATCHING = (
-    "from hydrali.core.run import live_processes; live_processes.stop_with_launcher(); "
+    "from hydrali.core.process import live_processes; live_processes.stop_with_launcher(); "
     "print('watching', flush=True); import time; time.sleep(600)"
 )
 # A process of a run that would live on (as one did before it watched its launcher)

@@ -7,8 +7,8 @@ import pytest
 from hydrali.core.distributed.topology import detect_topology, is_first_process
 from hydrali.core.errors import HydraliError
 from hydrali.core.optim.schedule import lr_factor
+from hydrali.core.policies.seeding import resolve_seed
 from hydrali.core.run.plan import make_plan, scaled_lr
-from hydrali.core.run.seeding import resolve_seed
 
 
 @pytest.mark.parametrize("rule, expected", [("linear", 0.4), ("sqrt", 0.2), ("none", 0.1)])

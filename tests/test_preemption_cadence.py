@@ -1,4 +1,4 @@
-"""When the processes of a job agree on a preemption signal (core/run/preemption.CheckCadence, which the Lightning
+"""When the processes of a job agree on a preemption signal (core/process/preemption.CheckCadence, which the Lightning
 backend's StopOnSignal asks after every training batch): within a bounded number of optimizer steps in every epoch,
 whatever its length and the gradient accumulation, and never in the middle of an accumulation."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hydrali.core.run.preemption import CheckCadence
+from hydrali.core.process.preemption import CheckCadence
 
 
 def _checks(cadence: CheckCadence, epochs: int, batches: int, accumulate: int) -> list[list[int]]:

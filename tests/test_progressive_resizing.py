@@ -1,7 +1,7 @@
-"""progressive_resizing (core/run/resizing.py): the first epochs train on the images scaled down, the side growing to
-data.image_size, the same on both backends: the sides each network was given in training (recorded by the network
-itself), the scaling against the frameworks' and PIL's own antialiased bilinear resize, the schedule as documented,
-and the settings that cannot work refused in one line before anything is written."""
+"""progressive_resizing (core/policies/resizing.py): the first epochs train on the images scaled down, the size
+growing to data.image_size, the same on both backends: the sizes each network was given in training (recorded by the
+network itself), the scaling against the frameworks' and PIL's own antialiased bilinear resize, the schedule as
+documented, and the settings that cannot work refused in one line before anything is written."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 
 from hydrali.core.config.validate import check_config
 from hydrali.core.errors import HydraliError
-from hydrali.core.run import resizing
-from hydrali.core.run.resizing import resampling_matrix, training_sizes
+from hydrali.core.policies import resizing
+from hydrali.core.policies.resizing import resampling_matrix, training_sizes
 from tests.support.checks import read_summary
 from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET, SMALL_NET
 
@@ -36,7 +36,7 @@ def test_the_sides_grow_linearly_to_the_image_size_in_multiples():
         setting = OmegaConf.create({"start_side": start, "full_at": full_at, "multiple": multiple})
         return training_sizes(setting, epochs, image_size)
 
-    # worked by hand from the rule in core/run/resizing.py: R = round(full_at x E), s + (S - s) x e / R floored
+    # worked by hand from the rule in core/policies/resizing.py: R = round(full_at x E), s + (S - s) x e / R floored
     assert sides(8, 0.67, 4, 3, 16) == (8, 12, 16)
     assert sides(16, 0.75, 8, 10, 32) == (16, 16, 16, 16, 24, 24, 24, 24, 32, 32)  # 16 + 16 e / 8
     assert sides(128, 0.5, 32, 8, 224) == (128, 128, 160, 192, 224, 224, 224, 224)  # 128 + 96 e / 4: 176 -> 160

@@ -1,5 +1,5 @@
 """The run policies that are one key each, decided in core, with one meaning on every backend: keep_checkpoints
-(core/run/retention.py: the newest N per-epoch checkpoints and the best), validate_every (every Nth epoch and the
+(core/policies/retention.py: the newest N per-epoch checkpoints and the best), validate_every (every Nth epoch and the
 last: tests/support/checks.py check_validation_every_second_epoch, run on each backend) and progress_bar; the
 backends' own keys for these are refused in one line naming the key that does their job."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hydrali.core.run.retention import best_saved_epoch, epochs_to_remove
+from hydrali.core.policies.retention import best_saved_epoch, epochs_to_remove
 from hydrali.core.run.runner import run
 from tests.support.checks import fails_with, read_summary
 from tests.support.cli import run_cli

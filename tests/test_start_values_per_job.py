@@ -19,7 +19,7 @@ def _rank(rank: int, jobs: list[tuple[str, dict, float]], port: int, results) ->
     import os
 
     from hydrali.backends.lightning.agreement import share_from_rank0
-    from hydrali.core.run import job_context
+    from hydrali.core.process import job_context
 
     os.environ.update(TORCHELASTIC_USE_AGENT_STORE="True", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     plan = SimpleNamespace(global_rank=rank, world_size=2, shards=[0])  # the two ranks of one node

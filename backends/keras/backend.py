@@ -41,11 +41,11 @@ from hydrali.core.contracts.run import RunContract, TrainedRunSpec  # noqa: E402
 from hydrali.core.data.dali_errors import explain_dali_error  # noqa: E402
 from hydrali.core.distributed.device_count import devices_per_node  # noqa: E402
 from hydrali.core.errors import HydraliError  # noqa: E402
+from hydrali.core.process.preemption import PreemptionWatch  # noqa: E402
 from hydrali.core.run import weights_from_run  # noqa: E402
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR  # noqa: E402
 from hydrali.core.run.observer import TrainingObserver  # noqa: E402
 from hydrali.core.run.plan import Plan  # noqa: E402
-from hydrali.core.run.preemption import PreemptionWatch  # noqa: E402
 from hydrali.core.run.record import RunRecord  # noqa: E402
 from hydrali.core.run.results import FitResult  # noqa: E402
 from hydrali.core.run.summary import model_line  # noqa: E402

@@ -8,8 +8,8 @@ from pathlib import Path
 import keras
 
 from hydrali.backends.keras import checkpoints
+from hydrali.core.process.preemption import Preempted, PreemptionWatch
 from hydrali.core.run.observer import TrainingObserver
-from hydrali.core.run.preemption import Preempted, PreemptionWatch
 
 
 def metric_name(keras_name: str) -> str:
@@ -49,7 +49,7 @@ class Observe(keras.callbacks.Callback):
 
 
 class StopOnSignal(keras.callbacks.Callback):
-    """After a training step: when this process received a preemption signal (core/run/preemption.py), stop with
+    """After a training step: when this process received a preemption signal (core/process/preemption.py), stop with
     Preempted. DALI's TensorFlow plugin keeps no reader state, so Keras resumes from its newest checkpoint, the end
     of the last whole epoch: the interrupted epoch is trained again from its start."""
 

@@ -10,7 +10,7 @@ from typing import Callable
 import keras
 
 from hydrali.core.errors import HydraliError
-from hydrali.core.run import retention
+from hydrali.core.policies import retention
 from hydrali.core.run.record import RunRecord
 
 PATTERN = "epoch{epoch:03d}.weights.h5"  # Keras fills {epoch} with the number of epochs completed

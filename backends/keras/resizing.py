@@ -1,4 +1,4 @@
-"""Progressive resizing on Keras (hydrali.core.run.resizing): a training batch's images scaled to its epoch's size,
+"""Progressive resizing on Keras (hydrali.core.policies.resizing): a training batch's images scaled to its epoch's size,
 and the callback that sets the size at each epoch's start."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Callable
 import keras
 import tensorflow as tf
 
-from hydrali.core.run.resizing import resampling_matrix
+from hydrali.core.policies.resizing import resampling_matrix
 
 
 def scaled(images, side: int):

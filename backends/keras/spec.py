@@ -14,7 +14,7 @@ class KerasBackendConfig:
 
     name: str = "keras"
     devices: Any = "auto"  # auto | a count (hydrali.core.distributed.device_count)
-    precision: str = "auto"  # auto | a Precision name (checked by hydrali.core.run.auto_settings)
+    precision: str = "auto"  # auto | a Precision name (checked by hydrali.core.policies.auto_settings)
     compile: Any = "auto"  # true | false | auto (SPEC's auto_switches)
     xla_cache: Optional[str] = None  # a folder: XLA's compiled steps kept for later runs (backends/keras/xla_cache.py)
     callbacks: Dict[str, Any] = field(default_factory=dict)

@@ -41,11 +41,11 @@ from hydrali.core.contracts.run import RunContract, TrainedRunSpec
 from hydrali.core.distributed import gather, topology
 from hydrali.core.distributed.device_count import devices_per_node
 from hydrali.core.errors import HydraliError, first_line
+from hydrali.core.process.preemption import PreemptionWatch
 from hydrali.core.run import weights_from_run
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR
 from hydrali.core.run.observer import TrainingObserver
 from hydrali.core.run.plan import Plan
-from hydrali.core.run.preemption import PreemptionWatch
 from hydrali.core.run.record import RunRecord
 from hydrali.core.run.results import FitResult
 from hydrali.core.run.summary import model_line

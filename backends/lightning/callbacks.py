@@ -15,8 +15,8 @@ from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 
 from hydrali.core.distributed import gather
+from hydrali.core.process.preemption import Preempted, PreemptionWatch
 from hydrali.core.run.observer import TrainingObserver
-from hydrali.core.run.preemption import Preempted, PreemptionWatch
 
 log = logging.getLogger("hydrali")
 
@@ -118,7 +118,7 @@ class ReaderPosition(L.Callback):
 
 class StopOnSignal(L.Callback):
     """After a training step: when the job's processes agree that one of them received a preemption signal
-    (core/run/preemption.py), save `path` (the run's last.ckpt) where the epoch is, then stop with Preempted.
+    (core/process/preemption.py), save `path` (the run's last.ckpt) where the epoch is, then stop with Preempted.
 
     Not after an epoch's last step (Lightning counts a checkpoint saved there as the whole epoch, its validation
     not run): the epoch ends, and the run stops when the next one starts, its last.ckpt saved at the epoch's end.
@@ -127,7 +127,7 @@ class StopOnSignal(L.Callback):
 
     def __init__(self, watch: PreemptionWatch, path: Path, mid_epoch: bool):
         self.watch, self.path, self.mid_epoch = watch, Path(path), mid_epoch
-        self._cadence = None  # the steps after which the processes agree (core/run/preemption.CheckCadence)
+        self._cadence = None  # the steps after which the processes agree (core/process/preemption.CheckCadence)
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.watch.reassert()  # after DALI's pipelines and the GPU's libraries are loaded

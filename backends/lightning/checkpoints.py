@@ -1,6 +1,6 @@
 """Lightning's checkpoint files in hydrali: epochNNN.ckpt after each epoch the run contract saves (epochs counted
 from 1, as on Keras and in the run record), last.ckpt as a second name of the newest (a hard link: written once),
-and the files that keep_checkpoints does not keep pruned by core's rule (core/run/retention.py)."""
+and the files that keep_checkpoints does not keep pruned by core's rule (core/policies/retention.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Callable
 
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from hydrali.core.run import retention
+from hydrali.core.policies import retention
 from hydrali.core.run.record import RunRecord
 
 EPOCH_FILE = "epoch{epoch:03d}"  # the name (without .ckpt) of the checkpoint after epoch N

@@ -20,7 +20,7 @@ class LightningBackendConfig:
     num_nodes: int = 1
     strategy: str = "auto"
     ddp_bucket_mb: float = 25.0  # DDP's gradient bucket size, in MiB (hydrali.backends.lightning.backend)
-    precision: str = "auto"  # auto | a Precision name (checked by hydrali.core.run.auto_settings)
+    precision: str = "auto"  # auto | a Precision name (checked by hydrali.core.policies.auto_settings)
     channels_last: Any = "auto"  # true | false | auto (SPEC's auto_switches)
     compile: Any = False  # true | false | auto (SPEC's auto_switches)
     compile_mode: CompileMode = CompileMode.default

@@ -1,4 +1,5 @@
-"""Progressive resizing on torch (hydrali.core.run.resizing): a training batch's images scaled to its epoch's side."""
+"""Progressive resizing on torch (hydrali.core.policies.resizing): a training batch's images scaled to its epoch's
+size."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import functools
 
 import torch
 
-from hydrali.core.run.resizing import resampling_matrix
+from hydrali.core.policies.resizing import resampling_matrix
 
 
 @functools.lru_cache(maxsize=16)

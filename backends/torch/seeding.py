@@ -1,5 +1,5 @@
 """torch's generators seeded for a run: each backend seeds its own framework (core seeds Python's and NumPy's:
-core/run/seeding.py), with the plan's seed, as its fit starts."""
+core/policies/seeding.py), with the plan's seed, as its fit starts."""
 
 from __future__ import annotations
 

@@ -19,8 +19,8 @@ from hydrali.core.config.store import register_schemas
 from hydrali.core.distributed.launchers import TORCHRUN
 from hydrali.core.distributed.local_launch import CONFIG_FILE, CONTEXT_FILE, LOGGING_FILE
 from hydrali.core.errors import HydraliError
-from hydrali.core.run import collector, job_context, live_processes
-from hydrali.core.run.preemption import Preempted
+from hydrali.core.process import collector, job_context, live_processes
+from hydrali.core.process.preemption import Preempted
 from hydrali.core.run.runner import run
 
 

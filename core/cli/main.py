@@ -14,7 +14,7 @@ from hydrali.core.cli.sweep_launcher import register as register_launcher
 from hydrali.core.cli.use import COMMANDS
 from hydrali.core.config.store import register_schemas
 from hydrali.core.errors import HydraliError
-from hydrali.core.run import collector
+from hydrali.core.process import collector
 from hydrali.core.run.run_dir import note_launch_folders, remove_if_empty
 from hydrali.core.run.wall_time import counted_from_process_start
 
@@ -27,7 +27,7 @@ _job = {"started": False}  # whether a job started in this process
 
 @hydra.main(config_path="pkg://hydrali.conf", config_name="config", version_base="1.3")
 def _hydra_entry(cfg: DictConfig) -> float | None:
-    from hydrali.core.run.preemption import Preempted
+    from hydrali.core.process.preemption import Preempted
     from hydrali.core.run.runner import run  # imported here so that `--help` and `--cfg` stay fast
     from hydrali.core.tracking import sweep
 

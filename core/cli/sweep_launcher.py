@@ -245,7 +245,7 @@ def run_in_worker(idx: int, backend: str, overrides, hydra_context, config, task
     from hydra_plugins.hydra_joblib_launcher._core import execute_job
 
     from hydrali.core.contracts.registry import import_ahead
-    from hydrali.core.run import collector
+    from hydrali.core.process import collector
     from hydrali.core.tracking import sweep
 
     gpus, started, failed_before = None, time.monotonic(), sweep.failed_here()

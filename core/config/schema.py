@@ -237,7 +237,7 @@ class PreemptionConfig:
 
 @dataclass
 class ProgressiveResizingConfig:
-    """conf/config.yaml's progressive_resizing: smaller training images first (core/run/resizing.py)."""
+    """conf/config.yaml's progressive_resizing: smaller training images first (core/policies/resizing.py)."""
 
     start_side: Optional[int] = None  # null: off
     full_at: float = 0.75  # the fraction of the epochs from which training is at data.image_size

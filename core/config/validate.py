@@ -14,8 +14,8 @@ from hydrali.core.contracts.backend import Capability
 from hydrali.core.contracts.registry import backend_spec, backend_specs, task_specs
 from hydrali.core.data.pipelines import check_options
 from hydrali.core.errors import HydraliError
-from hydrali.core.run.auto_settings import check_backend_settings
-from hydrali.core.run.preemption import signal_number
+from hydrali.core.policies.auto_settings import check_backend_settings
+from hydrali.core.process.preemption import signal_number
 from hydrali.core.run.run_dir import override_key
 
 _HINTS = {

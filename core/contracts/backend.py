@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, runtime_chec
 
 if TYPE_CHECKING:
     from hydrali.core.contracts.run import RunContract, TrainedRunSpec
+    from hydrali.core.process.preemption import PreemptionWatch
     from hydrali.core.run.plan import Plan
-    from hydrali.core.run.preemption import PreemptionWatch
     from hydrali.core.run.record import RunRecord
     from hydrali.core.run.results import FitResult
 
@@ -31,8 +31,9 @@ class Capability(str, Enum):
 
 @dataclass(frozen=True)
 class AutoSwitch:
-    """A true | false | auto key of a backend's config that core decides for the device (core/run/auto_settings.py):
-    `auto` is true on a GPU and false on a CPU; false also under deterministic=true where `off_when_deterministic`."""
+    """A true | false | auto key of a backend's config that core decides for the device
+    (core/policies/auto_settings.py): `auto` is true on a GPU and false on a CPU; false also under deterministic=true
+    where `off_when_deterministic`."""
 
     key: str  # its key under `backend`
     off_when_deterministic: bool = False
@@ -70,7 +71,7 @@ class BackendSpec:
 @dataclass(frozen=True)
 class TrainingDevice:
     """The device a backend trains this process's replicas on, as core's `auto` settings need it
-    (hydrali.core.run.auto_settings)."""
+    (hydrali.core.policies.auto_settings)."""
 
     kind: str  # gpu | cpu
     name: str  # as the framework names it (e.g. "NVIDIA H100 80GB HBM3", "CPU")
@@ -177,4 +178,4 @@ class Backend(Protocol):
         (deterministic algorithms under contract.deterministic), recording each epoch into `record` and saving
         checkpoints under `output_dir`; resume from `resume_from` when given. After each training step, when the
         job's processes agree that `preemption` noted a signal, save a checkpoint to resume from as the backend
-        can (mid-epoch where its data loader keeps DALI's state) and raise core.run.preemption.Preempted."""
+        can (mid-epoch where its data loader keeps DALI's state) and raise core.process.preemption.Preempted."""

@@ -75,7 +75,7 @@ class RunContract:
     start_weights: str | None  # model.weights: an earlier run the network starts from (None: its builder's own)
     throughput_warmup_steps: int  # steps of each epoch left out of the steady images/s
     checkpoint_every: int  # epochs between the per-epoch checkpoints (saves_checkpoint)
-    keep_checkpoints: int  # the newest per-epoch checkpoints kept besides the best; 0: all (core/run/retention.py)
+    keep_checkpoints: int  # the newest per-epoch checkpoints kept besides the best; 0: all (core/policies/retention.py)
     validate_every: int  # epochs between validations (validates)
     progress_bar: bool  # a bar of each epoch's steps on the console (`auto` decided: on a terminal)
     callbacks: tuple[Any, ...]  # the user's framework callbacks (backend.callbacks), instantiated

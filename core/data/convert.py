@@ -22,7 +22,7 @@ from hydrali.core.data import object_store, webdataset
 from hydrali.core.data.image_files import Verify
 from hydrali.core.errors import HydraliError
 from hydrali.core.inference.trained_run import compose
-from hydrali.core.run import seeding
+from hydrali.core.policies import seeding
 
 SPLITS = ("train", "val")  # what convert writes: every split a run reads
 

@@ -7,7 +7,7 @@ resolves the config once (run dir, seed, every interpolation), saves it in the r
 process per replica that reads it, with the ranks in torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT), so that the framework takes them as launched from outside. One output dir and one
 MLflow run per job, whatever the number of processes. The processes end with the job's process, however it ends,
-and hold its run dir while they live (core/run/live_processes.py).
+and hold its run dir while they live (core/process/live_processes.py).
 
     python -m hydrali.core.cli.launched <run dir>/.launch      # what each process runs
 """
@@ -36,8 +36,8 @@ from hydrali.core.distributed.launchers import (
     TORCHRUN_GROUP_RANK,
 )
 from hydrali.core.errors import HydraliError, SweepRefused
-from hydrali.core.run import job_context, live_processes
-from hydrali.core.run.preemption import Preempted, PreemptionWatch
+from hydrali.core.process import job_context, live_processes
+from hydrali.core.process.preemption import Preempted, PreemptionWatch
 
 log = logging.getLogger("hydrali")
 
@@ -146,7 +146,7 @@ def run_processes(
             MASTER_PORT: port,
             LAUNCHED_BY_HYDRALI: "1",
         }
-        # each ends with this process and holds the run dir with it (core/run/live_processes.py)
+        # each ends with this process and holds the run dir with it (core/process/live_processes.py)
         command = [sys.executable, "-m", "hydrali.core.cli.launched", str(folder)]
         procs.append(live_processes.start(command, env, cfg.paths.output_dir))
     if preemption is not None:

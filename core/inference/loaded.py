@@ -20,7 +20,7 @@ from hydrali.core.data.devices import resolve_device
 from hydrali.core.errors import HydraliError
 from hydrali.core.inference.batches import count_batches, read_batches
 from hydrali.core.inference.trained_run import TrainedRun, checkpoint_of
-from hydrali.core.run import auto_settings
+from hydrali.core.policies import auto_settings
 from hydrali.core.run.checkpoints import TRAINED_WITH
 from hydrali.core.run.contract import backend_settings, trained_run_spec
 

@@ -16,8 +16,8 @@ from hydrali.core.contracts.backend import TrainingDevice
 from hydrali.core.contracts.registry import backend_spec
 from hydrali.core.contracts.run import OptimizerSettings, RunContract, TaskInputs, TrainedRunSpec
 from hydrali.core.errors import HydraliError
-from hydrali.core.run import auto_settings, resizing
-from hydrali.core.run.auto_settings import AUTO
+from hydrali.core.policies import auto_settings, resizing
+from hydrali.core.policies.auto_settings import AUTO
 from hydrali.core.run.plan import Plan
 from hydrali.core.run.summary import network_name
 from hydrali.core.run.weights_from_run import as_built

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 from hydrali.core.config.schema import Scale
 from hydrali.core.distributed.topology import Topology
 from hydrali.core.errors import HydraliError
-from hydrali.core.run import job_context
+from hydrali.core.policies.seeding import pipeline_seed
+from hydrali.core.process import job_context
 from hydrali.core.run.epoch import EpochSteps, make_epoch_steps
-from hydrali.core.run.seeding import pipeline_seed
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -85,7 +85,7 @@ class Plan:
 
     def resumed_at(self, epoch: int) -> Plan:
         """This plan for pipelines that start at epoch `epoch` of a resumed run without DALI's saved reader state:
-        each shard's pipeline seed of that epoch (core.run.seeding.pipeline_seed)."""
+        each shard's pipeline seed of that epoch (core.policies.seeding.pipeline_seed)."""
         shards = tuple(replace(s, pipeline_seed=pipeline_seed(self.seed, s.shard_id, epoch)) for s in self.shards)
         return replace(self, shards=shards)
 

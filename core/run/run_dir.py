@@ -13,7 +13,7 @@ nothing (core/run/finished.py).
 
 Two processes never train in one run dir: the process that runs a job holds an exclusive lock on the dir itself
 (flock on its descriptor: no file is written) until it ends, however it ends, and so do the processes it starts
-for the job (core/run/live_processes.py); a second one is refused at once.
+for the job (core/process/live_processes.py); a second one is refused at once.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hydrali.core.errors import HydraliError
 from hydrali.core.files import write_atomically
-from hydrali.core.run import live_processes
+from hydrali.core.process import live_processes
 
 RUN_FILE = "run.json"
 ROOT_ENV = "HYDRALI_ROOT"  # the launch root Hydra puts outputs/ and multirun/ under (conf/config.yaml), else the cwd

@@ -24,17 +24,9 @@ from hydrali.core.distributed import agreement, gather, local_launch, topology
 from hydrali.core.distributed.launchers import LAUNCHED_BY_HYDRALI
 from hydrali.core.distributed.mpi_ranks import adopt_mpi_ranks
 from hydrali.core.errors import HydraliError
-from hydrali.core.run import (
-    auto_settings,
-    collector,
-    job_context,
-    preemption,
-    resizing,
-    run_dir,
-    seeding,
-    wall_time,
-    weights_from_run,
-)
+from hydrali.core.policies import auto_settings, resizing, seeding
+from hydrali.core.process import collector, job_context, preemption
+from hydrali.core.run import run_dir, wall_time, weights_from_run
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR, resolve_checkpoint, write_trained_with
 from hydrali.core.run.contract import backend_settings, decided_settings, run_contract
 from hydrali.core.run.finished import finished_lines, finished_summary
@@ -139,7 +131,7 @@ def _run(attempt: run_dir.Attempt, clock: RunClock, watch: preemption.Preemption
             dataset = _prepare_data(cfg, task)  # before the backend loads, so that bad data fails in a second
     with clock.timing(STARTUP):  # its framework's imports
         backend = load_backend(cfg.backend.name)
-        collector.frameworks_loaded()  # the collector resumes, without the frameworks' objects (core/run/collector.py)
+        collector.frameworks_loaded()  # the collector resumes, without the frameworks' objects (process/collector.py)
     plan, task = plan_and_agree(cfg, backend, task, dataset)
     start = resume_point(attempt, cfg, backend, dataset)
     plan = seeded_for(plan, start, cfg)

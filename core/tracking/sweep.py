@@ -18,7 +18,8 @@ from pathlib import Path
 
 from hydrali.core.distributed import topology
 from hydrali.core.errors import HydraliError, SweepRefused, first_line
-from hydrali.core.run import job_context, run_dir
+from hydrali.core.process import job_context
+from hydrali.core.run import run_dir
 
 log = logging.getLogger("hydrali")
 

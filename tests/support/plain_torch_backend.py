@@ -27,9 +27,9 @@ from hydrali.backends.torch.side import SIDE, build_torch_side
 from hydrali.core.contracts.backend import TrainingDevice
 from hydrali.core.contracts.run import RunContract, TrainedRunSpec
 from hydrali.core.errors import HydraliError, first_line
+from hydrali.core.process.preemption import Preempted, PreemptionWatch
 from hydrali.core.run.checkpoints import CHECKPOINT_DIR
 from hydrali.core.run.observer import TrainingObserver
-from hydrali.core.run.preemption import Preempted, PreemptionWatch
 from hydrali.core.run.record import RunRecord
 from hydrali.core.run.results import FitResult
 from tests.support.plain_torch_spec import SPEC, PlainBackendConfig
