@@ -13,7 +13,7 @@ from hydrali.core.policies.retention import best_saved_epoch, epochs_to_remove
 from hydrali.core.run.runner import run
 from tests.support.checks import fails_with, read_summary
 from tests.support.cli import run_cli
-from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET, TINY, compose_config
+from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET, TINY, compose_config, with_plugin_callback
 
 # val/acc of five epochs: the best is the second, the newest two are 4 and 5
 ROWS = [{"epoch": e, "val/acc": acc} for e, acc in zip(range(1, 6), (0.50, 0.90, 0.60, 0.70, 0.80))]
@@ -88,3 +88,50 @@ def test_a_run_policy_out_of_range_is_refused_in_one_line(tmp_path, data_dir, ov
 
     with pytest.raises(HydraliError, match=needle):
         check_config(compose_config([override], tmp_path, data_dir))
+
+
+@pytest.mark.slow
+def test_an_epoch_resumed_in_its_middle_validates_where_validate_every_says(tmp_path, data_dir):
+    # Lightning runs no on_train_epoch_start for an epoch resumed in its middle: the cadence is set at the start of
+    # training too (3 epochs, validate_every=2: the second and the last validate, the last one resumed mid-way)
+    from tests.support.plugins import SIGNAL_AT_STEP
+
+    out = tmp_path / "run"
+    record = with_plugin_callback("record", "RecordBatches", path=str(tmp_path / "batches.jsonl"))
+    args = ["epochs=3", "validate_every=2", *TINY, *LIGHTNING_QUIET, "tracking=none", f"paths.data_dir={data_dir}"]
+    args += [record, f"hydra.run.dir={out}"]
+    steps = 22  # the digits' training split at TINY's batch
+    stopped = run_cli(*args, cwd=tmp_path, env={SIGNAL_AT_STEP: str(2 * steps + steps // 2)})  # in the third epoch
+    assert stopped.returncode == 128 + 10, stopped.stderr[-3000:]  # 128 + SIGUSR1: saved mid-epoch, stopped
+    resumed = run_cli(*args, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    validated = [any(key.startswith("val/") for key in row) for row in read_summary(out)["history"]]
+    assert validated == [False, True, True]
+
+
+def test_a_run_recorded_with_a_backends_own_policy_key_is_composed_again_without_it(caplog):
+    # run.json of a run trained before the key moved to core holds its override: composed again (a resume, hydrali
+    # eval), it is left out with a warning naming the key that does its job, not refused
+    from hydrali.core.run.run_dir import merge_overrides, not_compared
+
+    recorded = ["epochs=3", "backend.trainer.enable_progress_bar=false", "backend.validation_freq=2", "optim.lr=0.1"]
+    with caplog.at_level("WARNING", logger="hydrali"):
+        merged = merge_overrides(recorded, ["optim.lr=0.2"])
+    assert merged == ["epochs=3", "optim.lr=0.2"]
+    assert "progress_bar does its job now" in caplog.text and "validate_every does its job now" in caplog.text
+    # nor do the old keys and the run policies make an attempt's config "another" run's
+    assert {"backend.save_top_k", "backend.verbose", "keep_checkpoints", "validate_every"} <= set(not_compared())
+
+
+@pytest.mark.slow
+def test_a_lightning_run_resumed_from_an_earlier_checkpoint_drops_the_later_files(tmp_path, data_dir):
+    run_dir = tmp_path / "run"
+    overrides = ["backend=lightning", "tracking=none", "seed=0", *TINY, *LIGHTNING_QUIET, "keep_checkpoints=0"]
+    run(compose_config([*overrides, "epochs=3"], tmp_path, data_dir, run_dir))
+    folder = run_dir / "checkpoints"
+    assert _saved_epochs(folder) == [1, 2, 3]
+    earlier = folder / "epoch001.ckpt"
+    run(compose_config([*overrides, "epochs=3", f"ckpt_path={earlier}"], tmp_path, data_dir, run_dir))
+    # epochs 2 and 3 trained again: their files are the new run's (no stale epoch003.ckpt beside an epoch003-v1)
+    assert sorted(path.name for path in folder.glob("epoch*")) == ["epoch001.ckpt", "epoch002.ckpt", "epoch003.ckpt"]
+    assert read_summary(run_dir)["history"][-1]["epoch"] == 3

@@ -51,9 +51,7 @@ def newest(checkpoint_dir: Path) -> Path | None:
 
 def drop_later(checkpoint_dir: Path, epochs: int) -> None:
     """Delete the checkpoints of more than `epochs` epochs: a run resumed from an earlier one abandons them."""
-    for path in Path(checkpoint_dir).glob("epoch*.weights.h5") if Path(checkpoint_dir).is_dir() else []:
-        if epochs_done(path) > epochs:
-            path.unlink()
+    retention.drop_after(saved_files(checkpoint_dir), epochs)
 
 
 def file_of(checkpoint_dir: Path, epoch: int) -> Path:

@@ -25,6 +25,7 @@ from hydrali.backends.lightning.checkpoints import (
     EpochNumberCheckpoint,
     LastCheckpoint,
     best_epoch_file,
+    drop_later,
     prune_epoch_files,
 )
 from hydrali.backends.lightning.data import DaliDataModule
@@ -223,6 +224,8 @@ class LightningBackend:
         plan, settings = contract.plan, contract.backend
         seed_torch(plan.seed, contract.deterministic)
         checkpoint_dir = output_dir / CHECKPOINT_DIR
+        if resume_from is not None and plan.global_rank == 0:  # the files after the checkpoint resumed from go
+            drop_later(checkpoint_dir, self.checkpoint_epochs(resume_from))
         datamodule = DaliDataModule(task=task, contract=contract, dataset=dataset)
         datamodule.setup("fit")
         show_bar = contract.progress_bar
@@ -296,7 +299,9 @@ class LightningBackend:
             logger=False,
             default_root_dir=str(output_dir),
             enable_progress_bar=show_bar,
-            check_val_every_n_epoch=1,  # ValidationEpochs decides each epoch's
+            # validate_every (which a callback such as EarlyStopping reads when set up); ValidationEpochs then decides
+            # each epoch's, the last epoch's included
+            check_val_every_n_epoch=contract.validate_every,
             accumulate_grad_batches=plan.accumulate,  # an epoch is a whole number of accumulations (core.run.epoch)
             callbacks=[
                 *reader_position,  # first: the checkpoints below save DALI's state after the batches trained

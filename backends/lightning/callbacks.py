@@ -69,12 +69,19 @@ class Observe(L.Callback):
 class ValidationEpochs(L.Callback):
     """Validation after the epochs that `validates` (the run contract's, epochs counted from 1) names: every
     validate_every-th and the last, as on every backend (Lightning's own check_val_every_n_epoch skips the last
-    epoch when it is not a multiple). Sets the Trainer's cadence for each epoch as it starts."""
+    epoch when it is not a multiple). Sets the Trainer's cadence for each epoch as it starts, and for the epoch
+    training starts in (a resume in the middle of an epoch runs no on_train_epoch_start)."""
 
     def __init__(self, validates: Callable[[int], bool]):
         self.validates = validates
 
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._set(trainer)
+
     def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self._set(trainer)
+
+    def _set(self, trainer) -> None:
         epoch = trainer.current_epoch + 1
         # Lightning validates epoch e (from 1) when e % check_val_every_n_epoch == 0: 1 for yes, e + 1 for no
         trainer.check_val_every_n_epoch = 1 if self.validates(epoch) else epoch + 1

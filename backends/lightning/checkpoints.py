@@ -30,6 +30,12 @@ def prune_epoch_files(checkpoint_dir: Path, record: RunRecord, keep: int, monito
     retention.prune(epoch_files(checkpoint_dir), record, keep, monitor, mode)
 
 
+def drop_later(checkpoint_dir: Path, epochs: int) -> None:
+    """Delete the per-epoch checkpoints of more than `epochs` epochs: a run resumed from an earlier one abandons
+    them."""
+    retention.drop_after(epoch_files(checkpoint_dir), epochs)
+
+
 def best_epoch_file(checkpoint_dir: Path, record: RunRecord, monitor: str, mode: str) -> Path | None:
     """The per-epoch checkpoint of the best epoch by `monitor` among those with a file, or None."""
     files = epoch_files(checkpoint_dir)

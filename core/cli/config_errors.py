@@ -12,7 +12,8 @@ import re
 from hydra.errors import MissingConfigException, OverrideParseException
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from hydrali.core.config.validate import closest_hint, replaced_keys
+from hydrali.core.config.validate import closest_hint
+from hydrali.core.contracts.registry import replaced_keys
 
 QUOTING = "https://hydra.cc/docs/advanced/override_grammar/basic/"
 _MISSING_OPTION = re.compile(r"Could not find '([^']+)/([^']+)'")

@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hydrali.core.config.schema import GROUP_SCHEMAS, HydraliConfig
 from hydrali.core.contracts.backend import Capability
-from hydrali.core.contracts.registry import backend_spec, backend_specs, task_specs
+from hydrali.core.contracts.registry import backend_spec, backend_specs, replaced_keys, task_specs
 from hydrali.core.data.pipelines import check_options
 from hydrali.core.errors import HydraliError
 from hydrali.core.policies.auto_settings import check_backend_settings
@@ -63,18 +63,6 @@ def check_pipeline_fits_task(cfg: DictConfig) -> None:
             f"pipeline={cfg.pipeline.name} is a {fed} recipe and cannot feed task={task}: "
             f"choose pipeline= one of {choices}"
         )
-
-
-RENAMED = {  # keys of earlier releases -> the key that took their job
-    "backend.replicas": "backend.devices",
-}
-
-
-def replaced_keys() -> dict[str, str]:
-    """Keys that core refuses, each with the key that does its job on every backend: those of earlier releases and
-    the backends' own that core decides (their specs' replaced_keys, e.g. a framework's gradient accumulation)."""
-    declared = {f"backend.{key}": core for spec in backend_specs().values() for key, core in spec.replaced_keys.items()}
-    return {**RENAMED, **declared}
 
 
 def closest_hint(key: str, choices) -> str:

@@ -136,3 +136,15 @@ def backends_help() -> str:
     specs = backend_specs()
     width = max(len(name) for name in specs)
     return "\n".join(f"{name:<{width}}  {spec.summary}" for name, spec in sorted(specs.items()))
+
+
+RENAMED = {  # keys of earlier releases -> the key that took their job
+    "backend.replicas": "backend.devices",
+}
+
+
+def replaced_keys() -> dict[str, str]:
+    """Keys that core refuses, each with the key that does its job on every backend: those of earlier releases and
+    the backends' own that core decides (their specs' replaced_keys, e.g. a framework's gradient accumulation)."""
+    declared = {f"backend.{key}": core for spec in backend_specs().values() for key, core in spec.replaced_keys.items()}
+    return {**RENAMED, **declared}

@@ -149,7 +149,7 @@ def _take_recorded_values(cfg: DictConfig, recorded: dict, named: set[str]) -> N
     """Set in `cfg` every value the run recorded (its resolved config: the pretrained weights' preprocessing, the
     defaults of the day it trained) but those of keys `named` on the command line and those that differ between
     attempts by design."""
-    skipped = tuple(named) + run_dir.NOT_COMPARED
+    skipped = tuple(named) + run_dir.not_compared()
     for key, value in _leaves(recorded):
         if key in skipped or key.startswith(tuple(f"{k}." for k in skipped)):
             continue

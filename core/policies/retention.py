@@ -36,3 +36,11 @@ def prune(files: Mapping[int, Path], record: RunRecord, keep: int, monitor: str,
     """Delete the checkpoint files (by the epoch each holds) that keep_checkpoints does not keep."""
     for epoch in epochs_to_remove(files, record.rows, keep, monitor, mode):
         Path(files[epoch]).unlink(missing_ok=True)
+
+
+def drop_after(files: Mapping[int, Path], epochs: int) -> None:
+    """Delete the checkpoint files (by the epoch each holds) of more than `epochs` epochs: a run resumed from an
+    earlier checkpoint abandons them (they would count as the newest and could be named the best)."""
+    for epoch, path in files.items():
+        if epoch > epochs:
+            Path(path).unlink(missing_ok=True)

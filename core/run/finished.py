@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hydrali.core.run.run_dir import NOT_COMPARED, Attempt, differences, resolved
+from hydrali.core.run.run_dir import Attempt, differences, not_compared, resolved
 from hydrali.core.run.summary import SUMMARY_FILE
 
 SAME_COMMAND_CKPT_PATHS = (None, "last")  # the ckpt_path values that ask again for the run as it is
@@ -27,7 +27,7 @@ def finished_summary(attempt: Attempt) -> dict | None:
     summary = _readable_summary(Path(cfg.paths.output_dir))
     if summary is None or int(summary.get("epochs", 0)) < int(cfg.epochs):
         return None
-    if differences(run_file.config, resolved(cfg), ignored=NOT_COMPARED):
+    if differences(run_file.config, resolved(cfg), ignored=not_compared()):
         return None
     return summary
 

@@ -22,6 +22,7 @@ import contextlib
 import errno
 import fcntl
 import json
+import logging
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -29,10 +30,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from hydrali.core.contracts.registry import replaced_keys
 from hydrali.core.errors import HydraliError
 from hydrali.core.files import write_atomically
 from hydrali.core.process import live_processes
 
+log = logging.getLogger("hydrali")
 RUN_FILE = "run.json"
 ROOT_ENV = "HYDRALI_ROOT"  # the launch root Hydra puts outputs/ and multirun/ under (conf/config.yaml), else the cwd
 HYDRA_FOLDERS = ("outputs", "multirun")  # the folders of hydra.run.dir and hydra.sweep.dir under it (conf/config.yaml)
@@ -49,6 +52,8 @@ LOCATION_KEYS = (
     "model.weights",
 )
 NOT_COMPARED = ("ckpt_path", "paths.output_dir")  # differ between the attempts of one run by design
+# how a run is validated, kept and shown, not what it trains: an attempt may change them
+RUN_POLICIES = ("keep_checkpoints", "validate_every", "progress_bar")
 _SQLITE = "sqlite:///"
 _SHOWN_DIFFERENCES = 4  # how many differing keys a refusal names
 
@@ -151,9 +156,15 @@ def differences(then: dict, now: dict, ignored: tuple[str, ...] = (), shown: int
     return words + (f" (and {len(differ) - shown} more)" if len(differ) > shown else "")
 
 
+def not_compared() -> tuple[str, ...]:
+    """The keys whose values may differ between the attempts of one run: ckpt_path and the output dir (by design),
+    the run policies, and the keys an earlier release had whose job a core key does now (replaced_keys)."""
+    return NOT_COMPARED + RUN_POLICIES + tuple(replaced_keys())
+
+
 def refuse_other_config(output_dir: Path, run_file: RunFile, cfg: DictConfig) -> None:
     """Refuse, in one line naming the differing keys, a new run of another config in a used run dir."""
-    differ = differences(run_file.config, resolved(cfg), ignored=NOT_COMPARED)
+    differ = differences(run_file.config, resolved(cfg), ignored=not_compared())
     if differ:
         raise HydraliError(
             f"hydra.run.dir={output_dir} holds a run with other settings ({differ}): pass a new hydra.run.dir "
@@ -175,9 +186,18 @@ def set_on_command_line(key: str, overrides: list[str]) -> bool:
 
 
 def merge_overrides(then: list[str], now: list[str]) -> list[str]:
-    """The overrides of a run composed again: `then`'s, but for the keys `now` sets, followed by `now`."""
-    keys_now = {override_key(o) for o in now}
-    return [o for o in then if override_key(o) not in keys_now] + list(now)
+    """The overrides of a run composed again: `then`'s, but for the keys `now` sets and those of an earlier release
+    that a core key replaced (left out, in a warning naming the key that does their job), followed by `now`."""
+    keys_now, replaced = {override_key(o) for o in now}, replaced_keys()
+    for override in then:
+        if override_key(override) in replaced:
+            log.warning(
+                "the run's %s is left out: %s does its job now (the same key on every backend; its default unless "
+                "given)",
+                override,
+                replaced[override_key(override)],
+            )
+    return [o for o in then if override_key(o) not in keys_now and override_key(o) not in replaced] + list(now)
 
 
 def compose_again(overrides: list[str]) -> DictConfig:
