@@ -19,12 +19,11 @@ def _rank(rank: int, jobs: list[tuple[str, dict, float]], port: int, results) ->
     import os
 
     from hydrali.backends.lightning.agreement import share_from_rank0
-    from hydrali.core.process import job_context
 
     os.environ.update(TORCHELASTIC_USE_AGENT_STORE="True", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    plan = SimpleNamespace(global_rank=rank, world_size=2, shards=[0])  # the two ranks of one node
     for job, values, delay in jobs:
-        job_context.adopt(job_context.JobContext(overrides=[], num=job, sweep_dir="/sweep"))
+        # the two ranks of one node, in the sweep's job `job` (the plan names it: core/run/plan.py's sweep_job)
+        plan = SimpleNamespace(global_rank=rank, world_size=2, shards=[0], sweep_job=job)
         time.sleep(delay)
         results.put((rank, job, share_from_rank0(values, plan)))
 
