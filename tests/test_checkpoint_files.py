@@ -1,8 +1,8 @@
-"""The checkpoint files a run leaves. Lightning (backends/lightning/callbacks.py LastCheckpoint): last.ckpt after every
-epoch, the best by task.monitor, and when the epoch just trained is the best, one file under both names (written
-once: a hard link) that a resume continues from and that outlives the best file's replacement. Both backends: with
-checkpoint_every=N the epochs that save are the same (every Nth and the last), the best checkpoint is the best of
-those, and a resume continues from the newest."""
+"""The checkpoint files a run leaves. Lightning (backends/lightning/checkpoints.py): epochNNN.ckpt after each epoch
+that saves and last.ckpt a second name of the newest (written once: a hard link), which a resume continues from, or
+the newest epoch's file where a stop came before last.ckpt named it. Both backends: with checkpoint_every=N the
+epochs that save are the same (every Nth and the last), the best checkpoint is the best of those, and a resume
+continues from the newest."""
 
 from __future__ import annotations
 
@@ -63,6 +63,31 @@ def test_after_an_epoch_that_is_not_the_best_last_ckpt_is_its_own_file_of_that_e
     assert (folder / "last.ckpt").samefile(folder / "epoch002.ckpt")
     assert (_epochs_in(folder / "epoch001.ckpt"), _epochs_in(folder / "last.ckpt")) == (1, 2)
     assert Path(summary["best_checkpoint"]).name == "epoch001.ckpt"
+
+
+@pytest.mark.slow
+def test_a_stop_between_an_epochs_file_and_last_ckpt_resumes_from_that_epochs_file(tmp_path, data_dir):
+    """A run stopped after epoch N's file was written and before last.ckpt named it (Ctrl+C or SIGTERM in that
+    moment: last.ckpt missing, or still naming epoch N-1) resumes from epoch N's file, which it does not train
+    again (the file is the same inode afterwards)."""
+    run_dir = tmp_path / "run"
+    overrides = ["tracking=none", "seed=0", *TINY, *LIGHTNING_QUIET, "keep_checkpoints=0"]
+    run(compose_config([*overrides, "epochs=2"], tmp_path, data_dir, run_dir))
+    folder = run_dir / "checkpoints"
+    (folder / "last.ckpt").unlink()  # stopped before last.ckpt was linked to epoch002.ckpt
+    second = (folder / "epoch002.ckpt").stat().st_ino
+    run(compose_config([*overrides, "epochs=3", "ckpt_path=last"], tmp_path, data_dir, run_dir))
+    assert [row["epoch"] for row in read_summary(run_dir)["history"]] == [1, 2, 3]
+    assert (folder / "epoch002.ckpt").stat().st_ino == second, "epoch 2 was trained again"
+
+    (folder / "last.ckpt").unlink()  # stopped before last.ckpt, naming epoch 2's file, was moved to epoch 3's
+    (folder / "last.ckpt").hardlink_to(folder / "epoch002.ckpt")
+    third = (folder / "epoch003.ckpt").stat().st_ino
+    run(compose_config([*overrides, "epochs=4", "ckpt_path=last"], tmp_path, data_dir, run_dir))
+    history = read_summary(run_dir)["history"]
+    assert [row["epoch"] for row in history] == [1, 2, 3, 4]
+    assert (folder / "epoch003.ckpt").stat().st_ino == third, "epoch 3 was trained again"
+    assert (folder / "last.ckpt").samefile(folder / "epoch004.ckpt")
 
 
 def _saved_epochs(folder) -> list[int]:

@@ -22,11 +22,14 @@ from hydrali.backends.lightning.callbacks import (
 )
 from hydrali.backends.lightning.checkpoints import (
     EPOCH_FILE,
+    LAST,
     EpochNumberCheckpoint,
     LastCheckpoint,
     best_epoch_file,
     drop_later,
+    newest,
     prune_epoch_files,
+    whole_epochs,
 )
 from hydrali.backends.lightning.data import DaliDataModule
 from hydrali.backends.lightning.ddp import SameStreamDDPStrategy
@@ -61,13 +64,12 @@ warnings.filterwarnings("ignore", message=r"You're resuming from a checkpoint th
 # model.freeze keeps the frozen backbone in eval mode on purpose (its BatchNorm statistics stay)
 warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode at the start of training")
 SELF_LAUNCHED = ("auto", "ddp", "ddp_find_unused_parameters_true")  # strategies whose processes hydrali starts
-LAST = "last.ckpt"
 
 
 def newest_checkpoint(checkpoint_dir: Path) -> Path | None:
-    """The last.ckpt in `checkpoint_dir`, if there is one."""
-    last = Path(checkpoint_dir) / LAST
-    return last if last.is_file() else None
+    """The checkpoint in `checkpoint_dir` a resume continues from (last.ckpt, or the newest epoch's file where a
+    stop came before last.ckpt named it), if there is one."""
+    return newest(checkpoint_dir)
 
 
 def node_devices(backend: LightningBackendConfig) -> int:
@@ -171,21 +173,20 @@ class LightningBackend:
         return devices, backend.num_nodes, 1
 
     def newest_checkpoint(self, checkpoint_dir: Path) -> Path | None:
-        """This run dir's last.ckpt, if there is one."""
+        """This run dir's newest checkpoint, if there is one."""
         return newest_checkpoint(checkpoint_dir)
 
     def checkpoint_epochs(self, path: Path) -> int:
         """How many whole epochs a Lightning checkpoint holds; one line if it cannot be read as one."""
         try:
-            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-            progress = state["loops"]["fit_loop"]["epoch_progress"]["current"]
-            state["state_dict"]
+            epochs = whole_epochs(path)
+            torch.load(path, map_location="cpu", weights_only=True, mmap=True)["state_dict"]
         except Exception as err:  # torch raises many types for a file that is not a checkpoint
             raise HydraliError(
                 f"ckpt_path={path} cannot be read as a Lightning checkpoint ({first_line(err)}): "
                 f"pass a .ckpt file that hydrali wrote, or ckpt_path=last"
             ) from err
-        return int(progress["processed"])
+        return epochs
 
     def load_trained(self, *, run: TrainedRunSpec, task, dataset, checkpoint: Path):
         """The run's torch side with the weights of a Lightning checkpoint, for inference (at backend.precision,

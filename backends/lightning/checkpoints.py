@@ -9,12 +9,14 @@ import re
 from pathlib import Path
 from typing import Callable
 
+import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from hydrali.core.policies import retention
 from hydrali.core.run.record import RunRecord
 
 EPOCH_FILE = "epoch{epoch:03d}"  # the name (without .ckpt) of the checkpoint after epoch N
+LAST = "last.ckpt"  # the second name of the newest checkpoint (or a checkpoint of an epoch stopped mid-way)
 _EPOCH = re.compile(r"^epoch(\d+)\.ckpt$")
 
 
@@ -23,6 +25,29 @@ def epoch_files(checkpoint_dir: Path) -> dict[int, Path]:
     folder = Path(checkpoint_dir)
     found = ((_EPOCH.match(path.name), path) for path in folder.iterdir()) if folder.is_dir() else ()
     return {int(match.group(1)): path for match, path in found if match}
+
+
+def whole_epochs(path: Path) -> int:
+    """How many whole epochs the Lightning checkpoint at `path` holds (an error of torch's if it is not one)."""
+    state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    return int(state["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"])
+
+
+def newest(checkpoint_dir: Path) -> Path | None:
+    """The checkpoint in `checkpoint_dir` holding the most training, or None: last.ckpt, unless a stop came after
+    an epoch's file was written and before last.ckpt named it (then that epoch's file)."""
+    folder = Path(checkpoint_dir)
+    last, files = folder / LAST, epoch_files(folder)
+    newest_epoch = max(files, default=None)
+    if not last.is_file():
+        return None if newest_epoch is None else files[newest_epoch]
+    if newest_epoch is None or last.samefile(files[newest_epoch]):
+        return last
+    try:  # last.ckpt of an earlier epoch, or of an epoch stopped mid-way (it then holds as many whole epochs)
+        behind = whole_epochs(last) < newest_epoch
+    except Exception:  # torch raises many types for a damaged file: resuming from it names the damage
+        return last
+    return files[newest_epoch] if behind else last
 
 
 def prune_epoch_files(checkpoint_dir: Path, record: RunRecord, keep: int, monitor: str, mode: str) -> None:
