@@ -90,6 +90,40 @@ def test_a_stop_between_an_epochs_file_and_last_ckpt_resumes_from_that_epochs_fi
     assert (folder / "last.ckpt").samefile(folder / "epoch004.ckpt")
 
 
+@pytest.mark.slow
+@pytest.mark.keras
+def test_a_keras_run_stopped_while_writing_a_checkpoint_resumes_from_the_epoch_before(tmp_path, data_dir, monkeypatch):
+    """Ctrl+C arriving while Keras writes epoch 2's weights (the KeyboardInterrupt raised between two of h5py's
+    writes, where Python delivers it): no damaged epoch002 file is left for a resume to stop at; the same run
+    resumed continues from epoch 1's file and trains epoch 2."""
+    import h5py
+
+    write = h5py.Group.create_dataset
+
+    def stopped_in_epoch_2s_file(group, *args, **kwargs):
+        if "epoch002" in group.file.filename and len(group.file.keys()) > 1:  # a few writes into the file
+            raise KeyboardInterrupt
+        return write(group, *args, **kwargs)
+
+    run_dir = tmp_path / "run"
+    overrides = ["backend=keras", "tracking=none", "seed=0", *TINY, *KERAS_QUIET, "keep_checkpoints=0", "epochs=2"]
+    monkeypatch.setattr(h5py.Group, "create_dataset", stopped_in_epoch_2s_file)
+    with pytest.raises(KeyboardInterrupt):
+        run(compose_config(overrides, tmp_path, data_dir, run_dir))
+    monkeypatch.undo()
+    folder = run_dir / "checkpoints"
+    assert (folder / "epoch001.weights.h5").is_file()
+    assert not (folder / "epoch002.weights.h5").exists(), "a damaged epoch 2 file"
+
+    run(compose_config([*overrides, "ckpt_path=last"], tmp_path, data_dir, run_dir))
+    summary = read_summary(run_dir)
+    assert [row["epoch"] for row in summary["history"]] == [1, 2] and summary["first_epoch"] == 2
+    assert sorted(p.name for p in folder.iterdir() if p.name.endswith(".h5")) == [
+        "epoch001.weights.h5",
+        "epoch002.weights.h5",
+    ], "no half-written file left"
+
+
 def _saved_epochs(folder) -> list[int]:
     """The epochs whose checkpoint file is in `folder`, on either backend (epochNNN.ckpt, epochNNN.weights.h5)."""
     return sorted(_epoch_of(path) for path in folder.glob("epoch*"))

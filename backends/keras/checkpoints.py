@@ -3,6 +3,7 @@ best."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Callable
@@ -15,6 +16,7 @@ from hydrali.core.run.record import RunRecord
 
 PATTERN = "epoch{epoch:03d}.weights.h5"  # Keras fills {epoch} with the number of epochs completed
 _EPOCH = re.compile(r"epoch(\d+)\.weights\.h5$")
+PARTIAL = "partial-{pid}-{name}"  # a checkpoint being written, renamed to its own name once whole
 
 
 def epochs_done(path: Path) -> int:
@@ -73,18 +75,30 @@ def best_saved(checkpoint_dir: Path, record: RunRecord, monitor: str, mode: str)
     return None if best is None else files[best]
 
 
-class EpochCheckpoint(keras.callbacks.ModelCheckpoint):
-    """Keras' ModelCheckpoint of the weights (the model's and the optimizer's), at the end of the epochs that
-    `saves` (the run contract's saves_checkpoint, epochs counted from 1) names: every checkpoint_every-th and the
-    last, as on every backend."""
+class EpochCheckpoint(keras.callbacks.Callback):
+    """The weights (the model's and the optimizer's) at the end of the epochs that `saves` (the run contract's
+    saves_checkpoint, epochs counted from 1) names: every checkpoint_every-th and the last, as on every backend.
+    Each file is written under a passing name and then renamed: a stop in the middle of a write (Ctrl+C, a
+    sweep's SIGTERM) leaves the epoch before it the newest, whole, rather than a damaged file a resume would stop at
+    (Lightning writes its files through a transaction for the same reason)."""
 
     def __init__(self, filepath: str, saves: Callable[[int], bool]):
-        super().__init__(filepath, save_weights_only=True)
-        self.saves = saves
+        super().__init__()
+        self.filepath, self.saves = filepath, saves
+
+    def on_train_begin(self, logs=None) -> None:
+        """Writes an earlier attempt left half done are deleted."""
+        for leftover in Path(self.filepath).parent.glob(PARTIAL.format(pid="*", name="*")):
+            leftover.unlink(missing_ok=True)
 
     def on_epoch_end(self, epoch: int, logs=None) -> None:
-        if self.saves(epoch + 1):
-            super().on_epoch_end(epoch, logs)
+        if not self.saves(epoch + 1):
+            return
+        path = Path(self.filepath.format(epoch=epoch + 1))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(PARTIAL.format(pid=os.getpid(), name=path.name))  # .weights.h5, as Keras asks
+        self.model.save_weights(str(partial), overwrite=True)
+        os.replace(partial, path)
 
 
 class PruneCheckpoints(keras.callbacks.Callback):
