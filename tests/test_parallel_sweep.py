@@ -155,16 +155,18 @@ def test_a_parallel_sweep_stopped_stops_every_job_resumable_and_goes_on_when_sta
 
 @pytest.mark.slow
 def test_a_workers_next_job_reuses_its_decoded_splits_and_trains_as_the_same_job_alone(tmp_path, data_dir):
-    """experiment=cifar10 (decode_once) on the digits: job 2 runs in a worker that decoded the splits for its first
-    job and takes them from memory; its history is exactly that of the same command run alone."""
+    """experiment=cifar10 (decode_once) on the digits, a sweep over seeds: job 2 runs in a worker that decoded the
+    splits for its first job, of another seed, and takes them from memory (the decoded images and their order do not
+    depend on the seed, which draws each pass's permutation); its history is exactly that of the same command run
+    alone."""
     digits = write_digits(data_dir / "digits", size=32, val_fraction=0.2)
     common = ["experiment=cifar10", f"data.root={digits}", "epochs=2", "model.widths=[8,16,32,64]", "tracking=none"]
     sweep = tmp_path / "sweep"
-    out = run_cli("-m", *common, "optim.lr=0.05,0.1,0.2", TWO_GPUS, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    out = run_cli("-m", *common, "seed=1,2,3", TWO_GPUS, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "decoded once by an earlier run of this process, kept in memory" in (sweep / "2" / "hydrali.log").read_text()
     alone = tmp_path / "alone"
-    out = run_cli(*common, "optim.lr=0.2", f"hydra.run.dir={alone}", cwd=tmp_path)
+    out = run_cli(*common, "seed=3", f"hydra.run.dir={alone}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "kept in memory" not in (alone / "hydrali.log").read_text()
     assert read_summary(sweep / "2")["history"] == read_summary(alone)["history"]

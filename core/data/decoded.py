@@ -107,7 +107,7 @@ _kept: OrderedDict = OrderedDict()  # key -> (split, DecodedImages), the newest 
 
 def kept_or_decoded(key: Hashable, decode: Callable[[], DecodedImages], split: str) -> DecodedImages:
     """The shard that `key` names (everything that decides its images and their order: the source with its files and
-    shard, the image size and padding, the decoder and the reader's seed), decoded by `decode()` unless this process
+    shard, the image size and padding, the decoder), decoded by `decode()` unless this process
     decoded it for an earlier run (the next job of a sweep in the same worker), then kept for the next one."""
     if key in _kept:
         _kept.move_to_end(key)

@@ -87,7 +87,9 @@ class ClassificationTask(DaliTask):
             # list with one fixed seed before sharding it, so that every replica's shard is a draw of every class
             # (in file order, the shards of class folders hold different classes, and under DDP each replica's
             # BatchNorm statistics told them apart: 0.43 on 2 GPUs where 1 reached 0.917), read here in that order
-            # (a shuffle buffer of one); validation in file order, padded, as its pipeline reads the files
+            # (a shuffle buffer of one: the order does not depend on the pipeline's seed, so a sweep's worker keeps
+            # the decoded shard for its next job of another seed); validation in file order, padded, as its
+            # pipeline reads the files
             decoder = square_images(
                 source=source,
                 initial_fill=1,
@@ -100,8 +102,7 @@ class ClassificationTask(DaliTask):
             )
             split = "training" if source.is_training else "validation"
             self._decoded[key] = kept_or_decoded(
-                (source, data.image_size, tuple(padding.items()), plan.device, pipeline.hw_decoder_load,
-                 shard.pipeline_seed),
+                (source, data.image_size, tuple(padding.items()), plan.device, pipeline.hw_decoder_load),
                 lambda: decode_shard(
                     decoder,
                     shard_id=shard.shard_id,
