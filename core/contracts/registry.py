@@ -15,6 +15,7 @@ import threading
 from functools import cache
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 from hydrali.core.contracts.backend import Backend, BackendSpec
 from hydrali.core.contracts.task import TaskSpec
@@ -141,6 +142,12 @@ def backends_help() -> str:
 RENAMED = {  # keys of earlier releases -> the key that took their job
     "backend.replicas": "backend.devices",
 }
+
+
+def added_keys() -> dict[str, Any]:
+    """Config keys (dotted) added after runs were recorded without them, each with the value such a run was trained
+    with: every task's spec's added_keys."""
+    return {key: value for spec in task_specs().values() for key, value in spec.added_keys.items()}
 
 
 def replaced_keys() -> dict[str, str]:

@@ -11,7 +11,7 @@ spec's `framework`; a new backend on an existing framework needs no change to an
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
 from hydrali.core.errors import HydraliError, first_line
@@ -40,6 +40,9 @@ class TaskSpec:
     #   model.weights=<a hydrali run>: `initialise_from` on each side)
     trains_scaled_down: bool = False  # its training batches may be scaled down (progressive_resizing): images and
     #   labels alone, nothing measured in pixels (a box would move)
+    added_keys: Mapping[str, Any] = field(default_factory=dict)  # config keys (dotted) added after runs were
+    #   recorded without them, each with the value such a run was trained with: a record lacking one is compared as
+    #   if it held that value (a run of an earlier release resumes, is evaluated, or gives its weights)
 
 
 class Dataset(Protocol):

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from hydrali.core.contracts.registry import replaced_keys
+from hydrali.core.contracts.registry import added_keys, replaced_keys
 from hydrali.core.errors import HydraliError
 from hydrali.core.files import write_atomically
 from hydrali.core.process import live_processes
@@ -144,8 +144,11 @@ def _flat(node, prefix: str = "") -> dict:
 
 def differences(then: dict, now: dict, ignored: tuple[str, ...] = (), shown: int = _SHOWN_DIFFERENCES) -> str:
     """The keys (dotted) whose values differ between two nested dicts, but `ignored` ones and those under them, in
-    words (`a.b is 1 there, 2 here; ...`, the first `shown` of them); empty when none differ."""
+    words (`a.b is 1 there, 2 here; ...`, the first `shown` of them); empty when none differ. `then`, a record,
+    holds the keys added since it was written (registry.added_keys) at the value they had then, where `now` has
+    them."""
     flat_then, flat_now = _flat(then), _flat(now)
+    flat_then.update({key: value for key, value in added_keys().items() if key in flat_now and key not in flat_then})
     under = tuple(k + "." for k in ignored)
     differ = [
         key

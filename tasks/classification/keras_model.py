@@ -7,7 +7,7 @@ from typing import Sequence
 import keras
 from keras import layers as kl
 
-from hydrali.tasks.classification.layouts import check_resnet9, check_resnet9_image_side
+from hydrali.tasks.classification.layouts import check_resnet, check_resnet9, check_resnet9_image_side
 
 BN = {"momentum": 0.9, "epsilon": 1e-5}  # torch's BatchNorm2d defaults, in Keras' terms
 
@@ -19,9 +19,19 @@ def _conv_bn(x, filters: int, kernel: int, stride: int = 1, zero_gamma: bool = F
     return kl.BatchNormalization(gamma_initializer="zeros" if zero_gamma else "ones", **BN)(x)
 
 
-def _block(x, width: int, stride: int, bottleneck: bool):
+def _shortcut(x, cout: int, stride: int, kind: str):
+    """torch_model._shortcut's: the identity, a strided 1x1 convolution, or (ResNet-D) an average pool over each
+    stride x stride window, windows cut by an odd side averaging what they hold, then a 1x1 convolution."""
+    if stride == 1 and x.shape[-1] == cout:
+        return x
+    if kind == "avgpool" and stride > 1:
+        return _conv_bn(kl.AveragePooling2D(stride, stride, padding="same")(x), cout, 1)
+    return _conv_bn(x, cout, 1, stride)
+
+
+def _block(x, width: int, stride: int, bottleneck: bool, shortcut: str = "conv"):
     expansion = 4 if bottleneck else 1
-    cin, cout = x.shape[-1], width * expansion
+    cout = width * expansion
     if bottleneck:
         y = kl.ReLU()(_conv_bn(x, width, 1))
         y = kl.ReLU()(_conv_bn(y, width, 3, stride))
@@ -29,17 +39,18 @@ def _block(x, width: int, stride: int, bottleneck: bool):
     else:
         y = kl.ReLU()(_conv_bn(x, width, 3, stride))
         y = _conv_bn(y, cout, 3, zero_gamma=True)
-    shortcut = _conv_bn(x, cout, 1, stride) if stride != 1 or cin != cout else x
-    return kl.ReLU()(kl.Add()([y, shortcut]))
+    return kl.ReLU()(kl.Add()([y, _shortcut(x, cout, stride, shortcut)]))
 
 
-def _check_architecture(block: str, depths: Sequence[int], widths: Sequence[int], stem: str) -> None:
-    if block not in ("basic", "bottleneck"):
-        raise ValueError(f"model.block={block!r}: choose basic or bottleneck")
-    if len(depths) != len(widths):
-        raise ValueError(f"model.layers ({len(depths)} stages) and model.widths ({len(widths)}) differ in length")
-    if stem not in ("imagenet", "small"):
-        raise ValueError(f"model.stem={stem!r}: choose imagenet or small")
+def _stem(inputs, stem: str, width: int):
+    """torch_model._stem's layers: 7x7/2 + max-pool (imagenet), three 3x3 the first /2 + max-pool (deep), 3x3."""
+    if stem == "imagenet":
+        return kl.MaxPooling2D(3, 2, padding="same")(kl.ReLU()(_conv_bn(inputs, width, 7, 2)))
+    if stem == "deep":
+        x = kl.ReLU()(_conv_bn(inputs, width // 2, 3, 2))
+        x = kl.ReLU()(_conv_bn(x, width // 2, 3))
+        return kl.MaxPooling2D(3, 2, padding="same")(kl.ReLU()(_conv_bn(x, width, 3)))
+    return kl.ReLU()(_conv_bn(inputs, width, 3))
 
 
 def resnet_features(
@@ -48,22 +59,19 @@ def resnet_features(
     layers: Sequence[int] = (2, 2, 2, 2),
     widths: Sequence[int] = (64, 128, 256, 512),
     stem: str = "imagenet",
+    shortcut: str = "conv",
 ) -> list:
     """The output of each stage of the ResNet's backbone (stem and residual stages, no head) applied to the
-    NHWC tensor `inputs`, first stage first: stage i has stride 4 * 2**i with stem "imagenet", 2**i with
-    stem "small". The layers are those `ResNet` builds, in the same order (same names and weights).
+    NHWC tensor `inputs`, first stage first: stage i has stride 4 * 2**i with stems "imagenet" and "deep", 2**i
+    with stem "small". The layers are those `ResNet` builds, in the same order (same names and weights).
     """
     depths = layers
-    _check_architecture(block, depths, widths, stem)
-    if stem == "imagenet":
-        x = kl.ReLU()(_conv_bn(inputs, widths[0], 7, 2))
-        x = kl.MaxPooling2D(3, 2, padding="same")(x)
-    else:
-        x = kl.ReLU()(_conv_bn(inputs, widths[0], 3))
+    check_resnet(block, depths, widths, stem, shortcut)
+    x = _stem(inputs, stem, widths[0])
     features = []
     for i, (depth, width) in enumerate(zip(depths, widths)):
         for j in range(depth):
-            x = _block(x, width, 2 if (j == 0 and i > 0) else 1, block == "bottleneck")
+            x = _block(x, width, 2 if (j == 0 and i > 0) else 1, block == "bottleneck", shortcut)
         features.append(x)
     return features
 
@@ -75,14 +83,15 @@ def ResNet(
     layers: Sequence[int] = (2, 2, 2, 2),
     widths: Sequence[int] = (64, 128, 256, 512),
     stem: str = "imagenet",
+    shortcut: str = "conv",
 ) -> keras.Model:
     """A ResNet as a functional Keras model, taking NHWC images of image_size x image_size (None: of any side).
 
     Same arguments as hydrali.tasks.classification.torch_model.ResNet.
     """
-    _check_architecture(block, layers, widths, stem)
+    check_resnet(block, layers, widths, stem, shortcut)
     inputs = keras.Input((image_size, image_size, 3))
-    x = resnet_features(inputs, block, layers, widths, stem)[-1]
+    x = resnet_features(inputs, block, layers, widths, stem, shortcut)[-1]
     x = kl.GlobalAveragePooling2D()(x)
     outputs = kl.Dense(num_classes)(x)  # logits, as on torch
     return keras.Model(inputs, outputs, name="resnet")
@@ -92,9 +101,15 @@ def ResNet50(num_classes: int, image_size: int | None, **architecture) -> keras.
     """keras.applications.ResNet50, randomly initialised, with a logits head of num_classes, taking images of
     image_size x image_size (None: of any side).
 
-    `architecture` (block, layers, widths, stem from conf/model/resnet50.yaml) describes this same
-    network for the torch side and is not needed here.
+    `architecture` (block, layers, widths, stem, shortcut from conf/model/resnet50.yaml) describes this same
+    network for the torch side; a variant keras.applications does not build (another stem or shortcut) is refused.
     """
+    variant = {key: architecture[key] for key in ("stem", "shortcut") if key in architecture}
+    if variant not in ({}, {"stem": "imagenet"}, {"stem": "imagenet", "shortcut": "conv"}, {"shortcut": "conv"}):
+        raise ValueError(
+            f"keras.applications' ResNet50 has the 7x7 stem and strided 1x1 shortcuts, not {variant}: pass "
+            f"model.keras_target=hydrali.tasks.classification.keras_model.ResNet for the variant on Keras"
+        )
     if image_size is not None:
         return keras.applications.ResNet50(
             weights=None, input_shape=(image_size, image_size, 3), classes=num_classes, classifier_activation=None

@@ -6,6 +6,33 @@ from typing import Sequence
 
 from hydrali.core.errors import HydraliError
 
+# The ResNets' layouts (torch_model.ResNet, keras_model.ResNet). The stem's downsampling: 7x7/2 conv + 3x3/2 max-pool
+# (imagenet); three 3x3 convs, the first /2, + 3x3/2 max-pool (deep: ResNet-C, He et al. 2019, "Bag of Tricks");
+# a 3x3/1 conv (small)
+STEM_STRIDES = {"imagenet": 4, "deep": 4, "small": 1}
+# a downsampling block's shortcut: a 1x1/2 conv (conv), or a 2x2/2 average pool then a 1x1 conv (avgpool: ResNet-D)
+SHORTCUTS = ("conv", "avgpool")
+STAGE_STRIDE = 2  # every stage after the first halves the resolution
+
+
+def stage_strides(stem: str, num_stages: int) -> tuple[int, ...]:
+    """The stride (input pixels per feature-map pixel) of each stage's output of a ResNet with this stem:
+    4, 8, 16, 32 ... for stems "imagenet" and "deep"; 1, 2, 4, 8 ... for stem "small"."""
+    if stem not in STEM_STRIDES:
+        raise ValueError(f"model.stem={stem!r}: choose {' or '.join(STEM_STRIDES)}")
+    return tuple(STEM_STRIDES[stem] * STAGE_STRIDE**i for i in range(num_stages))
+
+
+def check_resnet(block: str, depths: Sequence[int], widths: Sequence[int], stem: str, shortcut: str) -> None:
+    """Fail (ValueError, naming the option) for a ResNet layout neither framework builds."""
+    if block not in ("basic", "bottleneck"):
+        raise ValueError(f"model.block={block!r}: choose basic or bottleneck")
+    if len(depths) != len(widths):
+        raise ValueError(f"model.layers ({len(depths)} stages) and model.widths ({len(widths)}) differ in length")
+    stage_strides(stem, len(widths))
+    if shortcut not in SHORTCUTS:
+        raise ValueError(f"model.shortcut={shortcut!r}: choose {' or '.join(SHORTCUTS)}")
+
 
 def check_resnet9(widths: Sequence[int], layers: Sequence[int]) -> None:
     """Fail, naming the options, unless `widths` has one entry more than `layers` (the first convolution's, then

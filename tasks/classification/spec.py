@@ -34,4 +34,5 @@ SPEC = TaskSpec(
     data_schema=ClassificationDataConfig,
     fine_tunes=True,
     trains_scaled_down=True,  # progressive_resizing: its batches are images and labels alone
+    added_keys={"model.shortcut": "conv"},  # the ResNets' shortcut (ResNet-D's avgpool): strided 1x1 convs before it
 )

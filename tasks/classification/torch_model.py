@@ -5,19 +5,36 @@ Written here rather than taken from torchvision, which does not load with every 
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import torch
 from torch import nn
 
-from hydrali.tasks.classification.layouts import check_resnet9, check_resnet9_image_side, resnet9_smallest_side
-
-STEM_STRIDES = {"imagenet": 4, "small": 1}  # the stem's downsampling: 7x7/2 conv + 3x3/2 max-pool, or a 3x3/1 conv
-STAGE_STRIDE = 2  # every stage after the first halves the resolution
+from hydrali.tasks.classification.layouts import (
+    STAGE_STRIDE,
+    check_resnet,
+    check_resnet9,
+    check_resnet9_image_side,
+    resnet9_smallest_side,
+    stage_strides,
+)
 
 
 def _conv_bn(cin: int, cout: int, kernel: int, stride: int = 1) -> list[nn.Module]:
     return [nn.Conv2d(cin, cout, kernel, stride, kernel // 2, bias=False), nn.BatchNorm2d(cout)]
+
+
+def _shortcut(cin: int, cout: int, stride: int, kind: str) -> nn.Module:
+    """A block's shortcut: the identity where shapes match, else a 1x1 convolution (and BatchNorm) that strides
+    (`kind` conv) or follows an average pool over each stride x stride window (`kind` avgpool: ResNet-D, which sees
+    every input pixel; windows cut by an odd side average what they hold)."""
+    if stride == 1 and cin == cout:
+        return nn.Identity()
+    if kind == "avgpool" and stride > 1:
+        pool = nn.AvgPool2d(stride, stride, ceil_mode=True, count_include_pad=False)
+        return nn.Sequential(pool, *_conv_bn(cin, cout, 1))
+    return nn.Sequential(*_conv_bn(cin, cout, 1, stride))
 
 
 class BasicBlock(nn.Module):
@@ -25,11 +42,11 @@ class BasicBlock(nn.Module):
 
     expansion = 1
 
-    def __init__(self, cin: int, width: int, stride: int):
+    def __init__(self, cin: int, width: int, stride: int, shortcut: str = "conv"):
         super().__init__()
         cout = width * self.expansion
         self.body = nn.Sequential(*_conv_bn(cin, width, 3, stride), nn.ReLU(inplace=True), *_conv_bn(width, cout, 3))
-        self.shortcut = nn.Sequential(*_conv_bn(cin, cout, 1, stride)) if stride != 1 or cin != cout else nn.Identity()
+        self.shortcut = _shortcut(cin, cout, stride, shortcut)
         nn.init.zeros_(self.body[-1].weight)  # start each block as the identity
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -41,7 +58,7 @@ class Bottleneck(BasicBlock):
 
     expansion = 4
 
-    def __init__(self, cin: int, width: int, stride: int):
+    def __init__(self, cin: int, width: int, stride: int, shortcut: str = "conv"):
         nn.Module.__init__(self)
         cout = width * self.expansion
         self.body = nn.Sequential(
@@ -51,23 +68,29 @@ class Bottleneck(BasicBlock):
             nn.ReLU(inplace=True),
             *_conv_bn(width, cout, 1),
         )
-        self.shortcut = nn.Sequential(*_conv_bn(cin, cout, 1, stride)) if stride != 1 or cin != cout else nn.Identity()
+        self.shortcut = _shortcut(cin, cout, stride, shortcut)
         nn.init.zeros_(self.body[-1].weight)
 
 
 BLOCKS = {"basic": BasicBlock, "bottleneck": Bottleneck}
 
 
-def stage_strides(stem: str, num_stages: int) -> tuple[int, ...]:
-    """The stride (input pixels per feature-map pixel) of each stage's output of a ResNet with this stem:
-    4, 8, 16, 32 ... for stem "imagenet"; 1, 2, 4, 8 ... for stem "small"."""
-    if stem not in STEM_STRIDES:
-        raise ValueError(f"model.stem={stem!r}: choose imagenet or small")
-    return tuple(STEM_STRIDES[stem] * STAGE_STRIDE**i for i in range(num_stages))
+def _stem(stem: str, cin: int, width: int) -> nn.Sequential:
+    """The layers before the first stage (layouts.STEM_STRIDES), giving `width` channels."""
+    relu = functools.partial(nn.ReLU, inplace=True)
+    if stem == "imagenet":
+        return nn.Sequential(*_conv_bn(cin, width, 7, 2), relu(), nn.MaxPool2d(3, 2, 1))
+    if stem == "deep":  # ResNet-C: the 7x7 convolution's field of view from three 3x3 ones, half the width first
+        half = width // 2
+        convs = [*_conv_bn(cin, half, 3, 2), relu(), *_conv_bn(half, half, 3), relu(), *_conv_bn(half, width, 3)]
+        return nn.Sequential(*convs, relu(), nn.MaxPool2d(3, 2, 1))
+    return nn.Sequential(*_conv_bn(cin, width, 3), relu())
 
 
 class ResNet(nn.Module):
     """A ResNet: stem, stages of residual blocks (each after the first halves the resolution), pooled head.
+    `stem` and `shortcut` (layouts.STEM_STRIDES, layouts.SHORTCUTS) choose the ResNet-C/D variants of Bag of
+    Tricks (He et al. 2019): stem="deep" shortcut="avgpool" is timm's resnet*d layout.
 
     `features(x)` gives the output of every stage (the feature maps a detector builds on), and
     `stage_strides()` / `stage_channels()` their strides and channel counts.
@@ -81,26 +104,17 @@ class ResNet(nn.Module):
         widths: Sequence[int] = (64, 128, 256, 512),
         stem: str = "imagenet",
         in_channels: int = 3,
+        shortcut: str = "conv",
     ):
         super().__init__()
-        if block not in BLOCKS:
-            raise ValueError(f"model.block={block!r}: choose one of {', '.join(BLOCKS)}")
-        if len(layers) != len(widths):
-            raise ValueError(f"model.layers ({len(layers)} stages) and model.widths ({len(widths)}) differ in length")
-        if stem == "imagenet":
-            self.stem = nn.Sequential(
-                *_conv_bn(in_channels, widths[0], 7, 2), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)
-            )
-        elif stem == "small":
-            self.stem = nn.Sequential(*_conv_bn(in_channels, widths[0], 3), nn.ReLU(inplace=True))
-        else:
-            raise ValueError(f"model.stem={stem!r}: choose imagenet or small")
+        check_resnet(block, layers, widths, stem, shortcut)
+        self.stem = _stem(stem, in_channels, widths[0])
         kind = BLOCKS[block]
         stages, cin = [], widths[0]
         for i, (depth, width) in enumerate(zip(layers, widths)):
             blocks = []
             for j in range(depth):
-                blocks.append(kind(cin, width, STAGE_STRIDE if (j == 0 and i > 0) else 1))
+                blocks.append(kind(cin, width, STAGE_STRIDE if (j == 0 and i > 0) else 1, shortcut))
                 cin = width * kind.expansion
             stages.append(nn.Sequential(*blocks))
         self.stages = nn.Sequential(*stages)
@@ -124,7 +138,7 @@ class ResNet(nn.Module):
         return outputs
 
     def stage_strides(self) -> tuple[int, ...]:
-        """The stride of each stage's output (see the module function `stage_strides`)."""
+        """The stride of each stage's output (layouts.stage_strides)."""
         return stage_strides(self._stem, len(self.stages))
 
     def stage_channels(self) -> tuple[int, ...]:

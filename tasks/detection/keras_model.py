@@ -10,24 +10,16 @@ import keras
 from keras import layers as kl
 
 from hydrali.tasks.classification.keras_model import resnet_features
+from hydrali.tasks.classification.layouts import stage_strides
 from hydrali.tasks.detection.anchors import DEFAULT_STRIDES, AnchorSpec, anchor_spec, num_anchors_per_cell
 from hydrali.tasks.detection.layout import BOX_VALUES, logits_per_anchor
 
 HEAD_KERNEL = 3  # each head is one HEAD_KERNEL x HEAD_KERNEL convolution, "same" padding, stride 1
-STEM_STRIDES = {"imagenet": 4, "small": 1}  # the stride of the backbone's first stage, per stem
-STAGE_STRIDE_FACTOR = 2  # every stage after the first halves the resolution
-
-
-def backbone_strides(stem: str, num_stages: int) -> tuple[int, ...]:
-    """The stride of each stage's output of the classification ResNet with this stem."""
-    if stem not in STEM_STRIDES:
-        raise ValueError(f"model.stem={stem!r}: choose {' or '.join(STEM_STRIDES)}")
-    return tuple(STEM_STRIDES[stem] * STAGE_STRIDE_FACTOR**i for i in range(num_stages))
 
 
 def feature_stages(strides: Sequence[int], stem: str, num_stages: int) -> list[int]:
     """The index of the backbone stage producing each of `strides` (model.anchors.strides), in that order."""
-    offered = backbone_strides(stem, num_stages)
+    offered = stage_strides(stem, num_stages)
     missing = [s for s in strides if s not in offered]
     if missing:
         raise ValueError(
