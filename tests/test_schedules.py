@@ -95,3 +95,46 @@ def test_keras_schedule_counts_accumulated_batches_as_one_optimizer_step():
 def test_settings_out_of_range_are_one_line_naming_the_key(change, message):
     with pytest.raises(HydraliError, match=message.replace(".", r"\.")):
         optimizer_settings(OmegaConf.create({**BASE, **change}))
+
+
+FLAT = {**BASE, "schedule": "flat_cosine", "flat_fraction": 0.5}  # 3 warm-up steps, then 7: the full lr for 3.5
+
+
+def expected_flat_cosine_lrs(lr: float) -> list[float]:
+    """Warm-up over 3 steps from lr / 10; then the full lr while the progress over the 7 steps after it is at most
+    one half (steps 3 to 6); then cosine from lr to 0 over the other half: step s at lr (1 + cos(pi x p)) / 2, p the
+    progress (s - 3) / 7 less one half, over one half."""
+    warm = [lr * (0.1 + 0.9 * step / 3) for step in range(3)]
+    flat = [lr] * 4  # progress 0, 1/7, 2/7, 3/7
+    decay = [lr * 0.5 * (1 + np.cos(np.pi * ((step - 3) / 7 - 0.5) / 0.5)) for step in range(7, 10)]
+    return warm + flat + decay
+
+
+def test_flat_cosine_gives_the_same_lr_at_every_step_on_both_backends():
+    from hydrali.backends.torch.optim import make_schedule
+
+    plan, optim = _plan(), optimizer_settings(OmegaConf.create(FLAT))
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([parameter], lr=plan.effective_lr)
+    schedule = make_schedule(optimizer, optim, plan, CONTRACT.optimizer_steps)
+    torch_lrs = []
+    for _ in range(EPOCHS * CONTRACT.optimizer_steps):
+        torch_lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        schedule.step()
+    assert torch_lrs == pytest.approx(expected_flat_cosine_lrs(0.2), abs=1e-7)
+
+
+@pytest.mark.keras
+def test_keras_flat_cosine_is_torchs():
+    from hydrali.backends.keras.optimizers import plan_schedule
+
+    schedule = plan_schedule(_plan(), optimizer_settings(OmegaConf.create(FLAT)), CONTRACT)
+    keras_lrs = [float(schedule(batch)) for batch in range(EPOCHS * CONTRACT.train_steps)]
+    assert keras_lrs[::ACCUMULATE] == pytest.approx(expected_flat_cosine_lrs(0.2), abs=1e-6)
+
+
+@pytest.mark.parametrize("fraction", [1.0, -0.1])
+def test_a_flat_fraction_out_of_range_is_one_line(fraction):
+    with pytest.raises(HydraliError, match=rf"optim\.flat_fraction={fraction}"):
+        optimizer_settings(OmegaConf.create({**FLAT, "flat_fraction": fraction}))

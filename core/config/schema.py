@@ -127,6 +127,7 @@ class Schedule(Choice):
     cosine = "cosine"
     linear = "linear"
     constant = "constant"
+    flat_cosine = "flat_cosine"
 
 
 @dataclass
@@ -198,6 +199,7 @@ class OptimConfig:
     backbone_lr_mult: float = 1.0
     accumulate_grad_batches: int = 1  # batches per optimizer step (conf/optim_common.yaml)
     warmup_steps: Optional[int] = None  # warmup in optimizer steps, instead of warmup_epochs (conf/optim_common.yaml)
+    flat_fraction: float = 0.75  # schedule=flat_cosine: the share of the steps after warmup at the full lr
     ema_decay: Optional[float] = None  # an exponential moving average of the weights (conf/optim_common.yaml)
 
 

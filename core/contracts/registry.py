@@ -144,10 +144,16 @@ RENAMED = {  # keys of earlier releases -> the key that took their job
 }
 
 
+ADDED = {  # core's config keys added after runs were recorded without them -> the value those runs trained with
+    "optim.flat_fraction": 0.75,  # read by schedule=flat_cosine alone, which did not exist before it
+}
+
+
 def added_keys() -> dict[str, Any]:
     """Config keys (dotted) added after runs were recorded without them, each with the value such a run was trained
-    with: every task's spec's added_keys."""
-    return {key: value for spec in task_specs().values() for key, value in spec.added_keys.items()}
+    with: core's (ADDED) and every task's spec's added_keys."""
+    tasks = {key: value for spec in task_specs().values() for key, value in spec.added_keys.items()}
+    return {**ADDED, **tasks}
 
 
 def replaced_keys() -> dict[str, str]:

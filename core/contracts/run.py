@@ -37,10 +37,11 @@ class OptimizerSettings:
     backbone_lr_mult: float  # the backbone's lr is this x the head's
     warmup_epochs: float
     warmup_div: float
-    schedule: str  # a Schedule value: cosine | linear | constant
+    schedule: str  # a Schedule value: cosine | linear | constant | flat_cosine
     warmup_steps: int | None  # the warmup in optimizer steps, replacing warmup_epochs; None: warmup_epochs
     ema_decay: float | None  # an exponential moving average of the weights (hydrali.core.optim.ema); None: off
     weight_decay_on: str = "kernels"  # a WeightDecayOn value: the parameters weight_decay applies to
+    flat_fraction: float = 0.75  # schedule=flat_cosine: the share of the steps after warmup at the full lr
 
 
 @dataclass(frozen=True)

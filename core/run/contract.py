@@ -41,7 +41,17 @@ def optimizer_settings(optim: DictConfig) -> OptimizerSettings:
         warmup_steps=_warmup_steps(optim.get("warmup_steps")),
         ema_decay=_ema_decay(optim.get("ema_decay")),
         weight_decay_on=WeightDecayOn.of(optim.get("weight_decay_on", "kernels"), "optim.weight_decay_on").value,
+        flat_fraction=_flat_fraction(optim.get("flat_fraction", 0.75)),
     )
+
+
+def _flat_fraction(setting) -> float:
+    if not 0.0 <= float(setting) < 1.0:
+        raise HydraliError(
+            f"optim.flat_fraction={setting}: pass the share of the steps after warmup at the full lr, 0 or more "
+            f"and below 1 (0: cosine from the first step)"
+        )
+    return float(setting)
 
 
 def _warmup_steps(setting) -> int | None:
