@@ -51,9 +51,9 @@ def test_keras_builds_the_same_layers_as_torch(name):
     torch_kernels = [tuple(t.shape) for n, t in torch_net.state_dict().items() if t.ndim == 4]
     keras_kernels = [(s[3], s[2], s[0], s[1]) for s in (tuple(w.shape) for w in keras_net.weights) if len(s) == 4]
     assert keras_kernels == torch_kernels
-    assert keras_net.count_params() - sum(
-        t.numel() for n, t in torch_net.named_buffers() if "running" in n
-    ) == sum(p.numel() for p in torch_net.parameters())
+    assert keras_net.count_params() - sum(t.numel() for n, t in torch_net.named_buffers() if "running" in n) == sum(
+        p.numel() for p in torch_net.parameters()
+    )
 
 
 @pytest.mark.keras
