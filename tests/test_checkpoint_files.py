@@ -69,7 +69,8 @@ def test_after_an_epoch_that_is_not_the_best_last_ckpt_is_its_own_file_of_that_e
 def test_a_stop_between_an_epochs_file_and_last_ckpt_resumes_from_that_epochs_file(tmp_path, data_dir):
     """A run stopped after epoch N's file was written and before last.ckpt named it (Ctrl+C or SIGTERM in that
     moment: last.ckpt missing, or still naming epoch N-1) resumes from epoch N's file, which it does not train
-    again (the file is the same inode afterwards)."""
+    again (the file is the same inode afterwards); one stopped while epoch N's file was written (cut short) resumes
+    from last.ckpt, epoch N-1's."""
     run_dir = tmp_path / "run"
     overrides = ["tracking=none", "seed=0", *TINY, *LIGHTNING_QUIET, "keep_checkpoints=0"]
     run(compose_config([*overrides, "epochs=2"], tmp_path, data_dir, run_dir))
@@ -88,6 +89,14 @@ def test_a_stop_between_an_epochs_file_and_last_ckpt_resumes_from_that_epochs_fi
     assert [row["epoch"] for row in history] == [1, 2, 3, 4]
     assert (folder / "epoch003.ckpt").stat().st_ino == third, "epoch 3 was trained again"
     assert (folder / "last.ckpt").samefile(folder / "epoch004.ckpt")
+
+    # stopped while epoch 5's file was copied in from the temporary folder (another file system): cut short
+    whole = (folder / "epoch004.ckpt").read_bytes()
+    (folder / "epoch005.ckpt").write_bytes(whole[: len(whole) // 2])
+    run(compose_config([*overrides, "epochs=5", "ckpt_path=last"], tmp_path, data_dir, run_dir))
+    assert [row["epoch"] for row in read_summary(run_dir)["history"]] == [1, 2, 3, 4, 5]
+    assert (folder / "last.ckpt").samefile(folder / "epoch005.ckpt")
+    assert torch.load(folder / "epoch005.ckpt", map_location="cpu", weights_only=False)["epoch"] == 4  # whole now
 
 
 @pytest.mark.slow

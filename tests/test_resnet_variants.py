@@ -15,6 +15,7 @@ import torch
 from hydrali.core.run.runner import run
 from hydrali.tasks.classification.torch_model import ResNet
 from tests.support.checks import read_summary
+from tests.support.cli import run_cli
 from tests.support.configs import KERAS_QUIET, LIGHTNING_QUIET, TINY, compose_config
 
 LAYOUTS = {  # timm's name -> hydrali's ResNet arguments for it
@@ -67,7 +68,9 @@ def test_keras_applications_resnet50_refuses_a_variant_it_does_not_build(tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["lightning", pytest.param("keras", marks=pytest.mark.keras)])
-def test_a_run_trains_the_variant_and_one_recorded_before_model_shortcut_resumes(tmp_path, data_dir, backend):
+def test_a_run_trains_the_variant_and_one_recorded_before_model_shortcut_resumes_and_gives_its_weights(
+    tmp_path, data_dir, backend
+):
     quiet = LIGHTNING_QUIET if backend == "lightning" else KERAS_QUIET
     overrides = [f"backend={backend}", "tracking=none", *TINY, *quiet, "model.stem=deep", "model.shortcut=avgpool"]
     run_dir = tmp_path / "run"
@@ -84,3 +87,7 @@ def test_a_run_trains_the_variant_and_one_recorded_before_model_shortcut_resumes
         record.write_text(json.dumps(written))
     run(compose_config([*plain, "epochs=2", "ckpt_path=last"], tmp_path, data_dir, old))
     assert [row["epoch"] for row in read_summary(old)["history"]] == [1, 2]
+    run(compose_config([*plain, "epochs=1", f"model.weights={old}"], tmp_path, data_dir, tmp_path / "from_old"))
+    assert read_summary(tmp_path / "from_old")["history"], "a network started from the old run's weights trained"
+    scored = run_cli("eval", str(old), "model.shortcut=conv", f"paths.data_dir={data_dir}", cwd=tmp_path)
+    assert scored.returncode == 0, scored.stderr[-3000:]  # the value it trained with: allowed

@@ -33,21 +33,35 @@ def whole_epochs(path: Path) -> int:
     return int(state["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"])
 
 
+def _holds(path: Path, epochs: int) -> bool:
+    """Whether `path` reads as a Lightning checkpoint of `epochs` whole epochs (a file cut short does not)."""
+    try:
+        return whole_epochs(path) == epochs
+    except Exception:  # torch raises many types for a damaged file
+        return False
+
+
 def newest(checkpoint_dir: Path) -> Path | None:
     """The checkpoint in `checkpoint_dir` holding the most training, or None: last.ckpt, unless a stop came after
-    an epoch's file was written and before last.ckpt named it (then that epoch's file)."""
+    an epoch's file was whole and before last.ckpt named it (then that epoch's file). An epoch's file that does not
+    read whole (a stop while it was copied in from the temporary folder) is passed over."""
     folder = Path(checkpoint_dir)
     last, files = folder / LAST, epoch_files(folder)
-    newest_epoch = max(files, default=None)
-    if not last.is_file():
-        return None if newest_epoch is None else files[newest_epoch]
-    if newest_epoch is None or last.samefile(files[newest_epoch]):
-        return last
-    try:  # last.ckpt of an earlier epoch, or of an epoch stopped mid-way (it then holds as many whole epochs)
-        behind = whole_epochs(last) < newest_epoch
-    except Exception:  # torch raises many types for a damaged file: resuming from it names the damage
-        return last
-    return files[newest_epoch] if behind else last
+    last_holds = None  # the whole epochs last.ckpt holds, read only where an epoch's file may be newer
+    for epoch in sorted(files, reverse=True):
+        if last.is_file():
+            if last.samefile(files[epoch]):
+                return last
+            if last_holds is None:
+                try:  # an earlier epoch's, or an epoch stopped mid-way (as many whole epochs as its file's)
+                    last_holds = whole_epochs(last)
+                except Exception:  # damaged: resuming from it names the damage, unless an epoch's file is whole
+                    last_holds = -1
+            if epoch <= last_holds:
+                return last
+        if _holds(files[epoch], epoch):
+            return files[epoch]
+    return last if last.is_file() else None
 
 
 def prune_epoch_files(checkpoint_dir: Path, record: RunRecord, keep: int, monitor: str, mode: str) -> None:

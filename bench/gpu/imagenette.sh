@@ -6,7 +6,7 @@
 # (jobs at once, one GPU each), then the table of its runs (bench/gpu/runs_table.py). From the repo root:
 #   NETTE_LABEL=defaults bash bench/gpu/imagenette.sh model=resnet18,resnet50
 # The sweep's dir is /tmp/nette-runs/$NETTE_LABEL; its log, table and summaries go to $OUT/nette-$NETTE_LABEL/.
-# A sweep runs one backend: with backend=keras among its overrides, TensorFlow's library path (env.sh's TF_LIBS),
+# A sweep runs one backend: with backend=keras among its overrides (not backend=lightning,keras), TensorFlow's library path (env.sh's TF_LIBS),
 # which the image's torch cannot import beside.
 set -uo pipefail
 label=${NETTE_LABEL:-runs}
@@ -15,7 +15,7 @@ if [ ! -d /tmp/nette/train ]; then
   mkdir -p /tmp/nette && cat /tmp/keep/imagenette.tar.* | tar -x -C /tmp/nette || exit 3
 fi
 sweep=/tmp/nette-runs/$label
-case " $* " in *" backend=keras "*) libs=${TF_LIBS:-} ;; *) libs=${LD_LIBRARY_PATH:-} ;; esac
+case " $* " in *backend=*keras*) libs=${TF_LIBS:-} ;; *) libs=${LD_LIBRARY_PATH:-} ;; esac
 LD_LIBRARY_PATH=$libs python3 -m hydrali.core.cli.main -m data=imagefolder data.root=/tmp/nette tracking=none paths.data_dir=/tmp/data \
   "hydra.sweep.dir=$sweep" "$@" > /tmp/nette-$label.log 2>&1
 status=$?

@@ -16,6 +16,8 @@ def run_dirs(roots: list[str]) -> list[Path]:
     """The run dirs (those holding a summary.json or a run.json) at or right under each of `roots`."""
     found: list[Path] = []
     for root in map(Path, roots):
+        if not root.is_dir():
+            continue
         candidates = [root] if (root / "run.json").exists() else sorted(root.iterdir(), key=_job_order)
         found += [path for path in candidates if (path / "run.json").exists()]
     return found
@@ -34,12 +36,12 @@ def row(run_dir: Path) -> str:
     if not summary_file.exists():
         return f"| {run_dir.name} | (no summary) | | | | | {shown} |"
     summary = json.loads(summary_file.read_text())
-    monitor = summary["monitor"]
-    best = summary["best"].get(monitor)
+    best = (summary.get("best") or {}).get(summary["monitor"])
+    reached = "-" if best is None else f"{best:.4f} at {summary['best_epoch']}/{summary['epochs']}"
     speed = summary.get("steady_images_per_second") or summary.get("images_per_second")
     return (
-        f"| {run_dir.name} | {summary['backend']} | {best:.4f} at {summary['best_epoch']}/{summary['epochs']} | "
-        f"{summary['train_seconds']:.1f} | {summary['wall_seconds']:.1f} | {speed:,.0f} | {shown} |"
+        f"| {run_dir.name} | {summary['backend']} | {reached} | {summary['train_seconds']:.1f} | "
+        f"{summary['wall_seconds']:.1f} | {'-' if speed is None else f'{speed:,.0f}'} | {shown} |"
     )
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hydrali.core.config.schema import HydraliConfig
-from hydrali.core.contracts.registry import backend_of_checkpoint
+from hydrali.core.contracts.registry import added_keys, backend_of_checkpoint
 from hydrali.core.errors import CompositionError, HydraliError
 from hydrali.core.inference.schema import SCHEMAS
 from hydrali.core.run import run_dir
@@ -138,11 +138,12 @@ def _value_of(cfg: DictConfig, key: str):
 
 
 def _recorded_value(run_file: run_dir.RunFile, key: str):
-    """The value the run recorded for the dotted `key` as plain data (a group: its name; None: not recorded)."""
+    """The value the run recorded for the dotted `key` as plain data (a group: its name; a key added since the run
+    was recorded: the value it trained with, registry.added_keys; None: not recorded)."""
     node = run_file.config
     for part in key.split("."):
         node = node.get(part) if isinstance(node, dict) else None
-    return _plain(node)
+    return _plain(added_keys().get(key) if node is None else node)
 
 
 def _take_recorded_values(cfg: DictConfig, recorded: dict, named: set[str]) -> None:

@@ -170,7 +170,7 @@ def check(cfg: DictConfig, newest: Callable[[Path], Path | None]) -> RunWeights 
             f"model.weights={weights} is a run of another model ({builders}): pass the model= "
             f"that run trained (its .hydra/overrides.yaml), or a run of this model"
         )
-    what = differences(network, own)
+    what = differences({"model": network}, {"model": own})  # dotted as the config's keys (registry.added_keys)
     if what:
         raise HydraliError(
             f"model.weights={weights} trained another network ({what}): leave those model settings off the command "
