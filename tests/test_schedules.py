@@ -56,20 +56,25 @@ def _plan():
     return dataclasses.replace(plan, epoch=CONTRACT)
 
 
-def test_linear_schedule_with_warmup_in_steps_gives_the_same_lr_at_every_step_on_both_backends():
+def _torch_lrs(settings: dict) -> list[float]:
+    """The lr of every optimizer step of the plan under torch's schedule (backends/torch/optim.py) for `settings`."""
     from hydrali.backends.torch.optim import make_schedule
 
-    plan, optim = _plan(), optimizer_settings(OmegaConf.create(BASE))
-    assert plan.effective_lr == pytest.approx(0.2)  # batch 10 x 2 accumulated = ref_batch 20
+    plan, optim = _plan(), optimizer_settings(OmegaConf.create(settings))
     parameter = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.SGD([parameter], lr=plan.effective_lr)
     schedule = make_schedule(optimizer, optim, plan, CONTRACT.optimizer_steps)
-    torch_lrs = []
+    lrs = []
     for _ in range(EPOCHS * CONTRACT.optimizer_steps):
-        torch_lrs.append(optimizer.param_groups[0]["lr"])
+        lrs.append(optimizer.param_groups[0]["lr"])
         optimizer.step()
         schedule.step()
-    assert torch_lrs == pytest.approx(expected_lrs(0.2), abs=1e-7)
+    return lrs
+
+
+def test_linear_schedule_with_warmup_in_steps_gives_the_same_lr_at_every_step_on_both_backends():
+    assert _plan().effective_lr == pytest.approx(0.2)  # batch 10 x 2 accumulated = ref_batch 20
+    assert _torch_lrs(BASE) == pytest.approx(expected_lrs(0.2), abs=1e-7)
 
 
 @pytest.mark.keras
@@ -111,18 +116,7 @@ def expected_flat_cosine_lrs(lr: float) -> list[float]:
 
 
 def test_flat_cosine_gives_the_same_lr_at_every_step_on_both_backends():
-    from hydrali.backends.torch.optim import make_schedule
-
-    plan, optim = _plan(), optimizer_settings(OmegaConf.create(FLAT))
-    parameter = torch.nn.Parameter(torch.zeros(1))
-    optimizer = torch.optim.SGD([parameter], lr=plan.effective_lr)
-    schedule = make_schedule(optimizer, optim, plan, CONTRACT.optimizer_steps)
-    torch_lrs = []
-    for _ in range(EPOCHS * CONTRACT.optimizer_steps):
-        torch_lrs.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        schedule.step()
-    assert torch_lrs == pytest.approx(expected_flat_cosine_lrs(0.2), abs=1e-7)
+    assert _torch_lrs(FLAT) == pytest.approx(expected_flat_cosine_lrs(0.2), abs=1e-7)
 
 
 @pytest.mark.keras
