@@ -27,9 +27,10 @@ from hydrali.backends.lightning.checkpoints import (
     LastCheckpoint,
     best_epoch_file,
     drop_later,
+    epochs_of,
     newest,
     prune_epoch_files,
-    whole_epochs,
+    read_lazily,
 )
 from hydrali.backends.lightning.data import DaliDataModule
 from hydrali.backends.lightning.ddp import SameStreamDDPStrategy
@@ -179,8 +180,9 @@ class LightningBackend:
     def checkpoint_epochs(self, path: Path) -> int:
         """How many whole epochs a Lightning checkpoint holds; one line if it cannot be read as one."""
         try:
-            epochs = whole_epochs(path)
-            torch.load(path, map_location="cpu", weights_only=True, mmap=True)["state_dict"]
+            state = read_lazily(path)
+            epochs = epochs_of(state)
+            state["state_dict"]
         except Exception as err:  # torch raises many types for a file that is not a checkpoint
             raise HydraliError(
                 f"ckpt_path={path} cannot be read as a Lightning checkpoint ({first_line(err)}): "

@@ -27,10 +27,20 @@ def epoch_files(checkpoint_dir: Path) -> dict[int, Path]:
     return {int(match.group(1)): path for match, path in found if match}
 
 
+def read_lazily(path: Path) -> dict:
+    """The Lightning checkpoint at `path`, its tensors mapped from the file rather than read (an error of torch's
+    if it is not a checkpoint)."""
+    return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+
+
+def epochs_of(state: dict) -> int:
+    """How many whole epochs a loaded Lightning checkpoint holds (a KeyError if it is not one)."""
+    return int(state["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"])
+
+
 def whole_epochs(path: Path) -> int:
     """How many whole epochs the Lightning checkpoint at `path` holds (an error of torch's if it is not one)."""
-    state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    return int(state["loops"]["fit_loop"]["epoch_progress"]["current"]["processed"])
+    return epochs_of(read_lazily(path))
 
 
 def _holds(path: Path, epochs: int) -> bool:

@@ -104,8 +104,8 @@ def ResNet50(num_classes: int, image_size: int | None, **architecture) -> keras.
     `architecture` (block, layers, widths, stem, shortcut from conf/model/resnet50.yaml) describes this same
     network for the torch side; a variant keras.applications does not build (another stem or shortcut) is refused.
     """
-    variant = {key: architecture[key] for key in ("stem", "shortcut") if key in architecture}
-    if variant not in ({}, {"stem": "imagenet"}, {"stem": "imagenet", "shortcut": "conv"}, {"shortcut": "conv"}):
+    variant = {"stem": architecture.get("stem", "imagenet"), "shortcut": architecture.get("shortcut", "conv")}
+    if variant != {"stem": "imagenet", "shortcut": "conv"}:
         raise ValueError(
             f"keras.applications' ResNet50 has the 7x7 stem and strided 1x1 shortcuts, not {variant}: pass "
             f"model.keras_target=hydrali.tasks.classification.keras_model.ResNet for the variant on Keras"
