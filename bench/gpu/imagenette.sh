@@ -16,7 +16,7 @@ if [ ! -d /tmp/nette/train ]; then
 fi
 sweep=/tmp/nette-runs/$label
 case " $* " in *backend=*keras*) libs=${TF_LIBS:-} ;; *) libs=${LD_LIBRARY_PATH:-} ;; esac
-LD_LIBRARY_PATH=$libs python3 -m hydrali.core.cli.main -m data=imagefolder data.root=/tmp/nette tracking=none paths.data_dir=/tmp/data \
+LD_LIBRARY_PATH=$libs python3 -m hydrali.core -m data=imagefolder data.root=/tmp/nette tracking=none paths.data_dir=/tmp/data \
   "hydra.sweep.dir=$sweep" "$@" > /tmp/nette-$label.log 2>&1
 status=$?
 tail -5 /tmp/nette-$label.log
