@@ -9,6 +9,7 @@ from importlib import resources
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from hydrali.core.config.derived import positive
 from hydrali.core.config.image_size import by_size
 from hydrali.core.config.schema import GROUP_SCHEMAS, HydraliConfig
 from hydrali.core.contracts.registry import backend_specs, backends_help, task_specs
@@ -45,7 +46,8 @@ def register_schemas() -> None:
     without a YAML file is an option of the `backend` group by its schema alone."""
     OmegaConf.register_new_resolver("hydrali_backends", backends_help, replace=True)  # conf/hydra/help
     OmegaConf.register_new_resolver("hydrali_slurm_devices", slurm_devices, replace=True)  # hydra/launcher=slurm
-    OmegaConf.register_new_resolver("hydrali_by_size", by_size, replace=True)  # e.g. conf/model/small_resnet.yaml
+    OmegaConf.register_new_resolver("hydrali_by_size", by_size, replace=True)  # e.g. conf/model/sized_resnet.yaml
+    OmegaConf.register_new_resolver("hydrali_positive", positive, replace=True)  # conf/task/classification.yaml
     OmegaConf.register_new_resolver("hydrali_output_dir", output_dir, replace=True)  # conf/paths/default.yaml
     OmegaConf.register_new_resolver("hydrali_parallel_jobs", parallel_jobs, replace=True)  # conf/hparams_search
     cs = ConfigStore.instance()
