@@ -48,7 +48,7 @@ def test_help_lists_the_groups_and_their_options(tmp_path):
         "experiment: cifar10",
         "data: coco, digits, digits_detection, imagefolder",
         "backend: keras, lightning",
-        "model: resnet18, resnet50, resnet9, small_resnet, ssd_resnet50, ssd_small",
+        "model: resnet18, resnet50, resnet9, sized_resnet, small_resnet, ssd_resnet50, ssd_small",
         "task: classification, detection",
         "tracking: mlflow, none",
     ):

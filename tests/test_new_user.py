@@ -86,7 +86,7 @@ def test_a_count_is_checked_before_the_data(tmp_path, count, needle):
         (
             ["model=ssd_small"],
             "model=ssd_small is a detection network and cannot be trained by task=classification: "
-            "choose model= one of resnet18, resnet50, resnet9, small_resnet, timm",
+            "choose model= one of resnet18, resnet50, resnet9, sized_resnet, small_resnet, timm",
         ),
         (["model=ssd_small", "backend=keras"], "model=ssd_small is a detection network"),
         (["-m", "model=small_resnet,ssd_small"], "model=ssd_small is a detection network"),  # checked in every job

@@ -159,15 +159,17 @@ def test_a_run_started_from_a_run_named_relative_to_the_working_dir_resumes(tmp_
 def test_a_run_at_another_image_size_takes_the_network_settings_of_the_run_it_starts_from(
     tmp_path, digits_sets, first_runs
 ):
-    """model.weights=<a 16 px run> at data.image_size=72: small_resnet's stem, which the image size chooses
-    (imagenet above 64 px), is that run's (small), so its weights load; the run records the stem it trained, and eval
-    of it scores its network at 72 px. The same with model.stem=imagenet on the command line is refused, naming it."""
+    """model.weights=<a 16 px run> at data.image_size=72: the default network's layout, which the image size chooses
+    (ResNet-18-D above 64 px), is that run's (small_resnet's: one block a stage, small stem, conv shortcuts), so its
+    weights load; the run records the stem it trained, and eval of it scores its network at 72 px. The same with
+    model.stem=imagenet on the command line is refused, naming it."""
     earlier = first_runs["lightning"]
     out, run_dir = _train(
         tmp_path, "lightning", digits_sets[0], "larger", f"model.weights={earlier}", "data.image_size=72"
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "that run's network settings, where the command line sets none: model.stem=small" in out.stderr + out.stdout
+    taken = (out.stderr + out.stdout).split("that run's network settings, where the command line sets none: ")[1]
+    assert all(f"model.{setting}" in taken.splitlines()[0] for setting in ("layers=[1, 1, 1]", "stem=small", "shortcut=conv"))
     assert json.loads((run_dir / "run.json").read_text())["config"]["model"]["stem"] == "small"
     then, now = (
         _network_of("lightning", earlier, read_summary(earlier)["best_checkpoint"]),

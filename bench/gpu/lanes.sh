@@ -9,6 +9,7 @@
 # number>/ (console output beside them as <n>.console.log); after every run the table of the runs so far
 # (bench/gpu/runs_table.py) is written to /tmp/lanes/$LANES_LABEL.md, which a later device call copies to $OUT.
 set -uo pipefail
+set -f  # the overrides are split into words, never globbed (model.layers=[3,4,6,3] is a pattern to bash)
 label=${LANES_LABEL:-runs}
 base=${LANES_BASE:-}
 runs_file=$1

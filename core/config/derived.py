@@ -5,7 +5,13 @@ conf/task/classification.yaml's flip_averaging, `${hydrali_positive:${oc.select:
 
 from __future__ import annotations
 
+from typing import Any
 
-def positive(value: float | int | None) -> bool:
-    """Whether `value` (a number from the config; None counts as 0) is above zero."""
-    return value is not None and float(value) > 0
+
+def positive(value: Any) -> bool:
+    """Whether `value` (a number from the config) is above zero; False for None or a value that is no number, which
+    the option's own check names (e.g. a recipe's option of the wrong kind: one line, exit 2)."""
+    try:
+        return float(value) > 0
+    except (TypeError, ValueError):
+        return False
