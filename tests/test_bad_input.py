@@ -241,3 +241,23 @@ def test_a_sweep_over_lightning_spawned_processes_is_refused(tmp_path):
         cwd=tmp_path,
     )
     fails_with(out, "-m with backend=lightning and 2 processes per node", "backend.strategy=ddp or auto", "torchrun")
+
+
+def test_a_network_layout_neither_framework_builds_is_one_line_before_the_run_dir_exists(tmp_path):
+    """model.widths alone on photos (the default network there has 4 stages) is refused by the task's layout check
+    before anything is written, on both backends, as is a resnet9 of too few widths."""
+    from tests.support.datasets import write_one_image_per_class
+
+    write_one_image_per_class(tmp_path / "photos", 2, size=72)
+    photos = ["data=imagefolder", f"data.root={tmp_path / 'photos'}", "data.image_size=72", "data.batch_size=2"]
+    for backend in ("lightning", "keras"):
+        run_dir = tmp_path / f"run-{backend}"
+        out = run_cli(
+            *photos, f"backend={backend}", "model.widths=[8,16,32]", f"hydra.run.dir={run_dir}", cwd=tmp_path
+        )
+        fails_with(out, "model.layers (4 stages) and model.widths (3) differ in length")
+        assert not run_dir.exists()
+    run_dir = tmp_path / "run-resnet9"
+    out = run_cli(*photos, "model=resnet9", "model.layers=[1]", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    fails_with(out, "model.widths (4 entries) must have one more than model.layers (1 stages)")
+    assert not run_dir.exists() and not (tmp_path / "mlflow.db").exists()

@@ -43,6 +43,9 @@ class TaskSpec:
     added_keys: Mapping[str, Any] = field(default_factory=dict)  # config keys (dotted) added after runs were
     #   recorded without them, each with the value such a run was trained with: a record lacking one is compared as
     #   if it held that value (a run of an earlier release resumes, is evaluated, or gives its weights)
+    network_checks: Mapping[str, str] = field(default_factory=dict)  # a network builder of the task (its import
+    #   path, as a model config's `_target_` or `keras_target` names it) -> the import path of a check of the model
+    #   config that imports no framework, run before the run dir is touched (core/config/network_check.py)
 
 
 class Dataset(Protocol):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from hydrali.core.errors import HydraliError
 
@@ -28,10 +28,36 @@ def check_resnet(block: str, depths: Sequence[int], widths: Sequence[int], stem:
     if block not in ("basic", "bottleneck"):
         raise ValueError(f"model.block={block!r}: choose basic or bottleneck")
     if len(depths) != len(widths):
-        raise ValueError(f"model.layers ({len(depths)} stages) and model.widths ({len(widths)}) differ in length")
+        raise ValueError(
+            f"model.layers ({len(depths)} stages) and model.widths ({len(widths)}) differ in length: give both the"
+            " same number of stages"
+        )
     stage_strides(stem, len(widths))
     if shortcut not in SHORTCUTS:
         raise ValueError(f"model.shortcut={shortcut!r}: choose {' or '.join(SHORTCUTS)}")
+
+
+def check_resnet_config(model: Any) -> None:
+    """Fail in one line (HydraliError, naming the options) for a ResNet model config (`model.*`) neither framework
+    builds: checked before the run dir is touched (TaskSpec.network_checks)."""
+    try:
+        check_resnet(
+            model.get("block", "basic"),
+            list(model.layers),
+            list(model.widths),
+            model.get("stem", "imagenet"),
+            model.get("shortcut", "conv"),
+        )
+    except ValueError as err:
+        raise HydraliError(str(err)) from None
+
+
+def check_resnet9_config(model: Any) -> None:
+    """check_resnet_config for model=resnet9's config."""
+    try:
+        check_resnet9(list(model.widths), list(model.layers))
+    except ValueError as err:
+        raise HydraliError(str(err)) from None
 
 
 def check_resnet9(widths: Sequence[int], layers: Sequence[int]) -> None:

@@ -35,4 +35,9 @@ SPEC = TaskSpec(
     fine_tunes=True,
     trains_scaled_down=True,  # progressive_resizing: its batches are images and labels alone
     added_keys={"model.shortcut": "conv"},  # the ResNets' shortcut (ResNet-D's avgpool): strided 1x1 convs before it
+    network_checks={  # the layouts' checks on both frameworks, before the run dir is touched
+        f"hydrali.tasks.classification.{module}.{builder}": f"hydrali.tasks.classification.layouts.{check}"
+        for module in ("torch_model", "keras_model")
+        for builder, check in (("ResNet", "check_resnet_config"), ("ResNet9", "check_resnet9_config"))
+    },
 )
