@@ -252,9 +252,7 @@ def test_a_network_layout_neither_framework_builds_is_one_line_before_the_run_di
     photos = ["data=imagefolder", f"data.root={tmp_path / 'photos'}", "data.image_size=72", "data.batch_size=2"]
     for backend in ("lightning", "keras"):
         run_dir = tmp_path / f"run-{backend}"
-        out = run_cli(
-            *photos, f"backend={backend}", "model.widths=[8,16,32]", f"hydra.run.dir={run_dir}", cwd=tmp_path
-        )
+        out = run_cli(*photos, f"backend={backend}", "model.widths=[8,16,32]", f"hydra.run.dir={run_dir}", cwd=tmp_path)
         fails_with(out, "model.layers (4 stages) and model.widths (3) differ in length")
         assert not run_dir.exists()
     run_dir = tmp_path / "run-resnet9"

@@ -52,7 +52,11 @@ def test_a_photo_folder_at_224_px_trains_timms_resnet18d_layout(tmp_path, backen
 
 def test_the_defaults_compose_as_documented_for_a_photo_folder_and_for_the_digits(tmp_path):
     digits = compose_config([], tmp_path, tmp_path / "data")
-    assert (digits.model.stem, list(digits.model.layers), list(digits.model.widths)) == ("small", [1, 1, 1], [32, 64, 128])
+    assert (digits.model.stem, list(digits.model.layers), list(digits.model.widths)) == (
+        "small",
+        [1, 1, 1],
+        [32, 64, 128],
+    )
     assert (digits.epochs, digits.task.flip_averaging, digits.model.shortcut) == (10, False, "conv")
     photos = compose_config(["data=imagefolder", "data.root=/photos"], tmp_path, tmp_path / "data")
     assert (photos.data.image_size, photos.pipeline.name, photos.epochs) == (224, "standard", 20)

@@ -169,7 +169,9 @@ def test_a_run_at_another_image_size_takes_the_network_settings_of_the_run_it_st
     )
     assert out.returncode == 0, out.stderr[-3000:]
     taken = (out.stderr + out.stdout).split("that run's network settings, where the command line sets none: ")[1]
-    assert all(f"model.{setting}" in taken.splitlines()[0] for setting in ("layers=[1, 1, 1]", "stem=small", "shortcut=conv"))
+    assert all(
+        f"model.{setting}" in taken.splitlines()[0] for setting in ("layers=[1, 1, 1]", "stem=small", "shortcut=conv")
+    )
     assert json.loads((run_dir / "run.json").read_text())["config"]["model"]["stem"] == "small"
     then, now = (
         _network_of("lightning", earlier, read_summary(earlier)["best_checkpoint"]),
