@@ -83,8 +83,9 @@ class ClassificationTask(DaliTask):
         padding = pad if source.is_training else {}  # what small_images pads; a recipe without `pad` gets none
         key = (source.is_training, shard.shard_id, data.image_size, tuple(padding.items()))
         if key not in self._decoded:
-            # the shard the files' pipeline of this split reads: for training, DALI's reader shuffles the whole file
-            # list with one fixed seed before sharding it, so that every replica's shard is a draw of every class
+            # the shard the files' pipeline of this split reads: for training, DALI's file reader shuffles the whole
+            # file list with one fixed seed before sharding it (webdataset shards hold samples `hydrali convert`
+            # shuffled when it wrote them, read in their order), so that every replica's shard is a draw of every class
             # (in file order, the shards of class folders hold different classes, and under DDP each replica's
             # BatchNorm statistics told them apart: 0.43 on 2 GPUs where 1 reached 0.917), read here in that order
             # (a shuffle buffer of one: the order does not depend on the pipeline's seed, so a sweep's worker keeps
