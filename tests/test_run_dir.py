@@ -221,3 +221,24 @@ def test_a_tracking_server_that_stops_answering_ends_the_tracking_not_the_traini
     assert time.monotonic() - started < 10 and tracker.stopped
     stopped = [r.getMessage() for r in caplog.records if "tracking stopped" in r.getMessage()]
     assert len(stopped) == 1 and f"{tmp_path}/history.json" in stopped[0], stopped
+
+
+def test_a_key_added_since_a_run_was_recorded_takes_the_value_its_own_task_declared(monkeypatch):
+    """Two tasks may declare one added key with values of their own: a record of each task without the key is
+    compared as if it held its task's value (registry.added_keys), not another task's."""
+    from dataclasses import replace
+
+    from hydrali.core.contracts import registry
+    from hydrali.core.run.run_dir import differences
+
+    real = registry.task_specs()
+    specs = {
+        "classification": replace(real["classification"], added_keys={"model.extra": "conv"}),
+        "detection": replace(real["detection"], added_keys={"model.extra": "avgpool"}),
+    }
+    monkeypatch.setattr(registry, "task_specs", lambda: specs)
+    for task, value, other in (("classification", "conv", "avgpool"), ("detection", "avgpool", "conv")):
+        then = {"task": {"name": task}, "model": {"layers": [1]}}
+        assert differences(then, {"task": {"name": task}, "model": {"layers": [1], "extra": value}}) == ""
+        changed = differences(then, {"task": {"name": task}, "model": {"layers": [1], "extra": other}})
+        assert changed == f"model.extra is '{value}' there, '{other}' here"

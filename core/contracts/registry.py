@@ -149,11 +149,13 @@ ADDED = {  # core's config keys added after runs were recorded without them -> t
 }
 
 
-def added_keys() -> dict[str, Any]:
+def added_keys(task: str | None = None) -> dict[str, Any]:
     """Config keys (dotted) added after runs were recorded without them, each with the value such a run was trained
-    with: core's (ADDED) and every task's spec's added_keys."""
-    tasks = {key: value for spec in task_specs().values() for key, value in spec.added_keys.items()}
-    return {**ADDED, **tasks}
+    with: core's (ADDED) and the added_keys of task `task`'s spec (of every task's where the task is not known), so
+    that two tasks may declare one key with values of their own."""
+    specs = task_specs()
+    chosen = [specs[task]] if task in specs else list(specs.values())
+    return {**ADDED, **{key: value for spec in chosen for key, value in spec.added_keys.items()}}
 
 
 def replaced_keys() -> dict[str, str]:

@@ -143,7 +143,8 @@ def _recorded_value(run_file: run_dir.RunFile, key: str):
     node = run_file.config
     for part in key.split("."):
         node = node.get(part) if isinstance(node, dict) else None
-    return _plain(added_keys().get(key) if node is None else node)
+    task = (run_file.config.get("task") or {}).get("name")
+    return _plain(added_keys(task).get(key) if node is None else node)
 
 
 def _take_recorded_values(cfg: DictConfig, recorded: dict, named: set[str]) -> None:

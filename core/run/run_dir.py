@@ -148,7 +148,9 @@ def differences(then: dict, now: dict, ignored: tuple[str, ...] = (), shown: int
     holds the keys added since it was written (registry.added_keys) at the value they had then, where `now` has
     them."""
     flat_then, flat_now = _flat(then), _flat(now)
-    flat_then.update({key: value for key, value in added_keys().items() if key in flat_now and key not in flat_then})
+    task = flat_now.get("task.name", flat_then.get("task.name"))
+    added = added_keys(task).items()
+    flat_then.update({key: value for key, value in added if key in flat_now and key not in flat_then})
     under = tuple(k + "." for k in ignored)
     differ = [
         key
