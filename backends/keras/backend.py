@@ -39,6 +39,7 @@ from hydrali.backends.keras.strategy import (  # noqa: E402
 from hydrali.core.contracts.backend import TrainingDevice  # noqa: E402
 from hydrali.core.contracts.run import RunContract, TrainedRunSpec  # noqa: E402
 from hydrali.core.data.dali_errors import explain_dali_error  # noqa: E402
+from hydrali.core.distributed import topology  # noqa: E402
 from hydrali.core.distributed.device_count import devices_per_node  # noqa: E402
 from hydrali.core.errors import HydraliError  # noqa: E402
 from hydrali.core.process.preemption import PreemptionWatch  # noqa: E402
@@ -54,13 +55,24 @@ log = logging.getLogger("hydrali")
 logging.getLogger("tensorflow").setLevel(logging.WARNING)  # per-variable all-reduce notices
 
 
+def _per_device(backend: KerasBackendConfig) -> bool:
+    """Whether backend.processes asks for a process per device."""
+    choice = str(getattr(backend, "processes", "one"))
+    if choice not in ("one", "per_device"):
+        raise HydraliError(f"backend.processes={choice}: choose one or per_device")
+    return choice == "per_device"
+
+
 class KerasBackend:
     """backend=keras (core.contracts.backend.Backend): one process drives every replica of its machine."""
 
     layout = LAYOUT
 
     def processes_to_start(self, backend: KerasBackendConfig) -> int:
-        """One: a Keras job is one process driving every replica of its machine."""
+        """One process driving every replica of its machine, or with backend.processes=per_device one per device
+        (each a worker of MultiWorkerMirroredStrategy), unless a launcher or TF_CONFIG started the workers."""
+        if _per_device(backend) and workers.cluster() is None and not topology.launched_externally():
+            return devices_per_node(backend.devices, visible_gpus())
         return 1
 
     def replicas(self, backend: KerasBackendConfig, device: str) -> tuple[int, int, int]:
@@ -72,8 +84,9 @@ class KerasBackend:
         if not gpus and str(backend.precision) == "bf16-mixed":  # on the CPU: asked of TensorFlow before any file
             cpu_bfloat16.check_bfloat16_convolution()
         cluster = workers.cluster()
-        if cluster is not None:
-            per_node, nodes = workers.slurm_tasks() or (1, cluster.count)  # SLURM: its tasks; TF_CONFIG: a node each
+        if cluster is not None:  # SLURM: its tasks; hydrali's processes: one node; TF_CONFIG: a node each
+            local = workers.local_workers()
+            per_node, nodes = (local, cluster.count // local) if local else (1, cluster.count)
             workers.one_replica_per_worker(backend.devices, per_node, gpus)
             if gpus and per_node > 1 and gpus != per_node:  # task i of a node takes the node's GPU i
                 raise HydraliError(
@@ -82,6 +95,8 @@ class KerasBackend:
                 )
             return per_node, nodes, 1
         count = devices_per_node(backend.devices, gpus)
+        if _per_device(backend) and not topology.launched_externally():  # the processes hydrali starts
+            return count, 1, 1
         if device == "gpu" and not gpus:
             raise HydraliError(
                 "DALI runs on the GPU but TensorFlow sees none: install TensorFlow with CUDA "

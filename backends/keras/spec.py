@@ -14,6 +14,7 @@ class KerasBackendConfig:
 
     name: str = "keras"
     devices: Any = "auto"  # auto | a count (hydrali.core.distributed.device_count)
+    processes: str = "one"  # one (one process drives the node's replicas) | per_device (hydrali starts one each)
     precision: str = "auto"  # auto | a Precision name (checked by hydrali.core.policies.auto_settings)
     compile: Any = "auto"  # true | false | auto (SPEC's auto_switches)
     xla_cache: Optional[str] = None  # a folder: XLA's compiled steps kept for later runs (backends/keras/xla_cache.py)

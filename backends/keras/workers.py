@@ -1,6 +1,8 @@
-"""Several Keras workers training one job: TensorFlow's MultiWorkerMirroredStrategy from TF_CONFIG or SLURM.
+"""Several Keras workers training one job: TensorFlow's MultiWorkerMirroredStrategy from TF_CONFIG, SLURM or hydrali.
 
 Each worker is a process started by the user with its own TF_CONFIG (as torchrun starts Lightning's ranks),
+one of the processes hydrali starts on one node with backend.processes=per_device (torchrun's variables and a port
+each: core/distributed/local_launch.py; a worker per GPU, each taking the node's GPU of its local rank),
 or a task of `srun` (TensorFlow's SlurmClusterResolver: workers meet on port 8888 + the task's index on its
 node), and drives one replica: its GPU (SLURM: the node's GPU of its local task id), or its CPU. TF_CONFIG's
 chief (or worker 0 without one), or SLURM's task 0, is global rank 0 (hydrali.core.distributed.topology): it alone
@@ -23,7 +25,16 @@ import tensorflow as tf
 
 from hydrali.core.distributed import gather
 from hydrali.core.distributed.device_count import devices_setting
-from hydrali.core.distributed.launchers import SLURM, SLURM_NODES, SLURM_STEP_NODES, SLURM_STEP_TASKS, TORCHRUN
+from hydrali.core.distributed.launchers import (
+    LAUNCHED_BY_HYDRALI,
+    MASTER_ADDR,
+    PROCESS_PORTS,
+    SLURM,
+    SLURM_NODES,
+    SLURM_STEP_NODES,
+    SLURM_STEP_TASKS,
+    TORCHRUN,
+)
 from hydrali.core.distributed.topology import TFWorkers, tf_config_workers
 from hydrali.core.errors import HydraliError
 
@@ -48,22 +59,54 @@ def slurm_tasks(env=None) -> tuple[int, int] | None:
     return tasks // nodes, nodes
 
 
+def started_by_hydrali(env=None) -> list[str] | None:
+    """The workers' addresses (host:port, in rank order) when hydrali started this job's processes on one node
+    (backend.processes=per_device: core/distributed/local_launch.py gives each process a port); else None."""
+    env = os.environ if env is None else env
+    if env.get(LAUNCHED_BY_HYDRALI) != "1" or not env.get(PROCESS_PORTS) or env.get(TORCHRUN.rank, "") == "":
+        return None
+    return [f"{env[MASTER_ADDR]}:{port}" for port in env[PROCESS_PORTS].split(",")]
+
+
 def cluster() -> TFWorkers | None:
-    """This process's place among the job's workers (TF_CONFIG's, or SLURM's tasks), when there are several."""
+    """This process's place among the job's workers (SLURM's tasks, the processes hydrali started, or TF_CONFIG's),
+    when there are several."""
     slurm = slurm_tasks()
     if slurm is not None:
         return TFWorkers(count=slurm[0] * slurm[1], rank=int(os.environ[SLURM.rank]))
+    started = started_by_hydrali()
+    if started is not None and len(started) > 1:
+        return TFWorkers(count=len(started), rank=int(os.environ[TORCHRUN.rank]))
     workers = tf_config_workers()
     return workers if workers is not None and workers.count > 1 else None
 
 
-def _resolver():
-    """SLURM's cluster as TensorFlow resolves it (None: TF_CONFIG's); hydrali places the GPUs itself."""
+def local_workers() -> int | None:
+    """The workers of this node that select their GPU by their local rank among every GPU of the node: SLURM's
+    tasks of the node, or the processes hydrali started; None for TF_CONFIG's (each sees its own GPU)."""
     slurm = slurm_tasks()
-    if slurm is None:
+    if slurm is not None:
+        return slurm[0]
+    started = started_by_hydrali()
+    return len(started) if started is not None and len(started) > 1 else None
+
+
+def _resolver():
+    """SLURM's cluster as TensorFlow resolves it, or that of the processes hydrali started (None: TF_CONFIG's);
+    hydrali places the GPUs itself."""
+    slurm = slurm_tasks()
+    if slurm is not None:
+        return tf.distribute.cluster_resolver.SlurmClusterResolver(
+            port_base=SLURM_PORT_BASE, gpus_per_node=slurm[0], gpus_per_task=1, auto_set_gpu=False
+        )
+    started = started_by_hydrali()
+    if started is None:
         return None
-    return tf.distribute.cluster_resolver.SlurmClusterResolver(
-        port_base=SLURM_PORT_BASE, gpus_per_node=slurm[0], gpus_per_task=1, auto_set_gpu=False
+    return tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec({"worker": started}),
+        task_type="worker",
+        task_id=int(os.environ[TORCHRUN.rank]),
+        rpc_layer="grpc",
     )
 
 
@@ -77,7 +120,7 @@ def strategy(device: str) -> tf.distribute.MultiWorkerMirroredStrategy:
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=kind.NCCL if device == "gpu" else kind.RING
         )
-        source = "SLURM's tasks" if slurm_tasks() else "TF_CONFIG"
+        source = "SLURM's tasks" if slurm_tasks() else "hydrali's processes" if started_by_hydrali() else "TF_CONFIG"
         try:
             _strategy = tf.distribute.MultiWorkerMirroredStrategy(
                 cluster_resolver=_resolver(), communication_options=options
@@ -93,10 +136,10 @@ def strategy(device: str) -> tf.distribute.MultiWorkerMirroredStrategy:
 
 
 def select_gpu(local_rank: int) -> None:
-    """Under SLURM, with every GPU of the node visible, let TensorFlow see only this task's (its local task id):
-    its replica's "/gpu:0". Before TensorFlow's runtime starts."""
+    """Under SLURM or as a process hydrali started, with every GPU of the node visible, let TensorFlow see only this
+    worker's (its local rank): its replica's "/gpu:0". Before TensorFlow's runtime starts."""
     gpus = tf.config.list_physical_devices("GPU")
-    if slurm_tasks() is not None and len(gpus) > 1:
+    if local_workers() is not None and len(gpus) > 1:
         tf.config.set_visible_devices(gpus[local_rank], "GPU")
 
 
@@ -110,7 +153,7 @@ def one_replica_per_worker(devices, per_node: int, gpus: int) -> None:
             f"(one GPU or its CPU); start one worker per GPU and set backend.devices to the workers per node "
             f"(or auto)"
         )
-    if gpus > 1 and slurm_tasks() is None:
+    if gpus > 1 and local_workers() is None:
         raise HydraliError(
             f"this TF_CONFIG worker sees {gpus} GPUs but drives one: start one worker per GPU, "
             f"each with CUDA_VISIBLE_DEVICES set to its own GPU"

@@ -64,6 +64,8 @@ MPI_LAUNCHERS = (OPEN_MPI, PMI)
 TF_CONFIG = "TF_CONFIG"  # TensorFlow's cluster JSON: Keras workers
 MASTER_ADDR, MASTER_PORT = "MASTER_ADDR", "MASTER_PORT"  # where the job's processes meet (torch.distributed)
 LAUNCHED_BY_HYDRALI = "HYDRALI_LAUNCHED"  # set in the processes hydrali starts itself
+PROCESS_PORTS = "HYDRALI_PROCESS_PORTS"  # in those processes, on one node: a free port per process, in rank order
+#   (for a framework whose processes each listen on one: TensorFlow's workers)
 LAUNCHER_PID = "HYDRALI_LAUNCHER_PID"  # in those processes: the process that started them (they end with it)
 
 # Any of these in a process's environment: a launcher started it, and neither a framework nor hydrali starts more.

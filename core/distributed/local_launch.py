@@ -14,6 +14,7 @@ and hold its run dir while they live (core/process/live_processes.py).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -32,6 +33,7 @@ from hydrali.core.distributed.launchers import (
     LAUNCHED_BY_HYDRALI,
     MASTER_ADDR,
     MASTER_PORT,
+    PROCESS_PORTS,
     TORCHRUN,
     TORCHRUN_GROUP_RANK,
 )
@@ -64,9 +66,16 @@ def check_sweep_launch(backend: str, replicas_per_node: int, replicas_started: i
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
+    return _free_ports(1)[0]
+
+
+def _free_ports(count: int) -> list[int]:
+    """`count` distinct ports free on the loopback now (each held until all are found)."""
+    with contextlib.ExitStack() as held:
+        socks = [held.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind((LOOPBACK, 0))
+        return [sock.getsockname()[1] for sock in socks]
 
 
 def save_launch(cfg: DictConfig, seed: int, overrides: list[str], bad_files: Iterable[tuple[Path, str]] = ()) -> Path:
@@ -123,6 +132,7 @@ def run_processes(
         )
     address = os.environ.get(MASTER_ADDR, LOOPBACK) if num_nodes > 1 else LOOPBACK
     port = os.environ.get(MASTER_PORT, "") if num_nodes > 1 else str(_free_port())
+    ports = {} if num_nodes > 1 else {PROCESS_PORTS: ",".join(map(str, _free_ports(processes)))}
     folder = save_launch(cfg, seed, overrides, bad_files)
     log.info(
         "starting %d process(es) on node %d from the resolved config %s (seed %d)",
@@ -144,6 +154,7 @@ def run_processes(
             TORCHRUN.local_world_size: str(processes),
             MASTER_ADDR: address,
             MASTER_PORT: port,
+            **ports,
             LAUNCHED_BY_HYDRALI: "1",
         }
         # each ends with this process and holds the run dir with it (core/process/live_processes.py)
