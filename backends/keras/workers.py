@@ -168,15 +168,22 @@ def share_from_rank0(values: dict, device: str) -> dict:
     return gather.gather_objects(values)[0]
 
 
+_sum_step = None  # the all-reduce's tf.function, traced once per shape (not once per call) and kept by the process
+
+
 def _all_reduce_sum(values: np.ndarray) -> np.ndarray:
     """The sum over the job's workers (one replica each) of every worker's `values` (int32, one shape on every
     worker), through the job's strategy (created before); every worker calls it at the same point."""
+    global _sum_step
+    if _sum_step is None:
+
+        def step(tensor):
+            local = tf.identity(tensor)  # on this replica's device
+            return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, local)
+
+        _sum_step = tf.function(step, reduce_retracing=True)
     job = _strategy
-
-    def step():
-        return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, tf.constant(values, tf.int32))
-
-    result = job.run(tf.function(step))
+    result = job.run(_sum_step, args=(tf.constant(values, tf.int32),))
     return job.experimental_local_results(result)[0].numpy()
 
 
