@@ -242,3 +242,15 @@ def test_a_key_added_since_a_run_was_recorded_takes_the_value_its_own_task_decla
         assert differences(then, {"task": {"name": task}, "model": {"layers": [1], "extra": value}}) == ""
         changed = differences(then, {"task": {"name": task}, "model": {"layers": [1], "extra": other}})
         assert changed == f"model.extra is '{value}' there, '{other}' here"
+
+
+def test_a_keras_run_recorded_before_backend_processes_compares_as_one_process():
+    """backend.processes (Keras) was added after runs were recorded without it: such a record is compared as if it
+    held `one` (the BackendSpec's added_keys), so its run dir takes the same command again; per_device differs."""
+    from hydrali.core.run.run_dir import differences
+
+    then = {"task": {"name": "classification"}, "backend": {"name": "keras", "devices": "auto"}}
+    now = {"task": {"name": "classification"}, "backend": {"name": "keras", "devices": "auto", "processes": "one"}}
+    assert differences(then, now) == ""
+    now["backend"]["processes"] = "per_device"
+    assert differences(then, now) == "backend.processes is 'one' there, 'per_device' here"

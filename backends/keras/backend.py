@@ -57,7 +57,7 @@ logging.getLogger("tensorflow").setLevel(logging.WARNING)  # per-variable all-re
 
 def _per_device(backend: KerasBackendConfig) -> bool:
     """Whether backend.processes asks for a process per device."""
-    choice = str(getattr(backend, "processes", "one"))
+    choice = str(backend.processes)
     if choice not in ("one", "per_device"):
         raise HydraliError(f"backend.processes={choice}: choose one or per_device")
     return choice == "per_device"

@@ -31,6 +31,7 @@ SPEC = BackendSpec(
     implementation="hydrali.backends.keras.backend:KerasBackend",
     auto_switches=(AutoSwitch("compile", off_when_deterministic=True),),  # XLA (auto: on a GPU, not deterministic)
     network_key="keras_target",  # a model config's builder of the Keras network
+    added_keys={"backend.processes": "one"},  # backend.processes=per_device: one process drove every replica before
     # fit options whose job a core key does on every backend
     replaced_keys={
         "validation_freq": "validate_every",

@@ -66,6 +66,9 @@ class BackendSpec:
     sweep_launch_hint: str = ""
     # what it honours beyond the contract's training (a run asking another is refused before it starts)
     supports: frozenset[Capability] = frozenset(Capability)
+    # its config keys (dotted: backend.<key>) added after runs were recorded without them, each with the value such a
+    #   run was trained with (as TaskSpec.added_keys: a run of an earlier release resumes, is evaluated, gives weights)
+    added_keys: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

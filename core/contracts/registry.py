@@ -149,12 +149,13 @@ ADDED = {  # core's config keys added after runs were recorded without them -> t
 }
 
 
-def added_keys(task: str | None = None) -> dict[str, Any]:
+def added_keys(task: str | None = None, backend: str | None = None) -> dict[str, Any]:
     """Config keys (dotted) added after runs were recorded without them, each with the value such a run was trained
-    with: core's (ADDED) and the added_keys of task `task`'s spec (of every task's where the task is not known), so
-    that two tasks may declare one key with values of their own."""
-    specs = task_specs()
-    chosen = [specs[task]] if task in specs else list(specs.values())
+    with: core's (ADDED) and the added_keys of task `task`'s spec and of backend `backend`'s (of every task's or
+    backend's where it is not known), so that two tasks (or backends) may declare one key with values of their own."""
+    tasks, backends = task_specs(), backend_specs()
+    chosen = [tasks[task]] if task in tasks else list(tasks.values())
+    chosen += [backends[backend]] if backend in backends else list(backends.values())
     return {**ADDED, **{key: value for spec in chosen for key, value in spec.added_keys.items()}}
 
 

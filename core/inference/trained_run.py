@@ -144,7 +144,8 @@ def _recorded_value(run_file: run_dir.RunFile, key: str):
     for part in key.split("."):
         node = node.get(part) if isinstance(node, dict) else None
     task = (run_file.config.get("task") or {}).get("name")
-    return _plain(added_keys(task).get(key) if node is None else node)
+    backend = (run_file.config.get("backend") or {}).get("name")
+    return _plain(added_keys(task, backend).get(key) if node is None else node)
 
 
 def _take_recorded_values(cfg: DictConfig, recorded: dict, named: set[str]) -> None:

@@ -149,7 +149,8 @@ def differences(then: dict, now: dict, ignored: tuple[str, ...] = (), shown: int
     them."""
     flat_then, flat_now = _flat(then), _flat(now)
     task = flat_now.get("task.name", flat_then.get("task.name"))
-    added = added_keys(task).items()
+    backend = flat_now.get("backend.name", flat_then.get("backend.name"))
+    added = added_keys(task, backend).items()
     flat_then.update({key: value for key, value in added if key in flat_now and key not in flat_then})
     under = tuple(k + "." for k in ignored)
     differ = [
