@@ -438,3 +438,14 @@ def test_the_name_check_finds_a_backend_named_in_core(tmp_path):
     planted.write_text("def f(framework, backend):\n" + body)
     found = _named_in_core({"keras", "channels_last"}, {"hydrali.core.run.planted": planted})
     assert found == ["planted.py:3: 'keras'", "planted.py:3: 'channels_last'"]
+
+
+def test_every_network_check_a_task_declares_names_a_builder_and_a_check_that_exist():
+    """A renamed builder or check would silently turn a task's layout check off (core looks the builder up by name)."""
+    from hydra.utils import get_method
+
+    from hydrali.core.contracts.registry import task_specs
+
+    for spec in task_specs().values():
+        for builder, check in spec.network_checks.items():
+            assert callable(get_method(builder)) and callable(get_method(check)), (spec.name, builder, check)

@@ -62,8 +62,10 @@ def test_keras_applications_resnet50_refuses_a_variant_it_does_not_build(tmp_pat
     from hydrali.core.errors import HydraliError
 
     overrides = ["backend=keras", "model=resnet50", "model.stem=deep", "data.image_size=32", "epochs=1"]
+    run_dir = tmp_path / "run"
     with pytest.raises(HydraliError, match=r"model.keras_target=hydrali.tasks.classification.keras_model.ResNet"):
-        run(compose_config([*overrides, "tracking=none", *KERAS_QUIET], tmp_path, data_dir))
+        run(compose_config([*overrides, "tracking=none", *KERAS_QUIET], tmp_path, data_dir, run_dir))
+    assert not run_dir.exists(), "refused before the run dir is touched"
 
 
 @pytest.mark.slow

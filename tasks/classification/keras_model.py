@@ -7,7 +7,12 @@ from typing import Sequence
 import keras
 from keras import layers as kl
 
-from hydrali.tasks.classification.layouts import check_resnet, check_resnet9, check_resnet9_image_side
+from hydrali.tasks.classification.layouts import (
+    check_applications_resnet50,
+    check_resnet,
+    check_resnet9,
+    check_resnet9_image_side,
+)
 
 BN = {"momentum": 0.9, "epsilon": 1e-5}  # torch's BatchNorm2d defaults, in Keras' terms
 
@@ -104,12 +109,7 @@ def ResNet50(num_classes: int, image_size: int | None, **architecture) -> keras.
     `architecture` (block, layers, widths, stem, shortcut from conf/model/resnet50.yaml) describes this same
     network for the torch side; a variant keras.applications does not build (another stem or shortcut) is refused.
     """
-    variant = {"stem": architecture.get("stem", "imagenet"), "shortcut": architecture.get("shortcut", "conv")}
-    if variant != {"stem": "imagenet", "shortcut": "conv"}:
-        raise ValueError(
-            f"keras.applications' ResNet50 has the 7x7 stem and strided 1x1 shortcuts, not {variant}: pass "
-            f"model.keras_target=hydrali.tasks.classification.keras_model.ResNet for the variant on Keras"
-        )
+    check_applications_resnet50(architecture.get("stem", "imagenet"), architecture.get("shortcut", "conv"))
     if image_size is not None:
         return keras.applications.ResNet50(
             weights=None, input_shape=(image_size, image_size, 3), classes=num_classes, classifier_activation=None

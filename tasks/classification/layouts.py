@@ -60,6 +60,25 @@ def check_resnet9_config(model: Any) -> None:
         raise HydraliError(str(err)) from None
 
 
+def check_applications_resnet50(stem: str, shortcut: str) -> None:
+    """Fail (ValueError, naming the fix) for a ResNet-50 variant keras.applications' ResNet50 does not build: it has
+    the 7x7 stem and strided 1x1 shortcuts alone."""
+    variant = {"stem": stem, "shortcut": shortcut}
+    if variant != {"stem": "imagenet", "shortcut": "conv"}:
+        raise ValueError(
+            f"keras.applications' ResNet50 has the 7x7 stem and strided 1x1 shortcuts, not {variant}: pass "
+            f"model.keras_target=hydrali.tasks.classification.keras_model.ResNet for the variant on Keras"
+        )
+
+
+def check_applications_resnet50_config(model: Any) -> None:
+    """check_resnet_config for model=resnet50 on Keras (keras.applications' network)."""
+    try:
+        check_applications_resnet50(model.get("stem", "imagenet"), model.get("shortcut", "conv"))
+    except ValueError as err:
+        raise HydraliError(str(err)) from None
+
+
 def check_resnet9(widths: Sequence[int], layers: Sequence[int]) -> None:
     """Fail, naming the options, unless `widths` has one entry more than `layers` (the first convolution's, then
     each stage's) and every stage has zero or more residual pairs."""

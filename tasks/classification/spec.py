@@ -28,6 +28,8 @@ class ClassificationDataConfig(DataConfig):
     size: int = 0
 
 
+PACKAGE = "hydrali.tasks.classification"  # where the builders and their checks live
+
 SPEC = TaskSpec(
     name="classification",
     task_schema=ClassificationTaskConfig,
@@ -35,9 +37,14 @@ SPEC = TaskSpec(
     fine_tunes=True,
     trains_scaled_down=True,  # progressive_resizing: its batches are images and labels alone
     added_keys={"model.shortcut": "conv"},  # the ResNets' shortcut (ResNet-D's avgpool): strided 1x1 convs before it
-    network_checks={  # the layouts' checks on both frameworks, before the run dir is touched
-        f"hydrali.tasks.classification.{module}.{builder}": f"hydrali.tasks.classification.layouts.{check}"
-        for module in ("torch_model", "keras_model")
-        for builder, check in (("ResNet", "check_resnet_config"), ("ResNet9", "check_resnet9_config"))
+    network_checks={  # each builder's layout check, framework-free: before the run dir is touched
+        f"{PACKAGE}.{builder}": f"{PACKAGE}.layouts.{check}"
+        for builder, check in (
+            ("torch_model.ResNet", "check_resnet_config"),
+            ("keras_model.ResNet", "check_resnet_config"),
+            ("torch_model.ResNet9", "check_resnet9_config"),
+            ("keras_model.ResNet9", "check_resnet9_config"),
+            ("keras_model.ResNet50", "check_applications_resnet50_config"),  # keras.applications': no variants
+        )
     },
 )
