@@ -65,10 +65,6 @@ def check_sweep_launch(backend: str, replicas_per_node: int, replicas_started: i
     )
 
 
-def _free_port() -> int:
-    return _free_ports(1)[0]
-
-
 def _free_ports(count: int) -> list[int]:
     """`count` distinct ports free on the loopback now (each held until all are found)."""
     with contextlib.ExitStack() as held:
@@ -131,8 +127,11 @@ def run_processes(
             f"MASTER_PORT on every node, or start the processes with torchrun or srun"
         )
     address = os.environ.get(MASTER_ADDR, LOOPBACK) if num_nodes > 1 else LOOPBACK
-    port = os.environ.get(MASTER_PORT, "") if num_nodes > 1 else str(_free_port())
-    ports = {} if num_nodes > 1 else {PROCESS_PORTS: ",".join(map(str, _free_ports(processes)))}
+    if num_nodes > 1:
+        port, ports = os.environ.get(MASTER_PORT, ""), {}
+    else:  # one node: torch's rendezvous port and a port per process (TensorFlow's workers), distinct at once
+        free = _free_ports(processes + 1)
+        port, ports = str(free[0]), {PROCESS_PORTS: ",".join(map(str, free[1:]))}
     folder = save_launch(cfg, seed, overrides, bad_files)
     log.info(
         "starting %d process(es) on node %d from the resolved config %s (seed %d)",
